@@ -1,0 +1,254 @@
+// Package routing decides where a job goes: which River queue (by billing tier
+// and by whether a scheduler produced it, as ADR-16 lays out) and at which
+// River priority it starts inside that queue.
+//
+// Every service has three queues:
+//
+//	<base>_priority   pro, pro_plus and enterprise users
+//	<base>_default    free users, and any tier that is unknown or unset
+//	<base>_scheduled  background jobs from the scheduler, whatever the tier
+//
+// Producers call InsertOpts (or SelectQueue and StartingPriority) before they
+// insert a job. Unknown tiers are not an error, so a billing hiccup never stops
+// work, but they are not silent either: each one is counted (UnknownTierCount)
+// and, where a tier is parsed from text, logged (TierOrDefault).
+package routing
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/riverqueue/river"
+
+	"github.com/tierq/tierq/tiers"
+)
+
+// Service is one of tierq's worker services. Each has its own base queue name
+// and its own worker deployment.
+type Service string
+
+const (
+	// Analyzer counts test cases in a directory. Base queue "analysis".
+	Analyzer Service = "analyzer"
+	// SpecGen renders spec documents from analysis results. Base queue "specview".
+	SpecGen Service = "specgen"
+)
+
+// Services lists every service.
+func Services() []Service { return []Service{Analyzer, SpecGen} }
+
+// ParseService returns the service named s ("analyzer" or "specgen").
+func ParseService(s string) (Service, error) {
+	switch Service(s) {
+	case Analyzer, SpecGen:
+		return Service(s), nil
+	}
+	return "", fmt.Errorf("unknown service %q (want analyzer or specgen)", s)
+}
+
+// BaseQueue is the prefix of the service's three queue names.
+func (s Service) BaseQueue() string {
+	switch s {
+	case Analyzer:
+		return "analysis"
+	case SpecGen:
+		return "specview"
+	}
+	return string(s)
+}
+
+// Queue is the name of the service's queue of the given class.
+func (s Service) Queue(class Class) string { return QueueName(s.BaseQueue(), class) }
+
+// Queues returns the service's three queue names, priority first.
+func (s Service) Queues() []string {
+	return []string{s.Queue(Priority), s.Queue(Default), s.Queue(Scheduled)}
+}
+
+// Class is the kind of queue inside a service: priority, default or scheduled.
+type Class uint8
+
+const (
+	// Default holds free-tier and unknown-tier work. It is the zero value so
+	// that anything not classified goes where ADR-16 sends unknown tiers.
+	Default Class = iota
+	// Priority holds paid-tier work.
+	Priority
+	// Scheduled holds background work enqueued by the scheduler.
+	Scheduled
+)
+
+var classSuffixes = [...]string{Default: "default", Priority: "priority", Scheduled: "scheduled"}
+
+// String returns "priority", "default" or "scheduled".
+func (c Class) String() string {
+	if int(c) < len(classSuffixes) {
+		return classSuffixes[c]
+	}
+	return fmt.Sprintf("class(%d)", uint8(c))
+}
+
+// ParseClass returns the class named s ("priority", "default" or "scheduled").
+func ParseClass(s string) (Class, error) {
+	for c, suffix := range classSuffixes {
+		if s == suffix {
+			return Class(c), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown queue class %q (want priority, default or scheduled)", s)
+}
+
+// QueueName joins a base queue and a class: QueueName("analysis", Priority) is
+// "analysis_priority".
+func QueueName(baseQueue string, class Class) string {
+	if names, ok := lookupNames(baseQueue); ok {
+		return names[class]
+	}
+	return baseQueue + "_" + class.String()
+}
+
+// ClassOf returns the class of a queue name built by QueueName, and false when
+// the name does not end in a known class suffix.
+func ClassOf(queue string) (baseQueue string, class Class, ok bool) {
+	for c, suffix := range classSuffixes {
+		if n := len(queue) - len(suffix) - 1; n > 0 && queue[n] == '_' && queue[n+1:] == suffix {
+			return queue[:n], Class(c), true
+		}
+	}
+	return "", 0, false
+}
+
+// ClassFor returns the queue class for a tier: Scheduled when isScheduled,
+// Priority for paid tiers, Default for free, the zero value and unknown tiers.
+// Unknown tiers (anything but the four) are counted in UnknownTierCount.
+func ClassFor(tier tiers.Tier, isScheduled bool) Class {
+	if !tier.Valid() {
+		unknownTiers.Add(1)
+	}
+	switch {
+	case isScheduled:
+		return Scheduled
+	case tier.Paid():
+		return Priority
+	default:
+		return Default
+	}
+}
+
+// SelectQueue is ADR-16's queue selection: scheduled work goes to
+// `<base>_scheduled`; pro, pro_plus and enterprise to `<base>_priority`; free,
+// the zero value and unknown tiers to `<base>_default` (counted, see
+// UnknownTierCount).
+//
+// It does not allocate for the services' base queues, and for any other base
+// queue after its first use.
+func SelectQueue(baseQueue string, tier tiers.Tier, isScheduled bool) string {
+	return QueueName(baseQueue, ClassFor(tier, isScheduled))
+}
+
+// Priorities inside a queue. River runs priority 1 first and 4 last.
+const (
+	// PriorityEscalated is kept for operator escalation: no tier starts there.
+	PriorityEscalated = 1
+	// PriorityLowest is River's lowest priority, where free and unknown tiers start.
+	PriorityLowest = 4
+)
+
+// StartingPriority is the River priority a tier's jobs start at inside their
+// queue. Paid tiers share the priority queue and are ordered there:
+// enterprise 2, pro_plus 3, pro 4. Free (and unknown) start at 4; free work
+// never shares a queue with pro work except in `_scheduled`, where background
+// jobs of both tie. Priority 1 is left to operator escalation, and aging moves
+// waiting jobs up over time, so a pro job that has waited long enough catches
+// up with fresh enterprise work.
+func StartingPriority(tier tiers.Tier) int {
+	switch tier {
+	case tiers.Enterprise:
+		return 2
+	case tiers.ProPlus:
+		return 3
+	default:
+		return PriorityLowest
+	}
+}
+
+// InsertOpts is what a producer passes to River's Insert for a job of svc on
+// behalf of a user of the given tier: the queue from SelectQueue and the
+// tier's starting priority.
+//
+//	_, err := client.InsertTx(ctx, tx, args, routing.InsertOpts(routing.Analyzer, tier, false))
+func InsertOpts(svc Service, tier tiers.Tier, isScheduled bool) *river.InsertOpts {
+	return &river.InsertOpts{
+		Queue:    SelectQueue(svc.BaseQueue(), tier, isScheduled),
+		Priority: StartingPriority(tier),
+	}
+}
+
+// TierOrDefault parses a tier name from a subscription, job args or a request.
+// A name that is not a tier is logged at warn level and returned as the zero
+// Tier, which routes to `_default` (and is counted there). It never fails, so a
+// billing hiccup never stops work.
+func TierOrDefault(ctx context.Context, logger *slog.Logger, name string) tiers.Tier {
+	tier, err := tiers.Parse(name)
+	if err != nil {
+		logger.WarnContext(ctx, "unknown tier routes to default queue",
+			slog.String("tier", name), slog.String("error", err.Error()))
+		return 0
+	}
+	return tier
+}
+
+// unknownTiers counts routing decisions made for a tier that is not one of the
+// four. It is process-wide on purpose: it is a monotonically increasing
+// counter, like an expvar, read by UnknownTierCount and exported as a metric.
+var unknownTiers atomic.Uint64
+
+// UnknownTierCount is the number of routing decisions this process made for a
+// tier that is not free, pro, pro_plus or enterprise (the zero value included).
+func UnknownTierCount() uint64 { return unknownTiers.Load() }
+
+// queueNames caches the three queue names of each base queue, indexed by
+// Class, so that routing does not allocate on the hot path.
+type queueNames [len(classSuffixes)]string
+
+var (
+	staticNames = map[string]*queueNames{
+		"analysis": newQueueNames("analysis"),
+		"specview": newQueueNames("specview"),
+	}
+	dynamicNames     sync.Map // string -> *queueNames
+	dynamicNameCount atomic.Int64
+)
+
+// maxDynamicNames bounds the cache of base queues other than the services'
+// own, so a producer passing arbitrary strings cannot grow memory forever.
+const maxDynamicNames = 1024
+
+func newQueueNames(baseQueue string) *queueNames {
+	var names queueNames
+	for c, suffix := range classSuffixes {
+		names[c] = baseQueue + "_" + suffix
+	}
+	return &names
+}
+
+func lookupNames(baseQueue string) (*queueNames, bool) {
+	if names, ok := staticNames[baseQueue]; ok {
+		return names, true
+	}
+	if v, ok := dynamicNames.Load(baseQueue); ok {
+		return v.(*queueNames), true //nolint:forcetypeassert // only *queueNames are stored
+	}
+	if dynamicNameCount.Add(1) > maxDynamicNames {
+		dynamicNameCount.Add(-1)
+		return nil, false
+	}
+	v, loaded := dynamicNames.LoadOrStore(baseQueue, newQueueNames(baseQueue))
+	if loaded {
+		dynamicNameCount.Add(-1)
+	}
+	return v.(*queueNames), true //nolint:forcetypeassert // only *queueNames are stored
+}
