@@ -1,0 +1,289 @@
+// Package config owns the configuration of every tierq process: one struct per
+// process (Worker now; the scheduler and the API follow), each loaded from an
+// environment passed in with github.com/caarlos0/env/v11 and checked by its
+// Validate method.
+//
+// Nothing here falls back to a default on a bad value. A variable that is
+// missing, does not parse or is out of range is an *Error naming the variable
+// and the value; every such error matches ErrInvalid, and the commands exit
+// with status 2 on it before they touch the database.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"reflect"
+	"strings"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrInvalid is matched (errors.Is) by every error that Load returns for bad
+// configuration, so that a command can tell it apart and exit with status 2.
+var ErrInvalid = errors.New("invalid configuration")
+
+// ExitCodeInvalid is the process exit status for invalid configuration.
+const ExitCodeInvalid = 2
+
+// Error is one bad variable.
+type Error struct {
+	// Var is the environment variable, e.g. "ANALYZER_QUEUE_PRIORITY_WORKERS".
+	Var string
+	// Value is the value it had ("" when unset). Secrets are redacted.
+	Value string
+	// Reason says what is wrong and what would be right.
+	Reason string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s=%q: %s", e.Var, e.Value, e.Reason) }
+
+// Is makes every *Error match ErrInvalid.
+func (e *Error) Is(target error) bool { return target == ErrInvalid }
+
+// Errors is every bad variable found in one load, in field order.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return "invalid configuration: " + strings.Join(lines, "; ")
+}
+
+// Is makes Errors match ErrInvalid.
+func (es Errors) Is(target error) bool { return target == ErrInvalid }
+
+// Unwrap exposes each *Error to errors.As.
+func (es Errors) Unwrap() []error {
+	errs := make([]error, len(es))
+	for i, e := range es {
+		errs[i] = e
+	}
+	return errs
+}
+
+// validator is what every process configuration implements. Validate gets a
+// checker that knows the raw values, so its errors quote what the operator
+// typed.
+type validator interface {
+	validate(c *checker)
+}
+
+// Load parses environ (KEY=VALUE strings, as from os.Environ) into a T and
+// validates it. The error, if any, is an Errors value listing every bad
+// variable.
+func Load[T any, PT interface {
+	*T
+	validator
+}](environ []string) (T, error) {
+	vars := env.ToMap(environ)
+	fields := fieldsOf(reflect.TypeFor[T]())
+
+	cfg, err := env.ParseAsWithOptions[T](env.Options{Environment: vars})
+	if err != nil {
+		return cfg, translate(err, vars, fields)
+	}
+
+	c := &checker{vars: vars, fields: fields}
+	PT(&cfg).validate(c)
+	if len(c.errs) > 0 {
+		return cfg, c.errs
+	}
+	return cfg, nil
+}
+
+// field is what Load knows about one variable of a configuration struct.
+type field struct {
+	name   string // Go field name
+	key    string // environment variable
+	secret bool   // value is redacted in errors
+}
+
+// fieldsOf lists the variables of a configuration struct, embedded structs
+// included, keyed by Go field name.
+func fieldsOf(t reflect.Type) map[string]field {
+	fields := map[string]field{}
+	for sf := range t.Fields() {
+		if sf.Anonymous && sf.Type.Kind() == reflect.Struct {
+			for name, f := range fieldsOf(sf.Type) {
+				fields[name] = f
+			}
+			continue
+		}
+		key, _, _ := strings.Cut(sf.Tag.Get("env"), ",")
+		if key == "" {
+			continue
+		}
+		fields[sf.Name] = field{name: sf.Name, key: key, secret: sf.Tag.Get("secret") == "true"}
+	}
+	return fields
+}
+
+// translate turns caarlos0/env's errors, which name Go fields, into Errors,
+// which name variables and values.
+func translate(err error, vars map[string]string, fields map[string]field) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return Errors{{Var: "?", Reason: err.Error()}}
+	}
+	keyOf := map[string]field{}
+	for _, f := range fields {
+		keyOf[f.key] = f
+	}
+	var errs Errors
+	for _, e := range agg.Errors {
+		var (
+			parseErr  env.ParseError
+			notSetErr env.VarIsNotSetError
+			emptyErr  env.EmptyVarError
+		)
+		switch {
+		case errors.As(e, &parseErr):
+			f := fields[parseErr.Name]
+			errs = append(errs, &Error{Var: f.key, Value: display(f, vars[f.key]), Reason: reasonOf(parseErr.Err)})
+		case errors.As(e, &notSetErr):
+			errs = append(errs, &Error{Var: notSetErr.Key, Reason: "required and not set"})
+		case errors.As(e, &emptyErr):
+			errs = append(errs, &Error{Var: emptyErr.Key, Reason: "must not be empty"})
+		default:
+			errs = append(errs, &Error{Var: "?", Reason: e.Error()})
+		}
+	}
+	return errs
+}
+
+// reasonOf shortens strconv's and time's parse errors, which repeat the value.
+func reasonOf(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "invalid syntax"):
+		return "not a valid value of its type"
+	case strings.Contains(msg, "value out of range"):
+		return "out of range for its type"
+	case strings.Contains(msg, "time: "):
+		return "not a duration (examples: 250ms, 30s, 5m, 1h)"
+	}
+	return msg
+}
+
+func display(f field, value string) string {
+	if f.secret {
+		return redact(value)
+	}
+	return value
+}
+
+// redact hides the password of a database URL (and anything that does not
+// parse as one), keeping enough to recognise which database it was.
+func redact(value string) string {
+	u, err := url.Parse(value)
+	if err != nil || u.Scheme == "" {
+		if value == "" {
+			return ""
+		}
+		return "[redacted]"
+	}
+	return u.Redacted()
+}
+
+// checker collects validation errors, quoting each variable's raw value.
+type checker struct {
+	vars   map[string]string
+	fields map[string]field
+	errs   Errors
+}
+
+// fail records that the variable behind Go field name is wrong.
+func (c *checker) fail(name, format string, args ...any) {
+	f, ok := c.fields[name]
+	if !ok {
+		panic("config: no variable for field " + name) // programming error, caught by tests
+	}
+	c.errs = append(c.errs, &Error{Var: f.key, Value: display(f, c.vars[f.key]), Reason: fmt.Sprintf(format, args...)})
+}
+
+func (c *checker) intRange(name string, v, lo, hi int) {
+	if v < lo || v > hi {
+		c.fail(name, "must be between %d and %d", lo, hi)
+	}
+}
+
+// Database is the connection every process needs.
+type Database struct {
+	// URL is the PostgreSQL connection string, e.g.
+	// postgres://tierq@db:5432/tierq?sslmode=disable. Required.
+	URL string `env:"DATABASE_URL,required,notEmpty" secret:"true"`
+
+	// Schema is the PostgreSQL schema holding River's and tierq's tables.
+	// Empty (the default) means the connection's search_path decides, which
+	// is `public` on a stock server.
+	Schema string `env:"DATABASE_SCHEMA"`
+
+	// MaxConns caps the process's connection pool. Default 20.
+	MaxConns int `env:"DATABASE_MAX_CONNS" envDefault:"20"`
+}
+
+func (d *Database) validate(c *checker) {
+	if _, err := pgxpool.ParseConfig(d.URL); err != nil {
+		c.fail("URL", "not a PostgreSQL connection string")
+	}
+	if d.Schema != "" && !validIdentifier(d.Schema) {
+		c.fail("Schema", "must be a plain lower-case identifier (letters, digits, underscores)")
+	}
+	c.intRange("MaxConns", d.MaxConns, 2, 1000)
+}
+
+// PoolConfig is the pgxpool configuration for this database: the pool size
+// and, when Schema is set, a search_path pinned to it.
+func (d *Database) PoolConfig() (*pgxpool.Config, error) {
+	poolConfig, err := pgxpool.ParseConfig(d.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	poolConfig.MaxConns = int32(min(d.MaxConns, 1000)) //nolint:gosec // validated range
+	if d.Schema != "" {
+		poolConfig.ConnConfig.RuntimeParams["search_path"] = d.Schema
+	}
+	return poolConfig, nil
+}
+
+func validIdentifier(s string) bool {
+	if s == "" || len(s) > 63 || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Logging is how a process logs.
+type Logging struct {
+	// Level is debug, info, warn or error. Default info.
+	Level slog.Level `env:"LOG_LEVEL" envDefault:"info"`
+
+	// Format is text (for people) or json (for log pipelines). Default text.
+	Format string `env:"LOG_FORMAT" envDefault:"text"`
+}
+
+func (l *Logging) validate(c *checker) {
+	if l.Format != "text" && l.Format != "json" {
+		c.fail("Format", "must be text or json")
+	}
+}
+
+// NewLogger returns a logger writing to w at the configured level and format.
+func (l *Logging) NewLogger(w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: l.Level}
+	if l.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -1,0 +1,175 @@
+package config
+
+import (
+	"time"
+
+	"github.com/tierq/tierq/routing"
+)
+
+// MaxQueueWorkers is River's own limit on one queue's workers in one process.
+const MaxQueueWorkers = 10_000
+
+// Worker is the configuration of a worker deployment (cmd/worker): one process
+// serving the three queues of one service.
+type Worker struct {
+	Database
+	Logging
+
+	// Service is the service this deployment works: analyzer or specgen.
+	// Required; a deployment serves exactly one service, so an Analyzer worker
+	// never receives SpecGenerator kinds.
+	Service routing.Service `env:"WORKER_SERVICE,required"`
+
+	// Worker counts per queue, per process (River's MaxWorkers). 0 means this
+	// deployment does not serve that queue; at least one of the service's
+	// queues must be served. ADR-16's defaults give the priority queue half of
+	// the capacity.
+	AnalyzerPriorityWorkers  int `env:"ANALYZER_QUEUE_PRIORITY_WORKERS" envDefault:"5"`
+	AnalyzerDefaultWorkers   int `env:"ANALYZER_QUEUE_DEFAULT_WORKERS" envDefault:"3"`
+	AnalyzerScheduledWorkers int `env:"ANALYZER_QUEUE_SCHEDULED_WORKERS" envDefault:"2"`
+	SpecGenPriorityWorkers   int `env:"SPECGEN_QUEUE_PRIORITY_WORKERS" envDefault:"3"`
+	SpecGenDefaultWorkers    int `env:"SPECGEN_QUEUE_DEFAULT_WORKERS" envDefault:"2"`
+	SpecGenScheduledWorkers  int `env:"SPECGEN_QUEUE_SCHEDULED_WORKERS" envDefault:"1"`
+
+	// Fetch tuning per queue class. The cooldown is the shortest time between
+	// two fetches of a queue (it bounds throughput: at most MaxWorkers jobs per
+	// cooldown); the poll interval is how often an idle queue looks for work
+	// when no LISTEN/NOTIFY wake-up came. Priority queues want low pickup
+	// latency; scheduled queues can wait.
+	PriorityFetchCooldown      time.Duration `env:"QUEUE_PRIORITY_FETCH_COOLDOWN" envDefault:"50ms"`
+	PriorityFetchPollInterval  time.Duration `env:"QUEUE_PRIORITY_FETCH_POLL_INTERVAL" envDefault:"1s"`
+	DefaultFetchCooldown       time.Duration `env:"QUEUE_DEFAULT_FETCH_COOLDOWN" envDefault:"100ms"`
+	DefaultFetchPollInterval   time.Duration `env:"QUEUE_DEFAULT_FETCH_POLL_INTERVAL" envDefault:"1s"`
+	ScheduledFetchCooldown     time.Duration `env:"QUEUE_SCHEDULED_FETCH_COOLDOWN" envDefault:"250ms"`
+	ScheduledFetchPollInterval time.Duration `env:"QUEUE_SCHEDULED_FETCH_POLL_INTERVAL" envDefault:"2s"`
+
+	// JobTimeout is how long one job may run before its context is cancelled.
+	// Default 5m.
+	JobTimeout time.Duration `env:"JOB_TIMEOUT" envDefault:"5m"`
+
+	// MaxAttempts is how many times a job this process inserts (the chained
+	// specview job) is tried before River discards it. Default 10: with
+	// River's backoff (attempt^4 seconds) the last retry comes about 7 hours
+	// after the first failure, well inside the dead-letter drain's reach.
+	MaxAttempts int `env:"MAX_ATTEMPTS" envDefault:"10"`
+
+	// SoftStopTimeout is how long a stopping worker lets running jobs finish
+	// before it cancels them. Keep it under the orchestrator's grace period
+	// (Kubernetes: 30s). Default 25s.
+	SoftStopTimeout time.Duration `env:"SOFT_STOP_TIMEOUT" envDefault:"25s"`
+
+	// RescueStuckJobsAfter is how long a job may stay `running` before the
+	// River leader's rescuer retries it (a crashed worker's jobs). Must exceed
+	// JOB_TIMEOUT. Default 1h.
+	RescueStuckJobsAfter time.Duration `env:"RESCUE_STUCK_JOBS_AFTER" envDefault:"1h"`
+
+	// LeaderEligible lets this worker take part in River's leader election and
+	// so run River's maintenance (retry and scheduled promotion, stuck-job
+	// rescue, cleanup). Default true until the scheduler deployment exists to
+	// lead instead; see docs/operations.md.
+	LeaderEligible bool `env:"WORKER_LEADER_ELIGIBLE" envDefault:"true"`
+
+	// LoadTestWorkload registers the load-test workload kind (`loadtest`, a
+	// job that sleeps for the time its args say) on this worker, for tests
+	// and load tests only. Default false.
+	LoadTestWorkload bool `env:"LOAD_TEST_WORKLOAD" envDefault:"false"`
+}
+
+// QueueClass is the River tuning of one class of queue.
+type QueueClass struct {
+	Workers       int
+	FetchCooldown time.Duration
+	PollInterval  time.Duration
+}
+
+// Queues returns the configured queues of this deployment's service, keyed by
+// queue name, with queues of 0 workers left out.
+func (w *Worker) Queues() map[string]QueueClass {
+	counts := w.workerCounts()
+	queues := map[string]QueueClass{}
+	for class, n := range counts {
+		if n == 0 {
+			continue
+		}
+		qc := QueueClass{Workers: n}
+		switch class {
+		case routing.Priority:
+			qc.FetchCooldown, qc.PollInterval = w.PriorityFetchCooldown, w.PriorityFetchPollInterval
+		case routing.Default:
+			qc.FetchCooldown, qc.PollInterval = w.DefaultFetchCooldown, w.DefaultFetchPollInterval
+		case routing.Scheduled:
+			qc.FetchCooldown, qc.PollInterval = w.ScheduledFetchCooldown, w.ScheduledFetchPollInterval
+		}
+		queues[w.Service.Queue(class)] = qc
+	}
+	return queues
+}
+
+func (w *Worker) workerCounts() map[routing.Class]int {
+	if w.Service == routing.SpecGen {
+		return map[routing.Class]int{
+			routing.Priority: w.SpecGenPriorityWorkers, routing.Default: w.SpecGenDefaultWorkers, routing.Scheduled: w.SpecGenScheduledWorkers,
+		}
+	}
+	return map[routing.Class]int{
+		routing.Priority: w.AnalyzerPriorityWorkers, routing.Default: w.AnalyzerDefaultWorkers, routing.Scheduled: w.AnalyzerScheduledWorkers,
+	}
+}
+
+func (w *Worker) validate(c *checker) {
+	w.Database.validate(c)
+	w.Logging.validate(c)
+
+	if _, err := routing.ParseService(string(w.Service)); err != nil {
+		c.fail("Service", "must be analyzer or specgen")
+	}
+
+	counts := map[string]int{
+		"AnalyzerPriorityWorkers": w.AnalyzerPriorityWorkers, "AnalyzerDefaultWorkers": w.AnalyzerDefaultWorkers,
+		"AnalyzerScheduledWorkers": w.AnalyzerScheduledWorkers, "SpecGenPriorityWorkers": w.SpecGenPriorityWorkers,
+		"SpecGenDefaultWorkers": w.SpecGenDefaultWorkers, "SpecGenScheduledWorkers": w.SpecGenScheduledWorkers,
+	}
+	for _, name := range sortedKeys(counts) {
+		c.intRange(name, counts[name], 0, MaxQueueWorkers)
+	}
+	if len(c.errs) == 0 && len(w.Queues()) == 0 {
+		prefix := "ANALYZER"
+		if w.Service == routing.SpecGen {
+			prefix = "SPECGEN"
+		}
+		c.fail("Service", "serves no queue: set at least one of %s_QUEUE_{PRIORITY,DEFAULT,SCHEDULED}_WORKERS above 0", prefix)
+	}
+
+	fetch := []struct{ cooldown, poll string }{
+		{"PriorityFetchCooldown", "PriorityFetchPollInterval"},
+		{"DefaultFetchCooldown", "DefaultFetchPollInterval"},
+		{"ScheduledFetchCooldown", "ScheduledFetchPollInterval"},
+	}
+	durations := map[string]time.Duration{
+		"PriorityFetchCooldown": w.PriorityFetchCooldown, "PriorityFetchPollInterval": w.PriorityFetchPollInterval,
+		"DefaultFetchCooldown": w.DefaultFetchCooldown, "DefaultFetchPollInterval": w.DefaultFetchPollInterval,
+		"ScheduledFetchCooldown": w.ScheduledFetchCooldown, "ScheduledFetchPollInterval": w.ScheduledFetchPollInterval,
+	}
+	for _, f := range fetch {
+		cooldown, poll := durations[f.cooldown], durations[f.poll]
+		if cooldown < time.Millisecond || cooldown > time.Minute {
+			c.fail(f.cooldown, "must be between 1ms and 1m")
+		}
+		if poll < time.Millisecond || poll > time.Hour {
+			c.fail(f.poll, "must be between 1ms and 1h")
+		} else if poll < cooldown {
+			c.fail(f.poll, "must not be shorter than the fetch cooldown (%s)", cooldown)
+		}
+	}
+
+	if w.JobTimeout <= 0 {
+		c.fail("JobTimeout", "must be positive")
+	}
+	c.intRange("MaxAttempts", w.MaxAttempts, 1, 1000)
+	if w.SoftStopTimeout < 0 {
+		c.fail("SoftStopTimeout", "must not be negative")
+	}
+	if w.RescueStuckJobsAfter <= w.JobTimeout {
+		c.fail("RescueStuckJobsAfter", "must be longer than JOB_TIMEOUT (%s), or running jobs are rescued while they still run", w.JobTimeout)
+	}
+}

@@ -1,0 +1,152 @@
+package config_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/routing"
+)
+
+func baseWorkerEnv() []string {
+	return []string{
+		"DATABASE_URL=postgres://tierq:s3cret@127.0.0.1:5432/tierq",
+		"WORKER_SERVICE=analyzer",
+	}
+}
+
+func TestWorkerDefaults(t *testing.T) {
+	t.Parallel()
+
+	cfg, err := config.Load[config.Worker](baseWorkerEnv())
+	require.NoError(t, err)
+	require.Equal(t, routing.Analyzer, cfg.Service)
+	require.Equal(t, 5, cfg.AnalyzerPriorityWorkers)
+	require.Equal(t, 3, cfg.AnalyzerDefaultWorkers)
+	require.Equal(t, 2, cfg.AnalyzerScheduledWorkers)
+	require.Equal(t, 3, cfg.SpecGenPriorityWorkers)
+	require.Equal(t, 2, cfg.SpecGenDefaultWorkers)
+	require.Equal(t, 1, cfg.SpecGenScheduledWorkers)
+	require.Equal(t, 5*time.Minute, cfg.JobTimeout)
+	require.Equal(t, 25*time.Second, cfg.SoftStopTimeout)
+	require.Equal(t, "text", cfg.Format)
+
+	require.Equal(t, map[string]config.QueueClass{
+		"analysis_priority":  {Workers: 5, FetchCooldown: 50 * time.Millisecond, PollInterval: time.Second},
+		"analysis_default":   {Workers: 3, FetchCooldown: 100 * time.Millisecond, PollInterval: time.Second},
+		"analysis_scheduled": {Workers: 2, FetchCooldown: 250 * time.Millisecond, PollInterval: 2 * time.Second},
+	}, cfg.Queues())
+}
+
+func TestWorkerZeroWorkersLeavesQueueOut(t *testing.T) {
+	t.Parallel()
+
+	cfg, err := config.Load[config.Worker]([]string{
+		"DATABASE_URL=postgres://localhost/tierq", "WORKER_SERVICE=specgen",
+		"SPECGEN_QUEUE_DEFAULT_WORKERS=0", "SPECGEN_QUEUE_SCHEDULED_WORKERS=0",
+		"SPECGEN_QUEUE_PRIORITY_WORKERS=7",
+	})
+	require.NoError(t, err)
+	require.Equal(t, map[string]config.QueueClass{
+		"specview_priority": {Workers: 7, FetchCooldown: 50 * time.Millisecond, PollInterval: time.Second},
+	}, cfg.Queues())
+}
+
+func TestWorkerBadValues(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name       string
+		give       []string // on top of baseWorkerEnv, later entries win
+		omit       string   // variable to remove from baseWorkerEnv
+		wantVar    string
+		wantValue  string
+		wantReason string
+	}{
+		{name: "missing database url", omit: "DATABASE_URL", wantVar: "DATABASE_URL", wantReason: "required"},
+		{name: "empty database url", give: []string{"DATABASE_URL="}, wantVar: "DATABASE_URL", wantReason: "empty"},
+		{name: "bad database url", give: []string{"DATABASE_URL=postgres://u:pw@host:notaport/db"}, wantVar: "DATABASE_URL", wantValue: "[redacted]", wantReason: "connection string"},
+		{name: "missing service", omit: "WORKER_SERVICE", wantVar: "WORKER_SERVICE", wantReason: "required"},
+		{name: "unknown service", give: []string{"WORKER_SERVICE=analysis"}, wantVar: "WORKER_SERVICE", wantValue: "analysis", wantReason: "analyzer or specgen"},
+		{name: "typo in count", give: []string{"ANALYZER_QUEUE_PRIORITY_WORKERS=5o"}, wantVar: "ANALYZER_QUEUE_PRIORITY_WORKERS", wantValue: "5o", wantReason: "not a valid"},
+		{name: "negative count", give: []string{"ANALYZER_QUEUE_DEFAULT_WORKERS=-1"}, wantVar: "ANALYZER_QUEUE_DEFAULT_WORKERS", wantValue: "-1", wantReason: "between 0 and 10000"},
+		{name: "count over river limit", give: []string{"SPECGEN_QUEUE_SCHEDULED_WORKERS=10001"}, wantVar: "SPECGEN_QUEUE_SCHEDULED_WORKERS", wantValue: "10001", wantReason: "between 0 and 10000"},
+		{name: "other service count checked too", give: []string{"SPECGEN_QUEUE_PRIORITY_WORKERS=x"}, wantVar: "SPECGEN_QUEUE_PRIORITY_WORKERS", wantValue: "x", wantReason: "not a valid"},
+		{name: "no queue served", give: []string{"ANALYZER_QUEUE_PRIORITY_WORKERS=0", "ANALYZER_QUEUE_DEFAULT_WORKERS=0", "ANALYZER_QUEUE_SCHEDULED_WORKERS=0"}, wantVar: "WORKER_SERVICE", wantValue: "analyzer", wantReason: "serves no queue"},
+		{name: "bad duration", give: []string{"QUEUE_PRIORITY_FETCH_COOLDOWN=50"}, wantVar: "QUEUE_PRIORITY_FETCH_COOLDOWN", wantValue: "50", wantReason: "not a duration"},
+		{name: "cooldown too small", give: []string{"QUEUE_DEFAULT_FETCH_COOLDOWN=100us"}, wantVar: "QUEUE_DEFAULT_FETCH_COOLDOWN", wantValue: "100us", wantReason: "between 1ms and 1m"},
+		{name: "poll shorter than cooldown", give: []string{"QUEUE_SCHEDULED_FETCH_POLL_INTERVAL=100ms"}, wantVar: "QUEUE_SCHEDULED_FETCH_POLL_INTERVAL", wantValue: "100ms", wantReason: "shorter than the fetch cooldown"},
+		{name: "zero job timeout", give: []string{"JOB_TIMEOUT=0s"}, wantVar: "JOB_TIMEOUT", wantValue: "0s", wantReason: "positive"},
+		{name: "max attempts zero", give: []string{"MAX_ATTEMPTS=0"}, wantVar: "MAX_ATTEMPTS", wantValue: "0", wantReason: "between 1 and 1000"},
+		{name: "negative soft stop", give: []string{"SOFT_STOP_TIMEOUT=-1s"}, wantVar: "SOFT_STOP_TIMEOUT", wantValue: "-1s", wantReason: "negative"},
+		{name: "rescue before timeout", give: []string{"JOB_TIMEOUT=10m", "RESCUE_STUCK_JOBS_AFTER=5m"}, wantVar: "RESCUE_STUCK_JOBS_AFTER", wantValue: "5m", wantReason: "longer than JOB_TIMEOUT"},
+		{name: "bad log level", give: []string{"LOG_LEVEL=verbose"}, wantVar: "LOG_LEVEL", wantValue: "verbose", wantReason: "unknown name"},
+		{name: "bad log format", give: []string{"LOG_FORMAT=xml"}, wantVar: "LOG_FORMAT", wantValue: "xml", wantReason: "text or json"},
+		{name: "bad bool", give: []string{"WORKER_LEADER_ELIGIBLE=yes please"}, wantVar: "WORKER_LEADER_ELIGIBLE", wantValue: "yes please", wantReason: "not a valid"},
+		{name: "bad schema", give: []string{"DATABASE_SCHEMA=Public; drop"}, wantVar: "DATABASE_SCHEMA", wantValue: "Public; drop", wantReason: "identifier"},
+		{name: "pool too small", give: []string{"DATABASE_MAX_CONNS=1"}, wantVar: "DATABASE_MAX_CONNS", wantValue: "1", wantReason: "between 2 and 1000"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			var environ []string
+			for _, kv := range baseWorkerEnv() {
+				if tt.omit == "" || !strings.HasPrefix(kv, tt.omit+"=") {
+					environ = append(environ, kv)
+				}
+			}
+			environ = append(environ, tt.give...)
+
+			_, err := config.Load[config.Worker](environ)
+			require.ErrorIs(t, err, config.ErrInvalid)
+
+			var cfgErr *config.Error
+			require.ErrorAs(t, err, &cfgErr)
+			require.Equal(t, tt.wantVar, cfgErr.Var, err.Error())
+			require.Equal(t, tt.wantValue, cfgErr.Value, err.Error())
+			require.Contains(t, cfgErr.Reason, tt.wantReason)
+			require.Contains(t, err.Error(), tt.wantVar)
+		})
+	}
+}
+
+func TestWorkerEveryBadVariableReported(t *testing.T) {
+	t.Parallel()
+
+	_, err := config.Load[config.Worker](append(baseWorkerEnv(),
+		"ANALYZER_QUEUE_PRIORITY_WORKERS=-3", "LOG_FORMAT=yaml"))
+	var errs config.Errors
+	require.True(t, errors.As(err, &errs))
+	vars := make([]string, 0, len(errs))
+	for _, e := range errs {
+		vars = append(vars, e.Var)
+	}
+	require.ElementsMatch(t, []string{"ANALYZER_QUEUE_PRIORITY_WORKERS", "LOG_FORMAT"}, vars)
+}
+
+func TestDatabasePasswordRedacted(t *testing.T) {
+	t.Parallel()
+
+	_, err := config.Load[config.Worker]([]string{
+		"DATABASE_URL=postgres://tierq:hunter2@db/tierq?sslmode=bogus", "WORKER_SERVICE=analyzer",
+	})
+	require.ErrorContains(t, err, "DATABASE_URL")
+	require.NotContains(t, err.Error(), "hunter2")
+	require.Contains(t, err.Error(), "xxxxx")
+}
+
+func TestPoolConfigSchema(t *testing.T) {
+	t.Parallel()
+
+	cfg, err := config.Load[config.Worker](append(baseWorkerEnv(), "DATABASE_SCHEMA=tenant_a", "DATABASE_MAX_CONNS=7"))
+	require.NoError(t, err)
+	poolConfig, err := cfg.PoolConfig()
+	require.NoError(t, err)
+	require.Equal(t, "tenant_a", poolConfig.ConnConfig.RuntimeParams["search_path"])
+	require.EqualValues(t, 7, poolConfig.MaxConns)
+}
