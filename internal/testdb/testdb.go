@@ -1,0 +1,150 @@
+// Package testdb gives each test its own PostgreSQL schema, migrated with
+// River's and tierq's migrations, so that tests that write run in parallel on
+// one real database.
+//
+// The server comes from TEST_DATABASE_URL, defaulting to database tierq_test on
+// the local server (postgres://postgres@127.0.0.1:5432/tierq_test), which is
+// created when missing. `make test` starts a throwaway server first when none
+// answers.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/migrate"
+)
+
+// DefaultURL is used when TEST_DATABASE_URL is not set.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/tierq_test?sslmode=disable"
+
+// DB is one test's schema.
+type DB struct {
+	// Pool is connected with search_path set to Schema.
+	Pool *pgxpool.Pool
+	// Schema is the test's own schema, dropped when the test ends.
+	Schema string
+	// URL is the server's connection string (without the schema); processes
+	// started by a test get it as DATABASE_URL and Schema as DATABASE_SCHEMA.
+	URL string
+}
+
+// URL returns the test server's connection string.
+func URL() string {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+var (
+	ensureOnce sync.Once
+	ensureErr  error
+)
+
+// New creates a schema for t, migrates it and drops it when t ends.
+func New(t testing.TB) *DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	baseURL := URL()
+	ensureOnce.Do(func() { ensureErr = ensureDatabase(ctx, baseURL) })
+	require.NoError(t, ensureErr, "test database %s", redacted(baseURL))
+
+	schema := "test_" + randomHex(6)
+	poolConfig, err := pgxpool.ParseConfig(baseURL)
+	require.NoError(t, err)
+	poolConfig.ConnConfig.RuntimeParams["search_path"] = schema
+	poolConfig.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
+	require.NoError(t, err)
+
+	t.Cleanup(func() {
+		pool.Close()
+		dropCtx, dropCancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer dropCancel()
+		conn, err := pgx.Connect(dropCtx, baseURL)
+		if err != nil {
+			t.Logf("testdb: drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(dropCtx)
+		if _, err := conn.Exec(dropCtx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Logf("testdb: drop schema %s: %v", schema, err)
+		}
+	})
+
+	_, err = migrate.Up(ctx, pool, schema, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+
+	return &DB{Pool: pool, Schema: schema, URL: baseURL}
+}
+
+// ensureDatabase creates the database named in rawURL when it does not exist,
+// connecting to the server's `postgres` database to do it.
+func ensureDatabase(ctx context.Context, rawURL string) error {
+	conn, err := pgx.Connect(ctx, rawURL)
+	if err == nil {
+		return conn.Close(ctx)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" { // invalid_catalog_name
+		return fmt.Errorf("connect: %w", err)
+	}
+
+	cfg, err := pgx.ParseConfig(rawURL)
+	if err != nil {
+		return err
+	}
+	name := cfg.Database
+	cfg.Database = "postgres"
+	admin, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect to create database %q: %w", name, err)
+	}
+	defer admin.Close(ctx)
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505") {
+		return nil // created by a test binary running beside this one
+	}
+	return err
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func redacted(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "[unparseable URL]"
+	}
+	return u.Redacted()
+}
+
+// PoolFor opens a pool from config and closes it when t ends.
+func PoolFor(t testing.TB, config *pgxpool.Config) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.NewWithConfig(context.Background(), config)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
