@@ -10,6 +10,7 @@
 package config
 
 import (
+	"encoding"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"net/url"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -145,7 +147,7 @@ func translate(err error, vars map[string]string, fields map[string]field) error
 		switch {
 		case errors.As(e, &parseErr):
 			f := fields[parseErr.Name]
-			errs = append(errs, &Error{Var: f.key, Value: display(f, vars[f.key]), Reason: reasonOf(parseErr.Err)})
+			errs = append(errs, &Error{Var: f.key, Value: display(f, vars[f.key]), Reason: reasonOf(parseErr.Type, parseErr.Err)})
 		case errors.As(e, &notSetErr):
 			errs = append(errs, &Error{Var: notSetErr.Key, Reason: "required and not set"})
 		case errors.As(e, &emptyErr):
@@ -157,16 +159,22 @@ func translate(err error, vars map[string]string, fields map[string]field) error
 	return errs
 }
 
-// reasonOf shortens strconv's and time's parse errors, which repeat the value.
-func reasonOf(err error) string {
+// reasonOf says what a value that did not parse should have been; strconv's
+// and time's own messages repeat the value and name no unit.
+func reasonOf(t reflect.Type, err error) string {
 	msg := err.Error()
 	switch {
-	case strings.Contains(msg, "invalid syntax"):
-		return "not a valid value of its type"
-	case strings.Contains(msg, "value out of range"):
-		return "out of range for its type"
-	case strings.Contains(msg, "time: "):
+	case reflect.PointerTo(t).Implements(reflect.TypeFor[encoding.TextUnmarshaler]()):
+		return msg // the type's own message (slog.Level: "unknown name")
+	case t == reflect.TypeFor[time.Duration]():
 		return "not a duration (examples: 250ms, 30s, 5m, 1h)"
+	case t.Kind() == reflect.Bool:
+		return "not a boolean (true or false)"
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
+		if strings.Contains(msg, "out of range") {
+			return "out of range for an integer"
+		}
+		return "not an integer"
 	}
 	return msg
 }

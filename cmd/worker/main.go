@@ -1,0 +1,79 @@
+// Command worker runs one worker deployment of tierq: the three River queues
+// of the service named by WORKER_SERVICE (analyzer or specgen), with worker
+// counts and fetch tuning from the environment (see .env.example).
+//
+// SIGINT or SIGTERM stops fetching and lets running jobs finish for up to
+// SOFT_STOP_TIMEOUT; jobs still running then are cancelled (River records
+// them as errored and retries them), and the process exits 0. A second signal
+// kills the process at once. Invalid configuration exits 2 before any
+// database connection is made.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/worker"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args, os.Environ(), os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		if errors.Is(err, config.ErrInvalid) {
+			os.Exit(config.ExitCodeInvalid)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) error {
+	cfg, err := config.Load[config.Worker](environ)
+	if err != nil {
+		return err
+	}
+	logger := cfg.NewLogger(stdout)
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	poolConfig, err := cfg.PoolConfig()
+	if err != nil {
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
+	if err != nil {
+		return fmt.Errorf("connect to database: %w", err)
+	}
+	defer pool.Close()
+
+	client, err := worker.NewClient(cfg, pool, logger)
+	if err != nil {
+		return err
+	}
+	if err := client.Start(ctx); err != nil {
+		return fmt.Errorf("start river client: %w", err)
+	}
+
+	attrs := []any{slog.String("service", string(cfg.Service)), slog.Bool("leader_eligible", cfg.LeaderEligible)}
+	for name, qc := range cfg.Queues() {
+		attrs = append(attrs, slog.Int(name, qc.Workers))
+	}
+	logger.InfoContext(ctx, "worker started", attrs...)
+
+	<-ctx.Done()
+	stop() // from here on, a second signal terminates the process at once
+	logger.InfoContext(context.WithoutCancel(ctx), "worker stopping: finishing running jobs",
+		slog.Duration("soft_stop_timeout", cfg.SoftStopTimeout))
+	<-client.Stopped()
+	logger.InfoContext(context.WithoutCancel(ctx), "worker stopped")
+	return nil
+}

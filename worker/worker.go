@@ -1,0 +1,79 @@
+// Package worker builds the River client of a worker deployment: one process
+// serving the three queues of one service (ADR-16), with the worker counts and
+// fetch tuning from config.Worker, and only that service's job kinds
+// registered and fetched (FetchOnlyKnownKinds), so an Analyzer worker never
+// receives a SpecGenerator job.
+package worker
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/routing"
+)
+
+// Kinds returns the job kinds a service's workers register.
+func Kinds(svc routing.Service) []string {
+	switch svc {
+	case routing.Analyzer:
+		return []string{jobs.KindAnalysis}
+	case routing.SpecGen:
+		return []string{jobs.KindSpecView}
+	}
+	return nil
+}
+
+// RiverConfig is the River client configuration for cfg's service. Callers
+// may add middleware or hooks before passing it to NewClient.
+func RiverConfig(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger) *river.Config {
+	workers := river.NewWorkers()
+	switch cfg.Service {
+	case routing.Analyzer:
+		river.AddWorker(workers, jobs.NewAnalysisWorker(pool, logger))
+	case routing.SpecGen:
+		river.AddWorker(workers, jobs.NewSpecViewWorker(pool, logger))
+	}
+	if cfg.LoadTestWorkload {
+		river.AddWorker(workers, &jobs.LoadTestWorker{})
+	}
+
+	queues := map[string]river.QueueConfig{}
+	for name, qc := range cfg.Queues() {
+		queues[name] = river.QueueConfig{
+			MaxWorkers:        qc.Workers,
+			FetchCooldown:     qc.FetchCooldown,
+			FetchPollInterval: qc.PollInterval,
+		}
+	}
+
+	return &river.Config{
+		FetchOnlyKnownKinds:    true,
+		JobTimeout:             cfg.JobTimeout,
+		LeaderElectionDisabled: !cfg.LeaderEligible,
+		Logger:                 logger,
+		MaxAttempts:            cfg.MaxAttempts,
+		Queues:                 queues,
+		RescueStuckJobsAfter:   cfg.RescueStuckJobsAfter,
+		Schema:                 cfg.Schema,
+		// The analyzer inserts specview jobs, a kind it does not work.
+		SkipUnknownJobCheck: true,
+		SoftStopTimeout:     cfg.SoftStopTimeout,
+		Workers:             workers,
+	}
+}
+
+// NewClient returns the River client for cfg's service.
+func NewClient(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
+	client, err := river.NewClient(riverpgxv5.New(pool), RiverConfig(cfg, pool, logger))
+	if err != nil {
+		return nil, fmt.Errorf("new river client: %w", err)
+	}
+	return client, nil
+}
