@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/jobs"
+)
+
+// The tests start this test binary as the real worker process: with
+// TIERQ_RUN_MAIN set, TestMain runs main (signals, exit status and all)
+// instead of the tests.
+func TestMain(m *testing.M) {
+	if os.Getenv("TIERQ_RUN_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// syncBuffer is a bytes.Buffer safe to read while the process writes to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func workerCommand(t *testing.T, environ ...string) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0]) //nolint:gosec // the test binary itself
+	cmd.Env = append([]string{"TIERQ_RUN_MAIN=1", "PATH=" + os.Getenv("PATH")}, environ...)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	return cmd, out
+}
+
+func TestBadEnvironmentExitsTwo(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name    string
+		environ []string
+		want    []string
+	}{
+		{name: "nothing set", want: []string{`DATABASE_URL=""`, "required", `WORKER_SERVICE=""`}},
+		{name: "typo in worker count", environ: []string{
+			"DATABASE_URL=postgres://127.0.0.1:1/none", "WORKER_SERVICE=analyzer", "ANALYZER_QUEUE_PRIORITY_WORKERS=fiv",
+		}, want: []string{`ANALYZER_QUEUE_PRIORITY_WORKERS="fiv"`, "not an integer"}},
+		{name: "unknown service", environ: []string{
+			"DATABASE_URL=postgres://127.0.0.1:1/none", "WORKER_SERVICE=billing",
+		}, want: []string{`WORKER_SERVICE="billing"`}},
+		{name: "password not echoed", environ: []string{
+			"DATABASE_URL=postgres://tierq:hunter2@db/x?sslmode=nope", "WORKER_SERVICE=analyzer",
+		}, want: []string{"DATABASE_URL="}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cmd, out := workerCommand(t, tt.environ...)
+			err := cmd.Run()
+			var exitErr *exec.ExitError
+			require.ErrorAs(t, err, &exitErr, out.String())
+			require.Equal(t, 2, exitErr.ExitCode(), out.String())
+			for _, want := range tt.want {
+				require.Contains(t, out.String(), want)
+			}
+			require.NotContains(t, out.String(), "hunter2")
+		})
+	}
+}
+
+func TestSIGTERMLetsRunningJobFinishOrCancelsIt(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name        string
+		softStop    string
+		sleep       time.Duration
+		wantState   string
+		maxStopTime time.Duration
+	}{
+		{name: "job finishes inside soft stop", softStop: "20s", sleep: 1500 * time.Millisecond, wantState: "completed", maxStopTime: 15 * time.Second},
+		// River hands a job cancelled by shutdown straight back to its
+		// queue (state available) for the next worker.
+		{name: "job cancelled after soft stop", softStop: "500ms", sleep: time.Hour, wantState: "available", maxStopTime: 15 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			db := testdb.New(t)
+			ctx := context.Background()
+
+			cmd, out := workerCommand(t,
+				"DATABASE_URL="+db.URL, "DATABASE_SCHEMA="+db.Schema, "WORKER_SERVICE=analyzer",
+				"LOAD_TEST_WORKLOAD=true", "SOFT_STOP_TIMEOUT="+tt.softStop,
+				"QUEUE_PRIORITY_FETCH_COOLDOWN=10ms", "QUEUE_PRIORITY_FETCH_POLL_INTERVAL=100ms")
+			require.NoError(t, cmd.Start())
+			t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+			producer, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})
+			require.NoError(t, err)
+			res, err := producer.Insert(ctx, jobs.LoadTestArgs{SleepMS: int(tt.sleep / time.Millisecond)},
+				&river.InsertOpts{Queue: "analysis_priority"})
+			require.NoError(t, err)
+
+			state := func() string {
+				var s string
+				require.NoError(t, db.Pool.QueryRow(ctx, "SELECT state::text FROM river_job WHERE id = $1", res.Job.ID).Scan(&s))
+				return s
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for state() != "running" {
+				require.True(t, time.Now().Before(deadline), "job never started; worker output:\n%s", out.String())
+				time.Sleep(20 * time.Millisecond)
+			}
+
+			require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+			stopped := time.Now()
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				require.NoError(t, err, "exit status; output:\n%s", out.String())
+			case <-time.After(tt.maxStopTime):
+				t.Fatalf("worker did not exit within %s; output:\n%s", tt.maxStopTime, out.String())
+			}
+			t.Logf("stopped in %s", time.Since(stopped))
+
+			require.Equal(t, tt.wantState, state(), out.String())
+			var running int
+			require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE state = 'running'").Scan(&running))
+			require.Zero(t, running)
+			require.Contains(t, out.String(), "worker stopped")
+		})
+	}
+}
