@@ -1,0 +1,171 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/tiers"
+)
+
+// enqueueBatch is how many jobs go into one InsertMany statement.
+const enqueueBatch = 100
+
+func (a *app) enqueueCommand() *cobra.Command {
+	var (
+		count     int
+		targets   []string
+		mix       string
+		scheduled float64
+		userID    string
+	)
+	cmd := &cobra.Command{
+		Use:   "enqueue",
+		Short: "Insert demo analysis jobs across every tier, routed as a producer would",
+		Long: `Insert COUNT analysis jobs for the given target directories, cycling through
+the tiers in the proportions of --mix, with a share of them marked as scheduled
+(background) work. Each job is routed with routing.InsertOpts, exactly as an API
+service does, and inserted in batches. A progress bar shows the inserts.`,
+		Example: `  tierctl enqueue --count 200 --target . --target ./jobs --mix free=5,pro=3,enterprise=2`,
+		Args:    usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cycle, err := parseMix(mix)
+			if err != nil {
+				return &usageError{fmt.Errorf("--mix: %w", err)}
+			}
+			if count < 1 || count > 1_000_000 {
+				return &usageError{fmt.Errorf("--count must be between 1 and 1000000, not %d", count)}
+			}
+			if scheduled < 0 || scheduled > 1 {
+				return &usageError{fmt.Errorf("--scheduled must be between 0 and 1, not %g", scheduled)}
+			}
+			absTargets, err := checkTargets(targets)
+			if err != nil {
+				return &usageError{err}
+			}
+
+			ctx := cmd.Context()
+			cfg, pool, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: cfg.Schema})
+			if err != nil {
+				return fmt.Errorf("new river client: %w", err)
+			}
+
+			bar := progressbar.NewOptions(count,
+				progressbar.OptionSetWriter(a.stdout),
+				progressbar.OptionSetDescription("enqueue"),
+				progressbar.OptionShowCount(),
+				progressbar.OptionSetWidth(30),
+				progressbar.OptionOnCompletion(func() { fmt.Fprintln(a.stdout) }),
+			)
+			perQueue := map[string]int{}
+			batch := make([]river.InsertManyParams, 0, enqueueBatch)
+			flush := func() error {
+				if len(batch) == 0 {
+					return nil
+				}
+				if _, err := client.InsertMany(ctx, batch); err != nil {
+					return fmt.Errorf("insert jobs: %w", err)
+				}
+				_ = bar.Add(len(batch))
+				batch = batch[:0]
+				return nil
+			}
+			// A fixed seed: the same command line enqueues the same mix.
+			rng := rand.New(rand.NewPCG(1, 2)) //nolint:gosec // demo data, not secrets
+			for i := range count {
+				tier := cycle[i%len(cycle)]
+				isScheduled := rng.Float64() < scheduled
+				opts := routing.InsertOpts(routing.Analyzer, tier, isScheduled)
+				args := jobs.AnalysisArgs{
+					Target: absTargets[i%len(absTargets)],
+					UserID: fmt.Sprintf("%s_%s_%d", userID, tier, i%7),
+					Tier:   tier.String(),
+				}
+				batch = append(batch, river.InsertManyParams{Args: args, InsertOpts: opts})
+				perQueue[opts.Queue]++
+				if len(batch) == enqueueBatch {
+					if err := flush(); err != nil {
+						return err
+					}
+				}
+			}
+			if err := flush(); err != nil {
+				return err
+			}
+
+			fmt.Fprintf(a.stdout, "enqueued %d analysis jobs:\n", count)
+			for _, queue := range slices.Sorted(maps.Keys(perQueue)) {
+				fmt.Fprintf(a.stdout, "  %-20s %d\n", queue, perQueue[queue])
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&count, "count", 40, "number of jobs to insert")
+	cmd.Flags().StringArrayVar(&targets, "target", []string{"."}, "directory to analyse (repeatable; jobs cycle through them)")
+	cmd.Flags().StringVar(&mix, "mix", "free=4,pro=3,pro_plus=2,enterprise=1", "tier weights, tier=weight,...")
+	cmd.Flags().Float64Var(&scheduled, "scheduled", 0.1, "share of jobs enqueued as scheduled (background) work, 0 to 1")
+	cmd.Flags().StringVar(&userID, "user-prefix", "demo", "prefix of the demo user ids")
+	return cmd
+}
+
+// parseMix turns "free=4,pro=1" into a cycle of tiers: [free free free free pro].
+func parseMix(mix string) ([]tiers.Tier, error) {
+	var cycle []tiers.Tier
+	for part := range strings.SplitSeq(mix, ",") {
+		name, weightText, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q is not tier=weight", part)
+		}
+		tier, err := tiers.Parse(name)
+		if err != nil {
+			return nil, err
+		}
+		weight, err := strconv.Atoi(strings.TrimSpace(weightText))
+		if err != nil || weight < 0 || weight > 1000 {
+			return nil, fmt.Errorf("weight of %s must be an integer from 0 to 1000, not %q", tier, weightText)
+		}
+		for range weight {
+			cycle = append(cycle, tier)
+		}
+	}
+	if len(cycle) == 0 {
+		return nil, errors.New("every weight is 0")
+	}
+	return cycle, nil
+}
+
+func checkTargets(targets []string) ([]string, error) {
+	if len(targets) == 0 {
+		return nil, errors.New("--target: at least one directory is needed")
+	}
+	abs := make([]string, len(targets))
+	for i, target := range targets {
+		info, err := os.Stat(target)
+		if err != nil || !info.IsDir() {
+			return nil, fmt.Errorf("--target %q is not a directory", target)
+		}
+		if abs[i], err = filepath.Abs(target); err != nil {
+			return nil, fmt.Errorf("--target %q: %w", target, err)
+		}
+	}
+	return abs, nil
+}
+

@@ -1,0 +1,104 @@
+// Command tierctl is tierq's operator command line.
+//
+//	tierctl migrate            apply River's and tierq's migrations (idempotent)
+//	tierctl enqueue            insert demo analysis work across every tier
+//	tierctl watch              live job counts per queue and state
+//
+// It reads DATABASE_URL (and DATABASE_SCHEMA, LOG_LEVEL, LOG_FORMAT) from the
+// environment. Invalid configuration or usage exits with status 2.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/tierq/tierq/config"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args, os.Environ(), os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "tierctl:", err)
+		var usage *usageError
+		if errors.Is(err, config.ErrInvalid) || errors.As(err, &usage) {
+			os.Exit(config.ExitCodeInvalid)
+		}
+		os.Exit(1)
+	}
+}
+
+// usageError is a command line the commands cannot run: exit status 2.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func run(ctx context.Context, args, environ []string, stdout io.Writer) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	app := &app{environ: environ, stdout: stdout}
+	root := &cobra.Command{
+		Use:           "tierctl",
+		Short:         "Operate tierq: migrations, demo work, queue progress",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stdout)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	root.AddCommand(app.migrateCommand(), app.enqueueCommand(), app.watchCommand())
+	root.SetArgs(args[1:])
+	cmd, err := root.ExecuteContextC(ctx)
+	if err != nil && cmd != nil && isArgsError(err) && !errors.As(err, new(*usageError)) {
+		return &usageError{err}
+	}
+	return err
+}
+
+func isArgsError(err error) bool {
+	var usage *usageError
+	return errors.As(err, &usage) || strings.HasPrefix(err.Error(), "unknown command")
+}
+
+// usageArgs wraps a cobra argument check so that its failure exits 2.
+func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return &usageError{err}
+		}
+		return nil
+	}
+}
+
+// app is what every subcommand shares: the environment it was given and,
+// once a command needs it, the configuration and a database pool.
+type app struct {
+	environ []string
+	stdout  io.Writer
+}
+
+// connect loads the configuration and opens a pool; the caller closes it.
+func (a *app) connect(ctx context.Context) (config.CLI, *pgxpool.Pool, error) {
+	cfg, err := config.Load[config.CLI](a.environ)
+	if err != nil {
+		return cfg, nil, err
+	}
+	poolConfig, err := cfg.PoolConfig()
+	if err != nil {
+		return cfg, nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
+	if err != nil {
+		return cfg, nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return cfg, pool, nil
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/testdb"
+)
+
+func runTierctl(t *testing.T, environ []string, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	err := run(context.Background(), append([]string{"tierctl"}, args...), environ, &out)
+	return out.String(), err
+}
+
+func dbEnv(db *testdb.DB) []string {
+	return []string{"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema}
+}
+
+func TestMigrateFreshSchemaThenIdempotent(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	schema := db.Schema + "_fresh"
+	t.Cleanup(func() { _, _ = db.Pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
+	environ := []string{"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + schema}
+
+	out, err := runTierctl(t, environ, "migrate")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "tierq migrations applied: [1]")
+	require.Contains(t, out, "tierq schema version: 1")
+
+	out, err = runTierctl(t, environ, "migrate")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "river migrations applied: none (up to date)")
+	require.Contains(t, out, "tierq migrations applied: none (up to date)")
+}
+
+func TestEnqueueRoutesEveryTier(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+
+	out, err := runTierctl(t, dbEnv(db), "enqueue", "--count", "40",
+		"--mix", "free=1,pro=1,pro_plus=1,enterprise=1", "--scheduled", "0.25",
+		"--target", "../../jobs/scan/testdata/fixture", "--target", ".")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "enqueued 40 analysis jobs")
+
+	rows, err := db.Pool.Query(context.Background(), `
+		SELECT args->>'tier', queue, priority, count(*) FROM river_job
+		WHERE kind = 'analysis' GROUP BY 1, 2, 3 ORDER BY 1, 2`)
+	require.NoError(t, err)
+	type group struct {
+		Tier     string
+		Queue    string
+		Priority int
+		N        int
+	}
+	groups, err := pgx.CollectRows(rows, pgx.RowToStructByPos[group])
+	require.NoError(t, err)
+
+	byQueue := map[string]int{}
+	for _, g := range groups {
+		byQueue[g.Queue] += g.N
+		switch g.Queue {
+		case "analysis_priority":
+			require.Contains(t, []string{"pro", "pro_plus", "enterprise"}, g.Tier)
+		case "analysis_default":
+			require.Equal(t, "free", g.Tier)
+		case "analysis_scheduled":
+		default:
+			t.Fatalf("unexpected queue %q", g.Queue)
+		}
+		want := map[string]int{"free": 4, "pro": 4, "pro_plus": 3, "enterprise": 2}[g.Tier]
+		require.Equal(t, want, g.Priority, g.Tier)
+	}
+	byTier := map[string]int{}
+	for _, g := range groups {
+		byTier[g.Tier] += g.N
+	}
+	require.Equal(t, map[string]int{"free": 10, "pro": 10, "pro_plus": 10, "enterprise": 10}, byTier)
+	require.Equal(t, 40, byQueue["analysis_priority"]+byQueue["analysis_default"]+byQueue["analysis_scheduled"])
+	require.Positive(t, byQueue["analysis_scheduled"])
+	require.Less(t, byQueue["analysis_scheduled"], 20, "about a quarter scheduled")
+
+	out, err = runTierctl(t, dbEnv(db), "watch", "--once")
+	require.NoError(t, err, out)
+	require.Regexp(t, fmt.Sprintf(`analysis_priority\s+0\s+%[1]d\s+0\s+0\s+0\s+0\s+0\s+\[\.+\] 0/%[1]d`, byQueue["analysis_priority"]), out)
+}
+
+func TestUsageErrorsExitTwo(t *testing.T) {
+	t.Parallel()
+	environ := []string{"DATABASE_URL=postgres://127.0.0.1:1/none"}
+
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "unknown command", args: []string{"frobnicate"}, want: "unknown command"},
+		{name: "bad flag value", args: []string{"enqueue", "--count", "many"}, want: "--count"},
+		{name: "count out of range", args: []string{"enqueue", "--count", "0"}, want: "--count must be"},
+		{name: "bad tier in mix", args: []string{"enqueue", "--mix", "gold=1"}, want: `unknown tier "gold"`},
+		{name: "target not a directory", args: []string{"enqueue", "--target", "main.go"}, want: `--target "main.go" is not a directory`},
+		{name: "extra argument", args: []string{"migrate", "now"}, want: "unknown command"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := runTierctl(t, environ, tt.args...)
+			var usage *usageError
+			require.True(t, errors.As(err, &usage), "%v", err)
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+
+	_, err := runTierctl(t, nil, "migrate")
+	require.ErrorIs(t, err, config.ErrInvalid)
+	require.ErrorContains(t, err, "DATABASE_URL")
+}
