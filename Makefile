@@ -1,0 +1,29 @@
+# The two commands: `make run` and `make test`. Both find a PostgreSQL server
+# or start a throwaway one (scripts/pg.sh).
+SHELL := /bin/bash
+GO ?= go
+BIN := .tierq/bin
+
+.PHONY: run test build lint bench-routing pg-stop
+
+## run: migrate, start both workers, enqueue a demo mix, watch progress (Ctrl-C stops everything)
+run:
+	@scripts/run.sh
+
+## test: vet and race-test everything against real PostgreSQL
+test:
+	@eval "$$(scripts/pg.sh test)" && \
+	  $(GO) vet ./... && \
+	  $(GO) test -race -count=1 ./...
+
+## build: the three binaries into .tierq/bin
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+## bench-routing: SelectQueue ns/op and allocations
+bench-routing:
+	$(GO) test -run '^$$' -bench SelectQueue -benchmem ./routing/
+
+## pg-stop: stop the throwaway PostgreSQL cluster, if one was started
+pg-stop:
+	@scripts/pg.sh stop

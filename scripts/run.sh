@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# run.sh — `make run`: a working tierq on this machine in one command.
+#
+# Finds or starts PostgreSQL (scripts/pg.sh), migrates, starts one worker per
+# service (analyzer and specgen) in the background, enqueues a demo mix of
+# analyses of this repository's directories across every tier, and shows live
+# per-queue progress until Ctrl-C, which stops the workers gracefully.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+eval "$(scripts/pg.sh run)"
+export DATABASE_URL
+
+mkdir -p .tierq/bin .tierq/logs
+echo "building..."
+go build -o .tierq/bin/ ./cmd/...
+
+.tierq/bin/tierctl migrate
+
+pids=()
+stop_workers() {
+  trap - INT TERM
+  if [ ${#pids[@]} -gt 0 ]; then
+    echo; echo "stopping workers (they finish running jobs first)..."
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    wait "${pids[@]}" 2>/dev/null || true
+    echo "stopped. Worker logs: .tierq/logs/"
+  fi
+}
+trap stop_workers EXIT
+trap 'exit 0' INT TERM
+
+for svc in analyzer specgen; do
+  WORKER_SERVICE=$svc .tierq/bin/worker >".tierq/logs/worker-$svc.log" 2>&1 &
+  pids+=($!)
+  echo "worker $svc started (pid $!, log .tierq/logs/worker-$svc.log)"
+done
+
+targets=(--target "$root")
+for d in "$root"/*/; do targets+=(--target "$d"); done
+.tierq/bin/tierctl enqueue --count "${DEMO_JOBS:-60}" "${targets[@]}"
+
+echo "watching queues; Ctrl-C to stop"
+.tierq/bin/tierctl watch || true
