@@ -1,0 +1,66 @@
+package config_test
+
+import (
+	"bufio"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/config"
+)
+
+// envVars lists the variables of a configuration struct with their defaults.
+func envVars(t reflect.Type) map[string]string {
+	vars := map[string]string{}
+	for sf := range t.Fields() {
+		if sf.Anonymous {
+			for k, v := range envVars(sf.Type) {
+				vars[k] = v
+			}
+			continue
+		}
+		if key, _, _ := strings.Cut(sf.Tag.Get("env"), ","); key != "" {
+			vars[key] = sf.Tag.Get("envDefault")
+		}
+	}
+	return vars
+}
+
+// TestEnvExampleListsEveryVariable keeps .env.example honest: every variable
+// of every process is there, with its real default and a line of why above.
+func TestEnvExampleListsEveryVariable(t *testing.T) {
+	t.Parallel()
+
+	f, err := os.Open("../.env.example")
+	require.NoError(t, err)
+	defer f.Close()
+
+	documented := map[string]string{}
+	var previous string
+	scanner := bufio.NewScanner(f)
+	for scanner.Scan() {
+		line := scanner.Text()
+		if key, value, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			require.NotEmpty(t, previous, "%s has no comment above it", key)
+			documented[key] = value
+		}
+		if line != "" {
+			previous = line
+		}
+	}
+	require.NoError(t, scanner.Err())
+
+	required := map[string]bool{"DATABASE_URL": true, "WORKER_SERVICE": true}
+	for _, typ := range []reflect.Type{reflect.TypeFor[config.Worker](), reflect.TypeFor[config.CLI]()} {
+		for key, def := range envVars(typ) {
+			value, ok := documented[key]
+			require.True(t, ok, "%s (%s) missing from .env.example", key, typ.Name())
+			if !required[key] {
+				require.Equal(t, def, value, "%s default in .env.example", key)
+			}
+		}
+	}
+}
