@@ -1,0 +1,58 @@
+package config_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/tierq/tierq/config"
+)
+
+// TestComposeFileIsValid checks docker-compose.yml without a Docker engine:
+// it parses, has the services the README promises, and every worker service
+// gets a configuration that config.Load accepts.
+func TestComposeFileIsValid(t *testing.T) {
+	t.Parallel()
+
+	raw, err := os.ReadFile("../docker-compose.yml")
+	require.NoError(t, err)
+	var compose struct {
+		Services map[string]struct {
+			Image       string            `yaml:"image"`
+			Build       any               `yaml:"build"`
+			Entrypoint  []string          `yaml:"entrypoint"`
+			Environment map[string]string `yaml:"environment"`
+			DependsOn   map[string]any    `yaml:"depends_on"`
+		} `yaml:"services"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &compose)) // resolves anchors and merge keys
+
+	for _, name := range []string{"postgres", "migrate", "worker-analyzer", "worker-specgen", "riverui"} {
+		require.Contains(t, compose.Services, name)
+	}
+	require.True(t, strings.HasPrefix(compose.Services["riverui"].Image, "ghcr.io/riverqueue/riverui:"))
+	require.Equal(t, []string{"/usr/local/bin/tierctl", "migrate"}, compose.Services["migrate"].Entrypoint)
+
+	for name, svc := range map[string]string{"worker-analyzer": "analyzer", "worker-specgen": "specgen"} {
+		s := compose.Services[name]
+		require.Contains(t, s.DependsOn, "migrate", name)
+		require.Equal(t, svc, s.Environment["WORKER_SERVICE"], name)
+		var environ []string
+		for k, v := range s.Environment {
+			environ = append(environ, k+"="+os.Expand(v, composeDefault))
+		}
+		_, err := config.Load[config.Worker](environ)
+		require.NoError(t, err, name)
+	}
+}
+
+// composeDefault resolves ${VAR:-default} the way compose does with VAR unset.
+func composeDefault(expr string) string {
+	if _, def, ok := strings.Cut(expr, ":-"); ok {
+		return def
+	}
+	return ""
+}
