@@ -171,6 +171,7 @@ func TestUnknownTierRoutesDefaultAndIsCounted(t *testing.T) {
 	ctx := context.Background()
 	b.start(t, b.workerConfig(t, routing.Analyzer), nil)
 
+	unknownBefore := routing.UnknownTierCount()
 	// A producer in another language inserted the job with a tier it made up.
 	res, err := b.producer.Insert(ctx, jobs.AnalysisArgs{Target: b.fixture, Tier: "platinum"},
 		&river.InsertOpts{Queue: "analysis_priority"})
@@ -185,6 +186,7 @@ func TestUnknownTierRoutesDefaultAndIsCounted(t *testing.T) {
 	// the unknown tier gets the lowest starting priority there.
 	require.Equal(t, "specview_priority", specs[0].Queue)
 	require.Equal(t, routing.PriorityLowest, specs[0].Priority)
+	require.Greater(t, routing.UnknownTierCount(), unknownBefore, "the unknown tier was counted")
 }
 
 func TestPermanentErrorsCancelWithReason(t *testing.T) {
