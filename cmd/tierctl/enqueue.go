@@ -168,4 +168,3 @@ func checkTargets(targets []string) ([]string, error) {
 	}
 	return abs, nil
 }
-
