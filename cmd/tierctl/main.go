@@ -57,16 +57,11 @@ func run(ctx context.Context, args, environ []string, stdout io.Writer) error {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.AddCommand(app.migrateCommand(), app.enqueueCommand(), app.watchCommand())
 	root.SetArgs(args[1:])
-	cmd, err := root.ExecuteContextC(ctx)
-	if err != nil && cmd != nil && isArgsError(err) && !errors.As(err, new(*usageError)) {
-		return &usageError{err}
+	err := root.ExecuteContext(ctx)
+	if err != nil && strings.HasPrefix(err.Error(), "unknown command") {
+		return &usageError{err} // cobra's own error for a mistyped subcommand
 	}
 	return err
-}
-
-func isArgsError(err error) bool {
-	var usage *usageError
-	return errors.As(err, &usage) || strings.HasPrefix(err.Error(), "unknown command")
 }
 
 // usageArgs wraps a cobra argument check so that its failure exits 2.
