@@ -13,8 +13,8 @@ run:
 ## test: vet and race-test everything against real PostgreSQL
 test:
 	@eval "$$(scripts/pg.sh test)" && \
-	  $(GO) vet ./... && \
-	  $(GO) test -race -count=1 ./...
+	  { $(GO) vet ./... && $(GO) test -race -count=1 ./...; status=$$?; \
+	    if [ "$${TIERQ_PG_STARTED:-}" = 1 ]; then scripts/pg.sh stop; fi; exit $$status; }
 
 ## build: the three binaries into .tierq/bin
 build:

@@ -12,7 +12,8 @@
 #      installs the Debian postgresql package if no server binaries are found,
 #      and runs initdb/pg_ctl as an unprivileged user, since initdb refuses root.
 # Set TIERQ_LOCAL_PG=1 to skip 1 and 2 and always use the throwaway cluster.
-# Stop it with: scripts/pg.sh stop
+# When this call started the cluster it also prints TIERQ_PG_STARTED=1, so the
+# caller can stop it when done: scripts/pg.sh stop
 set -euo pipefail
 
 mode=${1:-test}
@@ -110,6 +111,7 @@ if ! as_pg "'$bindir/pg_ctl' -D '$pgdir/data' status" >/dev/null 2>&1; then
   echo "$port" > "$pgdir/port.tmp" && mv "$pgdir/port.tmp" "$pgdir/port"
   log "starting the throwaway cluster on 127.0.0.1:$port (log: $pgdir/server.log)"
   # Throwaway: no fsync; WAL sized so checkpoints do not throttle benchmarks.
+  echo "export TIERQ_PG_STARTED=1" # the caller stops what it started: scripts/pg.sh stop
   as_pg "'$bindir/pg_ctl' -D '$pgdir/data' -l '$pgdir/server.log' -w -t 60 start -o \"-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c max_connections=200 -c fsync=off -c full_page_writes=off -c synchronous_commit=off -c max_wal_size=8GB\"" >/dev/null
 fi
 

@@ -11,6 +11,8 @@ root=$(pwd)
 
 eval "$(scripts/pg.sh run)"
 export DATABASE_URL
+# Stop a throwaway cluster this run started, even if a step below fails.
+trap '[ "${TIERQ_PG_STARTED:-}" = 1 ] && scripts/pg.sh stop' EXIT
 
 mkdir -p .tierq/bin .tierq/logs
 echo "building..."
@@ -26,6 +28,9 @@ stop_workers() {
     kill -TERM "${pids[@]}" 2>/dev/null || true
     wait "${pids[@]}" 2>/dev/null || true
     echo "stopped. Worker logs: .tierq/logs/"
+  fi
+  if [ "${TIERQ_PG_STARTED:-}" = 1 ]; then
+    scripts/pg.sh stop
   fi
 }
 trap stop_workers EXIT
