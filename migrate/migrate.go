@@ -64,9 +64,9 @@ func Up(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Log
 		}
 	}
 
-	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema, Logger: logger})
+	migrator, err := riverMigrator(pool, schema, logger)
 	if err != nil {
-		return nil, fmt.Errorf("migrate: river migrator: %w", err)
+		return nil, err
 	}
 	riverRes, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
 	if err != nil {
@@ -97,9 +97,9 @@ func Up(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Log
 
 // Pending reports whether any River or tierq migration has not been applied.
 func Pending(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) (bool, error) {
-	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema, Logger: logger})
+	migrator, err := riverMigrator(pool, schema, logger)
 	if err != nil {
-		return false, fmt.Errorf("migrate: river migrator: %w", err)
+		return false, err
 	}
 	validation, err := migrator.Validate(ctx, nil)
 	if err != nil {
@@ -118,6 +118,14 @@ func Pending(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slo
 		return false, fmt.Errorf("migrate: tierq status: %w", err)
 	}
 	return pending, nil
+}
+
+func riverMigrator(pool *pgxpool.Pool, schema string, logger *slog.Logger) (*rivermigrate.Migrator[pgx.Tx], error) {
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema, Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("migrate: river migrator: %w", err)
+	}
+	return migrator, nil
 }
 
 type closer interface{ Close() error }
