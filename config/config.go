@@ -221,6 +221,19 @@ func (c *checker) intRange(name string, v, lo, hi int) {
 	}
 }
 
+// fetch checks one queue class's fetch cooldown and poll interval against
+// each other and against River's limits.
+func (c *checker) fetch(cooldownName string, cooldown time.Duration, pollName string, poll time.Duration) {
+	if cooldown < time.Millisecond || cooldown > time.Minute {
+		c.fail(cooldownName, "must be between 1ms and 1m")
+	}
+	if poll < time.Millisecond || poll > time.Hour {
+		c.fail(pollName, "must be between 1ms and 1h")
+	} else if poll < cooldown {
+		c.fail(pollName, "must not be shorter than the fetch cooldown (%s)", cooldown)
+	}
+}
+
 // Database is the connection every process needs.
 type Database struct {
 	// URL is the PostgreSQL connection string, e.g.

@@ -124,14 +124,12 @@ func (w *Worker) validate(c *checker) {
 		c.fail("Service", "must be analyzer or specgen")
 	}
 
-	counts := map[string]int{
-		"AnalyzerPriorityWorkers": w.AnalyzerPriorityWorkers, "AnalyzerDefaultWorkers": w.AnalyzerDefaultWorkers,
-		"AnalyzerScheduledWorkers": w.AnalyzerScheduledWorkers, "SpecGenPriorityWorkers": w.SpecGenPriorityWorkers,
-		"SpecGenDefaultWorkers": w.SpecGenDefaultWorkers, "SpecGenScheduledWorkers": w.SpecGenScheduledWorkers,
-	}
-	for _, name := range sortedKeys(counts) {
-		c.intRange(name, counts[name], 0, MaxQueueWorkers)
-	}
+	c.intRange("AnalyzerPriorityWorkers", w.AnalyzerPriorityWorkers, 0, MaxQueueWorkers)
+	c.intRange("AnalyzerDefaultWorkers", w.AnalyzerDefaultWorkers, 0, MaxQueueWorkers)
+	c.intRange("AnalyzerScheduledWorkers", w.AnalyzerScheduledWorkers, 0, MaxQueueWorkers)
+	c.intRange("SpecGenPriorityWorkers", w.SpecGenPriorityWorkers, 0, MaxQueueWorkers)
+	c.intRange("SpecGenDefaultWorkers", w.SpecGenDefaultWorkers, 0, MaxQueueWorkers)
+	c.intRange("SpecGenScheduledWorkers", w.SpecGenScheduledWorkers, 0, MaxQueueWorkers)
 	if len(c.errs) == 0 && len(w.Queues()) == 0 {
 		prefix := "ANALYZER"
 		if w.Service == routing.SpecGen {
@@ -140,27 +138,9 @@ func (w *Worker) validate(c *checker) {
 		c.fail("Service", "serves no queue: set at least one of %s_QUEUE_{PRIORITY,DEFAULT,SCHEDULED}_WORKERS above 0", prefix)
 	}
 
-	fetch := []struct{ cooldown, poll string }{
-		{"PriorityFetchCooldown", "PriorityFetchPollInterval"},
-		{"DefaultFetchCooldown", "DefaultFetchPollInterval"},
-		{"ScheduledFetchCooldown", "ScheduledFetchPollInterval"},
-	}
-	durations := map[string]time.Duration{
-		"PriorityFetchCooldown": w.PriorityFetchCooldown, "PriorityFetchPollInterval": w.PriorityFetchPollInterval,
-		"DefaultFetchCooldown": w.DefaultFetchCooldown, "DefaultFetchPollInterval": w.DefaultFetchPollInterval,
-		"ScheduledFetchCooldown": w.ScheduledFetchCooldown, "ScheduledFetchPollInterval": w.ScheduledFetchPollInterval,
-	}
-	for _, f := range fetch {
-		cooldown, poll := durations[f.cooldown], durations[f.poll]
-		if cooldown < time.Millisecond || cooldown > time.Minute {
-			c.fail(f.cooldown, "must be between 1ms and 1m")
-		}
-		if poll < time.Millisecond || poll > time.Hour {
-			c.fail(f.poll, "must be between 1ms and 1h")
-		} else if poll < cooldown {
-			c.fail(f.poll, "must not be shorter than the fetch cooldown (%s)", cooldown)
-		}
-	}
+	c.fetch("PriorityFetchCooldown", w.PriorityFetchCooldown, "PriorityFetchPollInterval", w.PriorityFetchPollInterval)
+	c.fetch("DefaultFetchCooldown", w.DefaultFetchCooldown, "DefaultFetchPollInterval", w.DefaultFetchPollInterval)
+	c.fetch("ScheduledFetchCooldown", w.ScheduledFetchCooldown, "ScheduledFetchPollInterval", w.ScheduledFetchPollInterval)
 
 	if w.JobTimeout <= 0 {
 		c.fail("JobTimeout", "must be positive")

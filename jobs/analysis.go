@@ -59,9 +59,8 @@ func (a *AnalysisArgs) Validate() error {
 type AnalysisWorker struct {
 	river.WorkerDefaults[AnalysisArgs]
 
-	pool     *pgxpool.Pool
-	logger   *slog.Logger
-	scanOpts scan.Options
+	pool   *pgxpool.Pool
+	logger *slog.Logger
 }
 
 var _ river.Worker[AnalysisArgs] = (*AnalysisWorker)(nil)
@@ -87,7 +86,7 @@ func (w *AnalysisWorker) Work(ctx context.Context, job *river.Job[AnalysisArgs])
 		return cancelBadArgs(KindAnalysis, err)
 	}
 
-	res, err := scan.Dir(ctx, args.Target, w.scanOpts)
+	res, err := scan.Dir(ctx, args.Target, scan.Options{})
 	if errors.Is(err, scan.ErrTarget) || errors.Is(err, scan.ErrTooManyFiles) {
 		return river.JobCancel(err)
 	}

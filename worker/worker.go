@@ -19,17 +19,6 @@ import (
 	"github.com/tierq/tierq/routing"
 )
 
-// Kinds returns the job kinds a service's workers register.
-func Kinds(svc routing.Service) []string {
-	switch svc {
-	case routing.Analyzer:
-		return []string{jobs.KindAnalysis}
-	case routing.SpecGen:
-		return []string{jobs.KindSpecView}
-	}
-	return nil
-}
-
 // RiverConfig is the River client configuration for cfg's service. Callers
 // may add middleware or hooks before passing it to NewClient.
 func RiverConfig(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger) *river.Config {
