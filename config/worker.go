@@ -14,6 +14,7 @@ const MaxQueueWorkers = 10_000
 type Worker struct {
 	Database
 	Logging
+	Jobs
 
 	// Service is the service this deployment works: analyzer or specgen.
 	// Required; a deployment serves exactly one service, so an Analyzer worker
@@ -42,32 +43,6 @@ type Worker struct {
 	DefaultFetchPollInterval   time.Duration `env:"QUEUE_DEFAULT_FETCH_POLL_INTERVAL" envDefault:"1s"`
 	ScheduledFetchCooldown     time.Duration `env:"QUEUE_SCHEDULED_FETCH_COOLDOWN" envDefault:"250ms"`
 	ScheduledFetchPollInterval time.Duration `env:"QUEUE_SCHEDULED_FETCH_POLL_INTERVAL" envDefault:"2s"`
-
-	// JobTimeout is how long one job may run before its context is cancelled.
-	// Default 5m.
-	JobTimeout time.Duration `env:"JOB_TIMEOUT" envDefault:"5m"`
-
-	// MaxAttempts is how many times a job this process inserts (the chained
-	// specview job) is tried before River discards it. Default 10: with
-	// River's backoff (attempt^4 seconds) the last retry comes about 7 hours
-	// after the first failure, well inside the dead-letter drain's reach.
-	MaxAttempts int `env:"MAX_ATTEMPTS" envDefault:"10"`
-
-	// SoftStopTimeout is how long a stopping worker lets running jobs finish
-	// before it cancels them. Keep it under the orchestrator's grace period
-	// (Kubernetes: 30s). Default 25s.
-	SoftStopTimeout time.Duration `env:"SOFT_STOP_TIMEOUT" envDefault:"25s"`
-
-	// RescueStuckJobsAfter is how long a job may stay `running` before the
-	// River leader's rescuer retries it (a crashed worker's jobs). Must exceed
-	// JOB_TIMEOUT. Default 1h.
-	RescueStuckJobsAfter time.Duration `env:"RESCUE_STUCK_JOBS_AFTER" envDefault:"1h"`
-
-	// LeaderEligible lets this worker take part in River's leader election and
-	// so run River's maintenance (retry and scheduled promotion, stuck-job
-	// rescue, cleanup). Default true until the scheduler deployment exists to
-	// lead instead; see docs/operations.md.
-	LeaderEligible bool `env:"WORKER_LEADER_ELIGIBLE" envDefault:"true"`
 
 	// LoadTestWorkload registers the load-test workload kind (`loadtest`, a
 	// job that sleeps for the time its args say) on this worker, for tests
@@ -142,14 +117,5 @@ func (w *Worker) validate(c *checker) {
 	c.fetch("DefaultFetchCooldown", w.DefaultFetchCooldown, "DefaultFetchPollInterval", w.DefaultFetchPollInterval)
 	c.fetch("ScheduledFetchCooldown", w.ScheduledFetchCooldown, "ScheduledFetchPollInterval", w.ScheduledFetchPollInterval)
 
-	if w.JobTimeout <= 0 {
-		c.fail("JobTimeout", "must be positive")
-	}
-	c.intRange("MaxAttempts", w.MaxAttempts, 1, 1000)
-	if w.SoftStopTimeout < 0 {
-		c.fail("SoftStopTimeout", "must not be negative")
-	}
-	if w.RescueStuckJobsAfter <= w.JobTimeout {
-		c.fail("RescueStuckJobsAfter", "must be longer than JOB_TIMEOUT (%s), or running jobs are rescued while they still run", w.JobTimeout)
-	}
+	w.Jobs.validate(c)
 }

@@ -83,10 +83,9 @@ func TestWorkerBadValues(t *testing.T) {
 		{name: "zero job timeout", give: []string{"JOB_TIMEOUT=0s"}, wantVar: "JOB_TIMEOUT", wantValue: "0s", wantReason: "positive"},
 		{name: "max attempts zero", give: []string{"MAX_ATTEMPTS=0"}, wantVar: "MAX_ATTEMPTS", wantValue: "0", wantReason: "between 1 and 1000"},
 		{name: "negative soft stop", give: []string{"SOFT_STOP_TIMEOUT=-1s"}, wantVar: "SOFT_STOP_TIMEOUT", wantValue: "-1s", wantReason: "negative"},
-		{name: "rescue before timeout", give: []string{"JOB_TIMEOUT=10m", "RESCUE_STUCK_JOBS_AFTER=5m"}, wantVar: "RESCUE_STUCK_JOBS_AFTER", wantValue: "5m", wantReason: "longer than JOB_TIMEOUT"},
 		{name: "bad log level", give: []string{"LOG_LEVEL=verbose"}, wantVar: "LOG_LEVEL", wantValue: "verbose", wantReason: "unknown name"},
 		{name: "bad log format", give: []string{"LOG_FORMAT=xml"}, wantVar: "LOG_FORMAT", wantValue: "xml", wantReason: "text or json"},
-		{name: "bad bool", give: []string{"WORKER_LEADER_ELIGIBLE=yes please"}, wantVar: "WORKER_LEADER_ELIGIBLE", wantValue: "yes please", wantReason: "not a boolean"},
+		{name: "bad bool", give: []string{"LOAD_TEST_WORKLOAD=yes please"}, wantVar: "LOAD_TEST_WORKLOAD", wantValue: "yes please", wantReason: "not a boolean"},
 		{name: "bad schema", give: []string{"DATABASE_SCHEMA=Public; drop"}, wantVar: "DATABASE_SCHEMA", wantValue: "Public; drop", wantReason: "identifier"},
 		{name: "pool too small", give: []string{"DATABASE_MAX_CONNS=1"}, wantVar: "DATABASE_MAX_CONNS", wantValue: "1", wantReason: "between 2 and 1000"},
 	}

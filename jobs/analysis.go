@@ -24,8 +24,10 @@ const KindAnalysis = "analysis"
 //
 //	{"target": "/srv/checkouts/acme", "user_id": "u_123", "tier": "pro"}
 type AnalysisArgs struct {
-	// Target is the directory to analyse, on the worker's file system.
-	Target string `json:"target"`
+	// Target is the directory to analyse, on the worker's file system. It is
+	// the args' only unique field: with producer.UniqueOpts, two analyses of
+	// one target are one job, whoever asked.
+	Target string `json:"target" river:"unique"`
 	// UserID is the user the analysis is for; kept with the result.
 	UserID string `json:"user_id"`
 	// Tier is the user's billing tier when the job was enqueued. It picks the

@@ -23,7 +23,7 @@ const KindSpecView = "specview"
 //	{"analysis_result_id": 42, "tier": "pro"}
 type SpecViewArgs struct {
 	// AnalysisResultID is the analysis_results row to render.
-	AnalysisResultID int64 `json:"analysis_result_id"`
+	AnalysisResultID int64 `json:"analysis_result_id" river:"unique"`
 	// Tier is carried from the analysis for the record.
 	Tier string `json:"tier,omitempty"`
 

@@ -27,7 +27,7 @@ func TestUpIsIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, res.RiverApplied)
 	require.Empty(t, res.TierqApplied)
-	require.EqualValues(t, 1, res.TierqVersion)
+	require.EqualValues(t, 2, res.TierqVersion) // 00001_results, 00002_job_escalations
 
 	for _, table := range []string{"river_job", "river_leader", "analysis_results", "spec_documents"} {
 		var schema string

@@ -68,6 +68,15 @@ func (s Service) Queues() []string {
 	return []string{s.Queue(Priority), s.Queue(Default), s.Queue(Scheduled)}
 }
 
+// Queues returns every queue of every service, services in Services order.
+func Queues() []string {
+	var queues []string
+	for _, svc := range Services() {
+		queues = append(queues, svc.Queues()...)
+	}
+	return queues
+}
+
 // Class is the kind of queue inside a service: priority, default or scheduled.
 type Class uint8
 

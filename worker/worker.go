@@ -43,13 +43,15 @@ func RiverConfig(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger) *ri
 	}
 
 	return &river.Config{
-		FetchOnlyKnownKinds:    true,
-		JobTimeout:             cfg.JobTimeout,
-		LeaderElectionDisabled: !cfg.LeaderEligible,
+		FetchOnlyKnownKinds: true,
+		JobTimeout:          cfg.JobTimeout,
+		// Only the scheduler deployment leads: a leader's rescuer discards
+		// stuck jobs of kinds it has not registered, and a worker knows one
+		// service's kinds only (docs/scheduling.md).
+		LeaderElectionDisabled: true,
 		Logger:                 logger,
 		MaxAttempts:            cfg.MaxAttempts,
 		Queues:                 queues,
-		RescueStuckJobsAfter:   cfg.RescueStuckJobsAfter,
 		Schema:                 cfg.Schema,
 		// The analyzer inserts specview jobs, a kind it does not work.
 		SkipUnknownJobCheck: true,

@@ -63,7 +63,7 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 		return fmt.Errorf("start river client: %w", err)
 	}
 
-	attrs := []any{slog.String("service", string(cfg.Service)), slog.Bool("leader_eligible", cfg.LeaderEligible)}
+	attrs := []any{slog.String("service", string(cfg.Service))}
 	for name, qc := range cfg.Queues() {
 		attrs = append(attrs, slog.Int(name, qc.Workers))
 	}

@@ -1,0 +1,131 @@
+// Package aging prevents starvation inside a queue. River fetches a queue's
+// available jobs by priority (1 first) and then by scheduled_at, so a steady
+// flow of better-priority work can hold a worse-priority job back forever.
+// Aging improves the priority of waiting jobs with their wait:
+//
+//	effective = max(maxPriority, base − floor(wait / step))
+//
+// where wait counts from the job's scheduled_at (when it became available)
+// and base is the priority the job had before aging first touched it (kept in
+// its metadata under db.MetadataBasePriority). Aging never makes a priority
+// worse: a job already better than maxPriority (an operator's priority 1) is
+// left as it is.
+//
+// Sweep applies the formula to every available job it would change, in
+// bounded batches, one statement each; it is idempotent and safe to run from
+// two processes at once.
+package aging
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/routing"
+)
+
+// Effective is the priority a job of base priority waiting wait should have.
+// A non-positive step turns aging off.
+func Effective(base int, wait, step time.Duration, maxPriority int) int {
+	if step <= 0 || wait < 0 || base <= maxPriority {
+		return base
+	}
+	return max(maxPriority, base-int(wait/step))
+}
+
+// Settings say what a sweep does.
+type Settings struct {
+	// Step is the wait that improves priority by one level.
+	Step time.Duration
+	// MaxPriority is the best priority aging gives (1..4).
+	MaxPriority int
+	// Queues are the queues aged. Empty means every tierq service queue.
+	Queues []string
+	// Batch is the most jobs one statement changes. Default 1000.
+	Batch int
+}
+
+// Result counts the jobs a sweep promoted, by queue.
+type Result struct {
+	Promoted map[string]int
+	Total    int
+}
+
+// The due CTE finds, through River's prioritized fetching index (state,
+// queue, priority, scheduled_at), the available jobs of a worse priority than
+// the cap that have waited at least one step, keeps those whose effective
+// priority is better than their current one, and locks them SKIP LOCKED: a
+// job a worker is fetching right now is locked by that fetch and skipped, and
+// one fetched a moment ago fails the state check when re-read under the lock.
+const sweepSQL = `
+WITH due AS (
+    SELECT id, b.base, extract(epoch FROM now() - scheduled_at) AS wait_s
+    FROM river_job,
+         LATERAL (SELECT CASE WHEN metadata->>'tierq_base_priority' ~ '^[1-4]$'
+                              THEN (metadata->>'tierq_base_priority')::smallint
+                              ELSE priority END AS base) AS b
+    WHERE state = 'available'
+      AND queue = ANY($1::text[])
+      AND priority = ANY($2::smallint[])
+      AND scheduled_at <= now() - make_interval(secs => $3)
+      AND greatest($4::int, b.base - floor(extract(epoch FROM now() - scheduled_at) / $3)) < priority
+    LIMIT $5
+    FOR UPDATE OF river_job SKIP LOCKED
+)
+UPDATE river_job AS j
+SET priority = greatest($4::int, due.base - floor(due.wait_s / $3))::smallint,
+    metadata = jsonb_set(j.metadata, '{tierq_base_priority}', to_jsonb(due.base))
+FROM due
+WHERE j.id = due.id
+RETURNING j.queue`
+
+// Sweep runs one aging pass: batches of at most s.Batch jobs until a batch
+// comes back short. Each batch commits on its own when q is a pool.
+func Sweep(ctx context.Context, q db.Querier, s Settings) (Result, error) {
+	if s.Step <= 0 {
+		return Result{}, errors.New("aging: step must be positive")
+	}
+	if s.MaxPriority < routing.PriorityEscalated || s.MaxPriority > routing.PriorityLowest {
+		return Result{}, fmt.Errorf("aging: max priority %d not in 1..4", s.MaxPriority)
+	}
+	queues := s.Queues
+	if len(queues) == 0 {
+		queues = routing.Queues()
+	}
+	batch := s.Batch
+	if batch <= 0 {
+		batch = 1000
+	}
+	var priorities []int16
+	for p := s.MaxPriority + 1; p <= routing.PriorityLowest; p++ {
+		priorities = append(priorities, int16(p)) //nolint:gosec // 2..4
+	}
+
+	res := Result{Promoted: map[string]int{}}
+	for len(priorities) > 0 {
+		rows, err := q.Query(ctx, sweepSQL, queues, priorities, s.Step.Seconds(), s.MaxPriority, batch)
+		if err != nil {
+			return res, fmt.Errorf("aging sweep: %w", err)
+		}
+		n := 0
+		for rows.Next() {
+			var queue string
+			if err := rows.Scan(&queue); err != nil {
+				rows.Close()
+				return res, fmt.Errorf("aging sweep: %w", err)
+			}
+			res.Promoted[queue]++
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			return res, fmt.Errorf("aging sweep: %w", err)
+		}
+		res.Total += n
+		if n < batch {
+			break
+		}
+	}
+	return res, nil
+}

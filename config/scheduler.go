@@ -1,0 +1,138 @@
+package config
+
+import (
+	"strings"
+	"time"
+	_ "time/tzdata" // CRON_TZ must resolve in minimal containers too
+
+	"github.com/robfig/cron/v3"
+)
+
+// Scheduler is the configuration of the scheduler deployment (cmd/scheduler):
+// River's only leader-eligible client, which runs River's maintenance and
+// tierq's periodic work (cron jobs, aging, escalation) on the leader.
+type Scheduler struct {
+	Database
+	Logging
+	Jobs
+
+	// QueueWorkers is how many of the scheduler's own jobs (sweeps, cron
+	// jobs) run at once in one process. Default 2.
+	QueueWorkers int `env:"SCHEDULER_QUEUE_WORKERS" envDefault:"2"`
+
+	// RescueStuckJobsAfter is how long a job of any kind may stay `running`
+	// before the leader's rescuer retries it (its worker crashed). Must exceed
+	// every deployment's JOB_TIMEOUT. Default 1h.
+	RescueStuckJobsAfter time.Duration `env:"RESCUE_STUCK_JOBS_AFTER" envDefault:"1h"`
+
+	// CronTZ is the time zone the cron expressions are read in. Default UTC.
+	CronTZ string `env:"CRON_TZ" envDefault:"UTC"`
+
+	// ReanalyzeCron is when stale targets are re-analysed (standard 5-field
+	// cron, or a descriptor such as @hourly or @every 30m).
+	ReanalyzeCron string `env:"REANALYZE_CRON" envDefault:"0 */6 * * *"`
+	// ReanalyzeStaleAfter is the age of a target's latest result that makes
+	// it stale. Default 24h.
+	ReanalyzeStaleAfter time.Duration `env:"REANALYZE_STALE_AFTER" envDefault:"24h"`
+
+	// RetentionCron is when old results and spec documents are deleted.
+	RetentionCron string `env:"RETENTION_CRON" envDefault:"30 3 * * *"`
+	// RetentionPeriod is how long results and spec documents are kept.
+	// Default 2160h (90 days).
+	RetentionPeriod time.Duration `env:"RETENTION_PERIOD" envDefault:"2160h"`
+
+	// AgingInterval is how often the aging sweep runs; 0 turns aging off.
+	AgingInterval time.Duration `env:"AGING_INTERVAL" envDefault:"1m"`
+	// AgingStep is the wait that improves a job's priority by one level.
+	AgingStep time.Duration `env:"AGING_STEP" envDefault:"5m"`
+	// AgingMaxPriority is the best priority aging gives (1 is the best River
+	// priority; tierq keeps it for operator escalation by default).
+	AgingMaxPriority int `env:"AGING_MAX_PRIORITY" envDefault:"2"`
+
+	// EscalationInterval is how often the escalation sweep runs.
+	EscalationInterval time.Duration `env:"ESCALATION_INTERVAL" envDefault:"1m"`
+	// EscalateScheduledAfter moves a job waiting longer than this in
+	// <svc>_scheduled to <svc>_default; 0 turns the rule off. Default 3h.
+	EscalateScheduledAfter time.Duration `env:"ESCALATE_SCHEDULED_AFTER" envDefault:"3h"`
+	// EscalateDefaultAfter moves a job waiting longer than this in
+	// <svc>_default to <svc>_priority; 0 (the default) turns the rule off,
+	// because it hands paid capacity to free work.
+	EscalateDefaultAfter time.Duration `env:"ESCALATE_DEFAULT_AFTER" envDefault:"0"`
+
+	// SweepBatch is the most rows one statement of a sweep (aging,
+	// escalation, retention) touches. Default 1000.
+	SweepBatch int `env:"SWEEP_BATCH" envDefault:"1000"`
+
+	reanalyze, retention cron.Schedule
+}
+
+// ReanalyzeSchedule is REANALYZE_CRON, parsed in CRON_TZ.
+func (s *Scheduler) ReanalyzeSchedule() cron.Schedule { return s.reanalyze }
+
+// RetentionSchedule is RETENTION_CRON, parsed in CRON_TZ.
+func (s *Scheduler) RetentionSchedule() cron.Schedule { return s.retention }
+
+func (s *Scheduler) validate(c *checker) {
+	s.Database.validate(c)
+	s.Logging.validate(c)
+	s.Jobs.validate(c)
+
+	c.intRange("QueueWorkers", s.QueueWorkers, 1, 100)
+	if s.RescueStuckJobsAfter <= s.JobTimeout {
+		c.fail("RescueStuckJobsAfter", "must be longer than JOB_TIMEOUT (%s), or running jobs are rescued while they still run", s.JobTimeout)
+	}
+
+	if _, err := time.LoadLocation(s.CronTZ); err != nil || s.CronTZ == "" || strings.ContainsAny(s.CronTZ, " \t") {
+		c.fail("CronTZ", "not a time zone name (examples: UTC, Europe/Berlin)")
+	} else {
+		s.reanalyze = c.cron("ReanalyzeCron", s.ReanalyzeCron, s.CronTZ)
+		s.retention = c.cron("RetentionCron", s.RetentionCron, s.CronTZ)
+	}
+	c.durationRange("ReanalyzeStaleAfter", s.ReanalyzeStaleAfter, time.Minute, 0)
+	c.durationRange("RetentionPeriod", s.RetentionPeriod, time.Hour, 0)
+
+	if s.AgingInterval != 0 {
+		c.durationRange("AgingInterval", s.AgingInterval, time.Second, 24*time.Hour)
+	}
+	c.durationRange("AgingStep", s.AgingStep, time.Second, 0)
+	c.intRange("AgingMaxPriority", s.AgingMaxPriority, 1, 4)
+
+	c.durationRange("EscalationInterval", s.EscalationInterval, time.Second, 24*time.Hour)
+	if s.EscalateScheduledAfter != 0 {
+		c.durationRange("EscalateScheduledAfter", s.EscalateScheduledAfter, time.Second, 0)
+	}
+	if s.EscalateDefaultAfter != 0 {
+		c.durationRange("EscalateDefaultAfter", s.EscalateDefaultAfter, time.Second, 0)
+	}
+	c.intRange("SweepBatch", s.SweepBatch, 1, 100_000)
+}
+
+// cron parses a cron expression in time zone tz, recording an error against
+// the variable behind name when it does not parse.
+func (c *checker) cron(name, spec, tz string) cron.Schedule {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		c.fail(name, "must not be empty (a cron expression such as \"0 */6 * * *\" or \"@every 1h\")")
+		return nil
+	}
+	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
+		c.fail(name, "set the time zone with CRON_TZ, not inside the expression")
+		return nil
+	}
+	schedule, err := cron.ParseStandard("CRON_TZ=" + tz + " " + spec)
+	if err != nil {
+		c.fail(name, "not a cron expression (%s); examples: \"0 */6 * * *\", \"30 3 * * *\", \"@every 1h\"", err)
+		return nil
+	}
+	return schedule
+}
+
+// durationRange checks lo <= d and, when hi is not 0, d <= hi.
+func (c *checker) durationRange(name string, d, lo, hi time.Duration) {
+	switch {
+	case hi == 0 && d < lo:
+		c.fail(name, "must be at least %s", lo)
+	case hi != 0 && (d < lo || d > hi):
+		c.fail(name, "must be between %s and %s", lo, hi)
+	}
+}

@@ -1,0 +1,317 @@
+// Package escalation moves queued River jobs between a service's queues and
+// priorities: on an operator's request (Escalate), by the scheduler's rules
+// for jobs that waited too long (Sweep), and for a duplicate insert of a
+// higher tier (package producer).
+//
+// River has no API for this, so it is tierq's own SQL on river_job. Every
+// move is one statement that locks the job, checks that it is still queued
+// (available, scheduled, retryable or pending), updates its queue and
+// priority, writes one row to job_escalations and sends River's insert
+// notification for the target queue so that its workers fetch at once. A job
+// that a worker is fetching holds a row lock: the move waits for it (or skips
+// it, in a sweep) and then sees the job running, so a job is either moved
+// before the fetch or left alone, never both.
+package escalation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/routing"
+)
+
+var (
+	// ErrNotFound: no job has the id (HTTP 404).
+	ErrNotFound = errors.New("job not found")
+	// ErrNotQueued: the job is running or finished, past the point where its
+	// queue matters (HTTP 409).
+	ErrNotQueued = errors.New("job is not queued")
+	// ErrNotServiceQueue: the job is in a queue that is not one of a tierq
+	// service's three queues, e.g. the scheduler's own (HTTP 409).
+	ErrNotServiceQueue = errors.New("job is not in a service queue")
+	// ErrInvalid: the request itself is wrong (HTTP 400).
+	ErrInvalid = errors.New("invalid escalation request")
+)
+
+// Actors the system itself uses; operators name themselves.
+const (
+	ActorScheduler = "scheduler"
+	ActorDedup     = "dedup"
+)
+
+// queuedStates are the states in which a job has not been fetched yet.
+const queuedStates = `('available', 'scheduled', 'retryable', 'pending')`
+
+// Request asks for one job to move.
+type Request struct {
+	JobID int64
+	// To is the class of queue the job moves to, inside its own service.
+	To routing.Class
+	// Priority is the River priority after the move (1..4). 0 means 1 when
+	// moving to the priority class and the job's current priority otherwise.
+	Priority int
+	// Actor is who asks (an operator's name, "dedup"); Reason why. Both are
+	// required and land in job_escalations.
+	Actor  string
+	Reason string
+}
+
+// Result describes a job after Escalate.
+type Result struct {
+	JobID        int64
+	Kind         string
+	State        string
+	FromQueue    string
+	ToQueue      string
+	FromPriority int
+	ToPriority   int
+	// Changed is false when the job already was in the requested queue at
+	// the requested priority; nothing was written then.
+	Changed bool
+}
+
+func (r Request) validate() error {
+	var problems []string
+	if r.JobID <= 0 {
+		problems = append(problems, "job id must be positive")
+	}
+	if r.To > routing.Scheduled {
+		problems = append(problems, "queue class must be priority, default or scheduled")
+	}
+	if r.Priority != 0 && (r.Priority < routing.PriorityEscalated || r.Priority > routing.PriorityLowest) {
+		problems = append(problems, fmt.Sprintf("priority %d not in 1..4", r.Priority))
+	}
+	if strings.TrimSpace(r.Actor) == "" {
+		problems = append(problems, "actor is required")
+	}
+	if strings.TrimSpace(r.Reason) == "" {
+		problems = append(problems, "reason is required")
+	}
+	if len(r.Actor) > 200 || len(r.Reason) > 2000 {
+		problems = append(problems, "actor (200) or reason (2000 bytes) too long")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// queueMoves maps every service queue to the same service's queue of class to.
+func queueMoves(from []routing.Class, to routing.Class) (fromQueues, toQueues []string) {
+	for _, svc := range routing.Services() {
+		for _, c := range from {
+			if c == to {
+				continue
+			}
+			fromQueues = append(fromQueues, svc.Queue(c))
+			toQueues = append(toQueues, svc.Queue(to))
+		}
+	}
+	return fromQueues, toQueues
+}
+
+// notifyCTE sends River's insert notification (topic "<schema>.river_insert",
+// as River's own inserts do) once per target queue of the moved rows that are
+// available now.
+const notifyCTE = `
+notified AS (
+    SELECT pg_notify(current_schema() || '.river_insert', json_build_object('queue', q.to_queue)::text)
+    FROM (SELECT DISTINCT to_queue FROM moved WHERE state = 'available') AS q
+)`
+
+const auditCTE = `
+audit AS (
+    INSERT INTO job_escalations (job_id, from_queue, to_queue, from_priority, to_priority, actor, reason)
+    SELECT id, from_queue, to_queue, from_priority, to_priority, $5, $6 FROM moved
+)`
+
+// escalateSQL moves one job. The row lock waits for a fetch that holds the
+// job; the state check then runs on the fetched row's new version.
+const escalateSQL = `
+WITH target AS (
+    SELECT j.id, j.queue AS from_queue, m.to_queue, j.priority AS from_priority,
+           coalesce($4::smallint, j.priority) AS to_priority
+    FROM river_job AS j
+    JOIN unnest($2::text[], $3::text[]) AS m(from_queue, to_queue) ON m.from_queue = j.queue
+    WHERE j.id = $1 AND j.state IN ` + queuedStates + `
+    FOR UPDATE OF j
+),
+moved AS (
+    UPDATE river_job AS j
+    SET queue = t.to_queue,
+        priority = t.to_priority,
+        metadata = jsonb_set(j.metadata, '{tierq_base_priority}', to_jsonb(t.to_priority))
+    FROM target AS t
+    WHERE j.id = t.id AND (j.queue, j.priority) IS DISTINCT FROM (t.to_queue, t.to_priority)
+    RETURNING j.id, j.kind, j.state::text AS state, t.from_queue, j.queue AS to_queue,
+              t.from_priority, j.priority AS to_priority
+),` + auditCTE + `,` + notifyCTE + `
+SELECT id, kind, state, from_queue, to_queue, from_priority, to_priority
+FROM moved, (SELECT count(*) FROM notified) AS n`
+
+// Escalate moves the job req names to req.To's queue of its own service. It
+// returns ErrNotFound, ErrNotQueued (wrapped, naming the state),
+// ErrNotServiceQueue or ErrInvalid, and changes nothing then.
+func Escalate(ctx context.Context, q db.Querier, req Request) (Result, error) {
+	if err := req.validate(); err != nil {
+		return Result{}, err
+	}
+	var priority *int16
+	switch {
+	case req.Priority != 0:
+		p := int16(req.Priority) //nolint:gosec // validated 1..4
+		priority = &p
+	case req.To == routing.Priority:
+		p := int16(routing.PriorityEscalated)
+		priority = &p
+	}
+	fromQueues, toQueues := queueMoves([]routing.Class{routing.Priority, routing.Default, routing.Scheduled}, req.To)
+	// A job already in the target queue maps to itself (a priority change).
+	for _, svc := range routing.Services() {
+		fromQueues = append(fromQueues, svc.Queue(req.To))
+		toQueues = append(toQueues, svc.Queue(req.To))
+	}
+
+	res := Result{Changed: true}
+	err := q.QueryRow(ctx, escalateSQL, req.JobID, fromQueues, toQueues, priority, req.Actor, req.Reason).
+		Scan(&res.JobID, &res.Kind, &res.State, &res.FromQueue, &res.ToQueue, &res.FromPriority, &res.ToPriority)
+	if err == nil {
+		return res, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Result{}, fmt.Errorf("escalate job %d: %w", req.JobID, err)
+	}
+	return unchanged(ctx, q, req.JobID)
+}
+
+// unchanged explains why Escalate moved nothing.
+func unchanged(ctx context.Context, q db.Querier, jobID int64) (Result, error) {
+	res := Result{JobID: jobID}
+	err := q.QueryRow(ctx, `SELECT kind, state::text, queue, priority FROM river_job WHERE id = $1`, jobID).
+		Scan(&res.Kind, &res.State, &res.FromQueue, &res.FromPriority)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Result{}, fmt.Errorf("%w: job %d", ErrNotFound, jobID)
+	case err != nil:
+		return Result{}, fmt.Errorf("escalate job %d: %w", jobID, err)
+	}
+	switch res.State {
+	case "available", "scheduled", "retryable", "pending":
+	default:
+		return Result{}, fmt.Errorf("%w: job %d is %s", ErrNotQueued, jobID, res.State)
+	}
+	if !slices.Contains(routing.Queues(), res.FromQueue) {
+		return Result{}, fmt.Errorf("%w: job %d is in queue %q", ErrNotServiceQueue, jobID, res.FromQueue)
+	}
+	res.ToQueue, res.ToPriority = res.FromQueue, res.FromPriority
+	return res, nil
+}
+
+// Rule is one automatic escalation: a job available in a From queue for
+// longer than After moves to the same service's To queue. After 0 turns the
+// rule off.
+type Rule struct {
+	From  routing.Class
+	To    routing.Class
+	After time.Duration
+}
+
+// Rules are the scheduler's two rules: scheduled → default after
+// scheduledAfter, default → priority after defaultAfter.
+func Rules(scheduledAfter, defaultAfter time.Duration) []Rule {
+	return []Rule{
+		{From: routing.Scheduled, To: routing.Default, After: scheduledAfter},
+		{From: routing.Default, To: routing.Priority, After: defaultAfter},
+	}
+}
+
+// SweepResult counts the jobs a sweep moved, by "from_queue->to_queue".
+type SweepResult struct {
+	Moved map[string]int
+	Total int
+}
+
+// sweepSQL moves at most $4 available jobs that waited longer than $3 seconds
+// in one of the from queues. A moved job joins the back of its new queue:
+// priority 4 (PriorityLowest) and scheduled_at now, so it neither jumps ahead
+// of the work already waiting there nor carries aging credit from its old
+// queue; created_at keeps its original enqueue time.
+const sweepSQL = `
+WITH due AS (
+    SELECT j.id, j.queue AS from_queue, m.to_queue, j.priority AS from_priority
+    FROM river_job AS j
+    JOIN unnest($1::text[], $2::text[]) AS m(from_queue, to_queue) ON m.from_queue = j.queue
+    WHERE j.state = 'available'
+      AND j.queue = ANY($1::text[])
+      AND j.priority = ANY('{1,2,3,4}'::smallint[])
+      AND j.scheduled_at <= now() - make_interval(secs => $3)
+    LIMIT $4
+    FOR UPDATE OF j SKIP LOCKED
+),
+moved AS (
+    UPDATE river_job AS j
+    SET queue = due.to_queue,
+        priority = 4,
+        scheduled_at = now(),
+        metadata = jsonb_set(j.metadata, '{tierq_base_priority}', '4')
+    FROM due
+    WHERE j.id = due.id
+    RETURNING j.id, j.state::text AS state, due.from_queue, due.to_queue, due.from_priority, j.priority AS to_priority
+),` + auditCTE + `,` + notifyCTE + `
+SELECT from_queue, to_queue FROM moved, (SELECT count(*) FROM notified) AS n`
+
+// Sweep applies rules once, in batches of at most batch jobs per statement,
+// with actor "scheduler".
+func Sweep(ctx context.Context, q db.Querier, rules []Rule, batch int) (SweepResult, error) {
+	if batch <= 0 {
+		batch = 1000
+	}
+	res := SweepResult{Moved: map[string]int{}}
+	for _, rule := range rules {
+		if rule.After <= 0 || rule.From == rule.To {
+			continue
+		}
+		fromQueues, toQueues := queueMoves([]routing.Class{rule.From}, rule.To)
+		reason := fmt.Sprintf("waited more than %s in a %s queue", rule.After, rule.From)
+		for {
+			n, err := sweepBatch(ctx, q, fromQueues, toQueues, rule.After, batch, reason, &res)
+			if err != nil {
+				return res, err
+			}
+			if n < batch {
+				break
+			}
+		}
+	}
+	return res, nil
+}
+
+func sweepBatch(ctx context.Context, q db.Querier, fromQueues, toQueues []string, after time.Duration, batch int, reason string, res *SweepResult) (int, error) {
+	// $5 and $6 (actor, reason) are shared with escalateSQL's audit CTE.
+	rows, err := q.Query(ctx, sweepSQL, fromQueues, toQueues, after.Seconds(), batch, ActorScheduler, reason)
+	if err != nil {
+		return 0, fmt.Errorf("escalation sweep: %w", err)
+	}
+	n := 0
+	for rows.Next() {
+		var from, to string
+		if err := rows.Scan(&from, &to); err != nil {
+			rows.Close()
+			return n, fmt.Errorf("escalation sweep: %w", err)
+		}
+		res.Moved[from+"->"+to]++
+		res.Total++
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return n, fmt.Errorf("escalation sweep: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,117 @@
+// Package producer is the insert path for API services: the queue and
+// priority from the user's tier (routing.InsertOpts), River unique options
+// that ignore the queue, and dedup that upgrades tier.
+//
+// When a job is inserted while an equal one (same kind and unique args) is
+// still queued, River returns the queued job instead of a new one. If the new
+// insert's tier would place it better — a better class of queue, or the same
+// class at a better priority — the queued job is escalated there, audited with
+// actor "dedup". A paying customer never waits behind a free duplicate of
+// their own request; a free duplicate never downgrades a paid job.
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/tierq/tierq/escalation"
+	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/tiers"
+)
+
+// UniqueOpts makes a job unique by its kind and its args' `river:"unique"`
+// fields, in every queue (ByQueue is off, so a job escalated to another queue
+// is still the same job), while it is queued or running. A finished job does
+// not block a new one.
+func UniqueOpts() river.UniqueOpts {
+	return river.UniqueOpts{
+		ByArgs: true,
+		ByState: []rivertype.JobState{
+			rivertype.JobStateAvailable,
+			rivertype.JobStatePending,
+			rivertype.JobStateRetryable,
+			rivertype.JobStateRunning,
+			rivertype.JobStateScheduled,
+		},
+	}
+}
+
+// Job is one insert request.
+type Job struct {
+	Args      river.JobArgs
+	Service   routing.Service
+	Tier      tiers.Tier
+	Scheduled bool
+	// MaxAttempts overrides River's default (25) when positive.
+	MaxAttempts int
+}
+
+// Inserted is what Insert did.
+type Inserted struct {
+	// Job is the new job, or the queued duplicate (after any upgrade).
+	Job *rivertype.JobRow
+	// Duplicate is true when an equal job was already queued or running.
+	Duplicate bool
+	// Upgraded is true when that duplicate was moved to this insert's queue
+	// and priority.
+	Upgraded bool
+}
+
+// Insert inserts job in tx. The caller commits.
+func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Job) (Inserted, error) {
+	opts := routing.InsertOpts(job.Service, job.Tier, job.Scheduled)
+	opts.UniqueOpts = UniqueOpts()
+	if job.MaxAttempts > 0 {
+		opts.MaxAttempts = job.MaxAttempts
+	}
+	res, err := client.InsertTx(ctx, tx, job.Args, opts)
+	if err != nil {
+		return Inserted{}, fmt.Errorf("insert %s job: %w", job.Args.Kind(), err)
+	}
+	if !res.UniqueSkippedAsDuplicate {
+		return Inserted{Job: res.Job}, nil
+	}
+
+	out := Inserted{Job: res.Job, Duplicate: true}
+	_, toClass, _ := routing.ClassOf(opts.Queue) // not ClassFor: that counts an unknown tier twice
+	if !better(toClass, opts.Priority, res.Job.Queue, res.Job.Priority) {
+		return out, nil
+	}
+	moved, err := escalation.Escalate(ctx, tx, escalation.Request{
+		JobID:    res.Job.ID,
+		To:       toClass,
+		Priority: opts.Priority,
+		Actor:    escalation.ActorDedup,
+		Reason:   fmt.Sprintf("duplicate inserted for tier %s", job.Tier),
+	})
+	switch {
+	case errors.Is(err, escalation.ErrNotQueued), errors.Is(err, escalation.ErrNotServiceQueue):
+		return out, nil // started in the meantime, or not ours to move: the job stands
+	case err != nil:
+		return Inserted{}, err
+	}
+	out.Upgraded = moved.Changed
+	out.Job.Queue, out.Job.Priority = moved.ToQueue, moved.ToPriority
+	return out, nil
+}
+
+// classRank orders classes by how soon their work runs.
+var classRank = map[routing.Class]int{routing.Scheduled: 0, routing.Default: 1, routing.Priority: 2}
+
+// better reports whether class and priority place a job ahead of where the
+// job in queue at priority is now.
+func better(class routing.Class, priority int, queue string, currentPriority int) bool {
+	_, current, ok := routing.ClassOf(queue)
+	if !ok {
+		return false
+	}
+	if classRank[class] != classRank[current] {
+		return classRank[class] > classRank[current]
+	}
+	return priority < currentPriority
+}
