@@ -26,11 +26,14 @@ func TestComposeFileIsValid(t *testing.T) {
 			Entrypoint  []string          `yaml:"entrypoint"`
 			Environment map[string]string `yaml:"environment"`
 			DependsOn   map[string]any    `yaml:"depends_on"`
+			Deploy      struct {
+				Replicas int `yaml:"replicas"`
+			} `yaml:"deploy"`
 		} `yaml:"services"`
 	}
 	require.NoError(t, yaml.Unmarshal(raw, &compose)) // resolves anchors and merge keys
 
-	for _, name := range []string{"postgres", "migrate", "worker-analyzer", "worker-specgen", "riverui"} {
+	for _, name := range []string{"postgres", "migrate", "worker-analyzer", "worker-specgen", "scheduler", "riverui"} {
 		require.Contains(t, compose.Services, name)
 	}
 	require.True(t, strings.HasPrefix(compose.Services["riverui"].Image, "ghcr.io/riverqueue/riverui:"))
@@ -40,13 +43,25 @@ func TestComposeFileIsValid(t *testing.T) {
 		s := compose.Services[name]
 		require.Contains(t, s.DependsOn, "migrate", name)
 		require.Equal(t, svc, s.Environment["WORKER_SERVICE"], name)
-		var environ []string
-		for k, v := range s.Environment {
-			environ = append(environ, k+"="+os.Expand(v, composeDefault))
-		}
-		_, err := config.Load[config.Worker](environ)
+		_, err := config.Load[config.Worker](composeEnviron(s.Environment))
 		require.NoError(t, err, name)
 	}
+
+	scheduler := compose.Services["scheduler"]
+	require.Equal(t, []string{"/usr/local/bin/scheduler"}, scheduler.Entrypoint)
+	require.Contains(t, scheduler.DependsOn, "migrate")
+	require.Equal(t, 2, scheduler.Deploy.Replicas, "two scheduler replicas for failover")
+	_, err = config.Load[config.Scheduler](composeEnviron(scheduler.Environment))
+	require.NoError(t, err, "scheduler")
+}
+
+// composeEnviron is a service's environment as the process would see it.
+func composeEnviron(env map[string]string) []string {
+	var environ []string
+	for k, v := range env {
+		environ = append(environ, k+"="+os.Expand(v, composeDefault))
+	}
+	return environ
 }
 
 // composeDefault resolves ${VAR:-default} the way compose does with VAR unset.

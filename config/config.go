@@ -69,10 +69,10 @@ func (es Errors) Unwrap() []error {
 	return errs
 }
 
-// validator is what every process configuration implements. Validate gets a
-// checker that knows the raw values, so its errors quote what the operator
-// typed.
-type validator interface {
+// Validator is what every process configuration implements (and only this
+// package can): validate gets a checker that knows the raw values, so its
+// errors quote what the operator typed.
+type Validator interface {
 	validate(c *checker)
 }
 
@@ -81,7 +81,7 @@ type validator interface {
 // variable.
 func Load[T any, PT interface {
 	*T
-	validator
+	Validator
 }](environ []string) (T, error) {
 	vars := env.ToMap(environ)
 	fields := fieldsOf(reflect.TypeFor[T]())

@@ -45,7 +45,7 @@ func TestEnvExampleListsEveryVariable(t *testing.T) {
 		line := scanner.Text()
 		if key, value, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
 			require.NotEmpty(t, previous, "%s has no comment above it", key)
-			documented[key] = value
+			documented[key] = strings.Trim(value, `"`) // quoted where a shell would split or glob it
 		}
 		if line != "" {
 			previous = line
@@ -54,7 +54,7 @@ func TestEnvExampleListsEveryVariable(t *testing.T) {
 	require.NoError(t, scanner.Err())
 
 	required := map[string]bool{"DATABASE_URL": true, "WORKER_SERVICE": true}
-	for _, typ := range []reflect.Type{reflect.TypeFor[config.Worker](), reflect.TypeFor[config.CLI]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[config.Worker](), reflect.TypeFor[config.Scheduler](), reflect.TypeFor[config.CLI]()} {
 		for key, def := range envVars(typ) {
 			value, ok := documented[key]
 			require.True(t, ok, "%s (%s) missing from .env.example", key, typ.Name())

@@ -59,14 +59,7 @@ func TestWorkerZeroWorkersLeavesQueueOut(t *testing.T) {
 func TestWorkerBadValues(t *testing.T) {
 	t.Parallel()
 
-	tests := []struct {
-		name       string
-		give       []string // on top of baseWorkerEnv, later entries win
-		omit       string   // variable to remove from baseWorkerEnv
-		wantVar    string
-		wantValue  string
-		wantReason string
-	}{
+	tests := []badValue{
 		{name: "missing database url", omit: "DATABASE_URL", wantVar: "DATABASE_URL", wantReason: "required"},
 		{name: "empty database url", give: []string{"DATABASE_URL="}, wantVar: "DATABASE_URL", wantReason: "empty"},
 		{name: "bad database url", give: []string{"DATABASE_URL=postgres://u:pw@host:notaport/db"}, wantVar: "DATABASE_URL", wantValue: "[redacted]", wantReason: "connection string"},
@@ -89,19 +82,39 @@ func TestWorkerBadValues(t *testing.T) {
 		{name: "bad schema", give: []string{"DATABASE_SCHEMA=Public; drop"}, wantVar: "DATABASE_SCHEMA", wantValue: "Public; drop", wantReason: "identifier"},
 		{name: "pool too small", give: []string{"DATABASE_MAX_CONNS=1"}, wantVar: "DATABASE_MAX_CONNS", wantValue: "1", wantReason: "between 2 and 1000"},
 	}
+	runBadValues[config.Worker](t, baseWorkerEnv(), tests)
+}
+
+// badValue is one case of a table of invalid environments.
+type badValue struct {
+	name       string
+	give       []string // on top of the base environment, later entries win
+	omit       string   // variable to remove from the base environment
+	wantVar    string
+	wantValue  string
+	wantReason string
+}
+
+// runBadValues loads each case's environment as a T and checks that the
+// error names the variable, quotes the value and gives the reason.
+func runBadValues[T any, PT interface {
+	*T
+	config.Validator
+}](t *testing.T, base []string, tests []badValue) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 
 			var environ []string
-			for _, kv := range baseWorkerEnv() {
+			for _, kv := range base {
 				if tt.omit == "" || !strings.HasPrefix(kv, tt.omit+"=") {
 					environ = append(environ, kv)
 				}
 			}
 			environ = append(environ, tt.give...)
 
-			_, err := config.Load[config.Worker](environ)
+			_, err := config.Load[T, PT](environ)
 			require.ErrorIs(t, err, config.ErrInvalid)
 
 			var cfgErr *config.Error

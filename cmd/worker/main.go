@@ -16,12 +16,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/process"
 	"github.com/tierq/tierq/worker"
 )
 
@@ -41,39 +42,23 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 		return err
 	}
 	logger := cfg.NewLogger(stdout)
-
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-
 	poolConfig, err := cfg.PoolConfig()
 	if err != nil {
 		return err
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
-	if err != nil {
-		return fmt.Errorf("connect to database: %w", err)
-	}
-	defer pool.Close()
-
-	client, err := worker.NewClient(cfg, pool, logger)
-	if err != nil {
-		return err
-	}
-	if err := client.Start(ctx); err != nil {
-		return fmt.Errorf("start river client: %w", err)
 	}
 
 	attrs := []any{slog.String("service", string(cfg.Service))}
 	for name, qc := range cfg.Queues() {
 		attrs = append(attrs, slog.Int(name, qc.Workers))
 	}
-	logger.InfoContext(ctx, "worker started", attrs...)
-
-	<-ctx.Done()
-	stop() // from here on, a second signal terminates the process at once
-	logger.InfoContext(context.WithoutCancel(ctx), "worker stopping: finishing running jobs",
-		slog.Duration("soft_stop_timeout", cfg.SoftStopTimeout))
-	<-client.Stopped()
-	logger.InfoContext(context.WithoutCancel(ctx), "worker stopped")
-	return nil
+	return process.Run(ctx, process.Spec{
+		Name:            "worker",
+		Logger:          logger,
+		Pool:            poolConfig,
+		SoftStopTimeout: cfg.SoftStopTimeout,
+		NewClient: func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
+			return worker.NewClient(cfg, pool, logger)
+		},
+		Attrs: attrs,
+	})
 }

@@ -1,0 +1,68 @@
+// Command scheduler runs tierq's scheduler deployment: the only River client
+// allowed to lead. On the leader it runs River's maintenance (retries,
+// scheduled-job promotion, rescue of stuck jobs of every kind, cleanup) and
+// tierq's periodic jobs: the aging and escalation sweeps and the re-analysis
+// and retention cron jobs. Run two replicas; one leads, the other takes over
+// when it goes away. See docs/scheduling.md.
+//
+// Invalid configuration exits 2 before any database connection is made.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/process"
+	"github.com/tierq/tierq/scheduler"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args, os.Environ(), os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "scheduler:", err)
+		if errors.Is(err, config.ErrInvalid) {
+			os.Exit(config.ExitCodeInvalid)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) error {
+	cfg, err := config.Load[config.Scheduler](environ)
+	if err != nil {
+		return err
+	}
+	logger := cfg.NewLogger(stdout)
+	poolConfig, err := cfg.PoolConfig()
+	if err != nil {
+		return err
+	}
+
+	return process.Run(ctx, process.Spec{
+		Name:            "scheduler",
+		Logger:          logger,
+		Pool:            poolConfig,
+		SoftStopTimeout: cfg.SoftStopTimeout,
+		NewClient: func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
+			return scheduler.NewClient(cfg, pool, logger)
+		},
+		Attrs: []any{
+			slog.String("cron_tz", cfg.CronTZ),
+			slog.String("reanalyze_cron", cfg.ReanalyzeCron),
+			slog.String("retention_cron", cfg.RetentionCron),
+			slog.Duration("aging_interval", cfg.AgingInterval),
+			slog.Duration("aging_step", cfg.AgingStep),
+			slog.Int("aging_max_priority", cfg.AgingMaxPriority),
+			slog.Duration("escalate_scheduled_after", cfg.EscalateScheduledAfter),
+			slog.Duration("escalate_default_after", cfg.EscalateDefaultAfter),
+		},
+	})
+}

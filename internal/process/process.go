@@ -1,0 +1,63 @@
+// Package process runs a long-lived tierq process around one River client:
+// connect, start, wait for SIGINT or SIGTERM, soft-stop, exit.
+package process
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+)
+
+// Spec describes one process.
+type Spec struct {
+	// Name is the process name used in log messages ("worker", "scheduler").
+	Name   string
+	Logger *slog.Logger
+	// Pool is the pgxpool configuration of the process's database.
+	Pool *pgxpool.Config
+	// SoftStopTimeout is logged when stopping; River's client enforces it.
+	SoftStopTimeout time.Duration
+	// NewClient builds the River client on the connected pool.
+	NewClient func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error)
+	// Attrs are logged with "<name> started".
+	Attrs []any
+}
+
+// Run runs the process until ctx ends or a signal arrives. On the first
+// SIGINT or SIGTERM River stops fetching and lets running jobs finish for up
+// to the soft-stop timeout, then cancels them; a second signal kills the
+// process at once.
+func Run(ctx context.Context, s Spec) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	pool, err := pgxpool.NewWithConfig(ctx, s.Pool)
+	if err != nil {
+		return fmt.Errorf("connect to database: %w", err)
+	}
+	defer pool.Close()
+
+	client, err := s.NewClient(pool)
+	if err != nil {
+		return err
+	}
+	if err := client.Start(ctx); err != nil {
+		return fmt.Errorf("start river client: %w", err)
+	}
+	s.Logger.InfoContext(ctx, s.Name+" started", append([]any{slog.String("client_id", client.ID())}, s.Attrs...)...)
+
+	<-ctx.Done()
+	stop() // from here on, a second signal terminates the process at once
+	ctx = context.WithoutCancel(ctx)
+	s.Logger.InfoContext(ctx, s.Name+" stopping: finishing running jobs", slog.Duration("soft_stop_timeout", s.SoftStopTimeout))
+	<-client.Stopped()
+	s.Logger.InfoContext(ctx, s.Name+" stopped")
+	return nil
+}
