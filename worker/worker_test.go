@@ -33,9 +33,7 @@ type testBundle struct {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	db := testdb.New(t)
-	// An insert-only client, as an API service would hold: no workers, no queues.
-	producer, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})
-	require.NoError(t, err)
+	producer := db.Producer(t)
 	fixture, err := filepath.Abs("../jobs/scan/testdata/fixture")
 	require.NoError(t, err)
 	return &testBundle{db: db, producer: producer, fixture: fixture}
@@ -75,37 +73,6 @@ func (b *testBundle) start(t *testing.T, cfg config.Worker, mutate func(*river.C
 	return client
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
-
-type jobRow struct {
-	ID       int64
-	Kind     string
-	Queue    string
-	State    string
-	Priority int
-	Attempt  int
-}
-
-func (b *testBundle) jobs(t *testing.T, where string, args ...any) []jobRow {
-	t.Helper()
-	rows, err := b.db.Pool.Query(context.Background(),
-		"SELECT id, kind, queue, state::text, priority, attempt FROM river_job WHERE "+where+" ORDER BY id", args...)
-	require.NoError(t, err)
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[jobRow])
-	require.NoError(t, err)
-	return out
-}
-
 func TestEachTierRoutedAndWorkedThroughBothServices(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -130,7 +97,7 @@ func TestEachTierRoutedAndWorkedThroughBothServices(t *testing.T) {
 		}
 	}
 
-	waitFor(t, 30*time.Second, "every spec document", func() bool {
+	testdb.WaitFor(t, 30*time.Second, "every spec document", func() bool {
 		var n int
 		require.NoError(t, b.db.Pool.QueryRow(ctx, "SELECT count(*) FROM spec_documents").Scan(&n))
 		return n == len(all)
@@ -140,7 +107,7 @@ func TestEachTierRoutedAndWorkedThroughBothServices(t *testing.T) {
 		name := fmt.Sprintf("%s scheduled=%v", in.tier, in.isScheduled)
 		wantClass := routing.ClassFor(in.tier, in.isScheduled)
 
-		analysis := b.jobs(t, "id = $1", in.jobID)
+		analysis := b.db.Jobs(t, "id = $1", in.jobID)
 		require.Len(t, analysis, 1, name)
 		require.Equal(t, routing.Analyzer.Queue(wantClass), analysis[0].Queue, name)
 		require.Equal(t, "completed", analysis[0].State, name)
@@ -151,7 +118,7 @@ func TestEachTierRoutedAndWorkedThroughBothServices(t *testing.T) {
 			"SELECT id, total_tests FROM analysis_results WHERE job_id = $1", in.jobID).Scan(&resultID, &total))
 		require.EqualValues(t, 19, total, name)
 
-		specs := b.jobs(t, "kind = 'specview' AND (args->>'analysis_result_id')::bigint = $1", resultID)
+		specs := b.db.Jobs(t, "kind = 'specview' AND (args->>'analysis_result_id')::bigint = $1", resultID)
 		require.Len(t, specs, 1, name)
 		require.Equal(t, routing.SpecGen.Queue(wantClass), specs[0].Queue, name)
 		require.Equal(t, routing.StartingPriority(in.tier), specs[0].Priority, name)
@@ -177,10 +144,10 @@ func TestUnknownTierRoutesDefaultAndIsCounted(t *testing.T) {
 		&river.InsertOpts{Queue: "analysis_priority"})
 	require.NoError(t, err)
 
-	waitFor(t, 30*time.Second, "the analysis to complete", func() bool {
-		return b.jobs(t, "id = $1", res.Job.ID)[0].State == "completed"
+	testdb.WaitFor(t, 30*time.Second, "the analysis to complete", func() bool {
+		return b.db.Jobs(t, "id = $1", res.Job.ID)[0].State == "completed"
 	})
-	specs := b.jobs(t, "kind = 'specview'")
+	specs := b.db.Jobs(t, "kind = 'specview'")
 	require.Len(t, specs, 1)
 	// The analysis ran in the priority queue, so its spec keeps that class;
 	// the unknown tier gets the lowest starting priority there.
@@ -216,8 +183,8 @@ func TestPermanentErrorsCancelWithReason(t *testing.T) {
 		wrongTypes:      "bad analysis args: json: cannot unmarshal number",
 	}
 	for id, reason := range want {
-		waitFor(t, 30*time.Second, fmt.Sprintf("job %d cancelled", id), func() bool {
-			return b.jobs(t, "id = $1", id)[0].State == "cancelled"
+		testdb.WaitFor(t, 30*time.Second, fmt.Sprintf("job %d cancelled", id), func() bool {
+			return b.db.Jobs(t, "id = $1", id)[0].State == "cancelled"
 		})
 		var attempt int
 		var lastError string
@@ -254,11 +221,11 @@ func TestSpecGenDeploymentNeverTakesAnalysisWork(t *testing.T) {
 	_, err := b.producer.Insert(ctx, jobs.AnalysisArgs{Target: b.fixture}, &river.InsertOpts{Queue: "specview_default"})
 	require.NoError(t, err)
 
-	waitFor(t, 30*time.Second, "the specview jobs", func() bool {
-		return len(b.jobs(t, "kind = 'specview' AND state = 'completed'")) == 4
+	testdb.WaitFor(t, 30*time.Second, "the specview jobs", func() bool {
+		return len(b.db.Jobs(t, "kind = 'specview' AND state = 'completed'")) == 4
 	})
 	time.Sleep(300 * time.Millisecond) // several more fetch rounds
-	analysis := b.jobs(t, "kind = 'analysis'")
+	analysis := b.db.Jobs(t, "kind = 'analysis'")
 	require.Len(t, analysis, 9)
 	for _, j := range analysis {
 		require.Equal(t, "available", j.State, "job %d in %s", j.ID, j.Queue)
@@ -349,7 +316,7 @@ func TestConcurrencyPerQueueNeverExceedsConfiguredCount(t *testing.T) {
 	}
 
 	// Saturate: every replica fills every queue to its count, and no further.
-	waitFor(t, 30*time.Second, "all queues saturated", func() bool {
+	testdb.WaitFor(t, 30*time.Second, "all queues saturated", func() bool {
 		running := runningByQueue()
 		for queue, n := range counts {
 			require.LessOrEqual(t, running[queue], replicas*n, queue)
@@ -370,8 +337,8 @@ func TestConcurrencyPerQueueNeverExceedsConfiguredCount(t *testing.T) {
 	for _, bl := range blockers {
 		close(bl.release)
 	}
-	waitFor(t, 60*time.Second, "every job completed", func() bool {
-		return len(b.jobs(t, "kind = 'analysis' AND state = 'completed'")) == perQueue*len(counts)
+	testdb.WaitFor(t, 60*time.Second, "every job completed", func() bool {
+		return len(b.db.Jobs(t, "kind = 'analysis' AND state = 'completed'")) == perQueue*len(counts)
 	})
 	for _, bl := range blockers {
 		require.Equal(t, counts, bl.maxSeen())

@@ -1,0 +1,77 @@
+package testdb
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+)
+
+// Producer returns an insert-only River client on the test's schema, as an
+// API service would hold: no workers, no queues, never a leader.
+func (db *DB) Producer(t testing.TB) *river.Client[pgx.Tx] {
+	t.Helper()
+	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	return client
+}
+
+// InsertWaiting inserts a job that has been available for wait: River
+// inserts a job with a scheduled_at as `scheduled` and leaves it to the
+// leader to make it available, so this does that step itself.
+func InsertWaiting(t testing.TB, db *DB, args river.JobArgs, opts *river.InsertOpts, wait time.Duration) int64 {
+	t.Helper()
+	ctx := context.Background()
+	o := *opts
+	o.ScheduledAt = time.Now().Add(-wait)
+	res, err := db.Producer(t).Insert(ctx, args, &o)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `UPDATE river_job SET state = 'available' WHERE id = $1 AND state = 'scheduled'`, res.Job.ID)
+	require.NoError(t, err)
+	return res.Job.ID
+}
+
+// Job is the part of a river_job row tests look at.
+type Job struct {
+	ID       int64
+	Kind     string
+	Queue    string
+	State    string
+	Priority int
+	Attempt  int
+}
+
+// Jobs returns the river_job rows matching where (SQL, with args), by id.
+func (db *DB) Jobs(t testing.TB, where string, args ...any) []Job {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(),
+		"SELECT id, kind, queue, state::text, priority, attempt FROM river_job WHERE "+where+" ORDER BY id", args...)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Job])
+	require.NoError(t, err)
+	return out
+}
+
+// Count runs a SELECT count(*) (or any single-integer query).
+func (db *DB) Count(t testing.TB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+// WaitFor polls cond until it holds, failing t after timeout.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
