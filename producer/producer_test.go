@@ -1,0 +1,115 @@
+package producer_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/producer"
+	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/tiers"
+)
+
+func TestDuplicateOfHigherTierUpgradesTheQueuedJob(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	client := db.Producer(t)
+
+	insert := func(tier tiers.Tier, scheduled bool, target string) producer.Inserted {
+		t.Helper()
+		var out producer.Inserted
+		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			var err error
+			out, err = producer.Insert(ctx, client, tx, producer.Job{
+				Args:    jobs.AnalysisArgs{Target: target, UserID: "u_" + tier.String(), Tier: tier.String()},
+				Service: routing.Analyzer, Tier: tier, Scheduled: scheduled,
+			})
+			return err
+		}))
+		return out
+	}
+
+	free := insert(tiers.Free, false, "/srv/repo")
+	require.False(t, free.Duplicate)
+	require.Equal(t, "analysis_default", free.Job.Queue)
+	require.Equal(t, 4, free.Job.Priority)
+
+	ent := insert(tiers.Enterprise, false, "/srv/repo")
+	require.True(t, ent.Duplicate)
+	require.True(t, ent.Upgraded)
+	require.Equal(t, free.Job.ID, ent.Job.ID, "one job, not two")
+	require.Equal(t, "analysis_priority", ent.Job.Queue)
+	require.Equal(t, 2, ent.Job.Priority)
+
+	all := db.Jobs(t, "kind = 'analysis'")
+	require.Equal(t, []testdb.Job{{ID: free.Job.ID, Kind: "analysis", Queue: "analysis_priority", State: "available", Priority: 2}}, all)
+	var actor, reason, from, to string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT actor, reason, from_queue, to_queue FROM job_escalations WHERE job_id = $1`, free.Job.ID).
+		Scan(&actor, &reason, &from, &to))
+	require.Equal(t, "dedup", actor)
+	require.Equal(t, "duplicate inserted for tier enterprise", reason)
+	require.Equal(t, []string{"analysis_default", "analysis_priority"}, []string{from, to})
+
+	// Worse placements never downgrade it: free, pro_plus (priority 3 in
+	// the same queue), an enterprise scheduled job.
+	for _, dup := range []producer.Inserted{
+		insert(tiers.Free, false, "/srv/repo"),
+		insert(tiers.ProPlus, false, "/srv/repo"),
+		insert(tiers.Enterprise, true, "/srv/repo"),
+	} {
+		require.True(t, dup.Duplicate)
+		require.False(t, dup.Upgraded)
+		require.Equal(t, "analysis_priority", dup.Job.Queue)
+		require.Equal(t, 2, dup.Job.Priority)
+	}
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM job_escalations`))
+
+	// A scheduled duplicate moves up to the priority queue on a paid insert.
+	sched := insert(tiers.Free, true, "/srv/other")
+	require.Equal(t, "analysis_scheduled", sched.Job.Queue)
+	pro := insert(tiers.Pro, false, "/srv/other")
+	require.True(t, pro.Upgraded)
+	require.Equal(t, "analysis_priority", pro.Job.Queue)
+	require.Equal(t, 4, pro.Job.Priority)
+
+	// Once the job is finished, the same target is a new job.
+	_, err := db.Pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now(), attempt = 1, attempted_at = now() WHERE id = $1`, free.Job.ID)
+	require.NoError(t, err)
+	again := insert(tiers.Free, false, "/srv/repo")
+	require.False(t, again.Duplicate)
+	require.NotEqual(t, free.Job.ID, again.Job.ID)
+}
+
+func TestDuplicateOfRunningJobIsReturnedUnchanged(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	client := db.Producer(t)
+
+	insert := func(tier tiers.Tier) producer.Inserted {
+		t.Helper()
+		tx, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck
+		out, err := producer.Insert(ctx, client, tx, producer.Job{
+			Args: jobs.AnalysisArgs{Target: "/srv/busy"}, Service: routing.Analyzer, Tier: tier,
+		})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		return out
+	}
+	first := insert(tiers.Free)
+	_, err := db.Pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE id = $1`, first.Job.ID)
+	require.NoError(t, err)
+
+	dup := insert(tiers.Enterprise)
+	require.True(t, dup.Duplicate)
+	require.False(t, dup.Upgraded, "a running job is past the point where its queue matters")
+	require.Equal(t, "analysis_default", db.Jobs(t, "id = $1", first.Job.ID)[0].Queue)
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM job_escalations`))
+}

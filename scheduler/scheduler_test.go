@@ -1,0 +1,338 @@
+package scheduler_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/robfig/cron/v3"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/producer"
+	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/scheduler"
+	"github.com/tierq/tierq/tiers"
+	"github.com/tierq/tierq/worker"
+)
+
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// schedulerConfig loads a scheduler configuration the way cmd/scheduler
+// does. The cron jobs default to once an hour here: they run once when the
+// scheduler becomes leader (RunOnStart) and not again during a test.
+func schedulerConfig(t *testing.T, db *testdb.DB, extra ...string) config.Scheduler {
+	t.Helper()
+	cfg, err := config.Load[config.Scheduler](append([]string{
+		"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema,
+		"REANALYZE_CRON=@every 1h", "RETENTION_CRON=@every 1h",
+	}, extra...))
+	require.NoError(t, err)
+	return cfg
+}
+
+// start starts a River client and stops it when the test ends.
+func start(t *testing.T, db *testdb.DB, riverConfig *river.Config) *river.Client[pgx.Tx] {
+	t.Helper()
+	client, err := river.NewClient(riverpgxv5.New(db.Pool), riverConfig)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, client.Stop(ctx))
+	})
+	return client
+}
+
+func startScheduler(t *testing.T, db *testdb.DB, cfg config.Scheduler) *river.Client[pgx.Tx] {
+	t.Helper()
+	return start(t, db, scheduler.RiverConfig(cfg, db.Pool, discard))
+}
+
+func TestShortestGap(t *testing.T) {
+	t.Parallel()
+
+	from := time.Date(2026, 11, 21, 10, 17, 0, 0, time.UTC)
+	for spec, want := range map[string]time.Duration{
+		"0 */6 * * *":  6 * time.Hour,
+		"30 3 * * *":   24 * time.Hour,
+		"*/7 * * * *":  4 * time.Minute, // :56 → :00 is the short gap
+		"@every 2s":    2 * time.Second,
+		"@every 500ms": time.Second, // River's smallest unique period
+		"0 9 * * 1-5":  24 * time.Hour,
+	} {
+		schedule, err := cron.ParseStandard(spec)
+		require.NoError(t, err)
+		require.Equal(t, want, scheduler.ShortestGap(schedule, from), spec)
+	}
+}
+
+// markStuck makes a job look like its worker died while running it 2h ago.
+func markStuck(t *testing.T, db *testdb.DB, id int64) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), `
+		UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() - interval '2 hours',
+		       attempted_by = '{crashed_worker}' WHERE id = $1`, id)
+	require.NoError(t, err)
+}
+
+func TestStuckSpecViewJobIsRetriedWhileSchedulerLeads(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+
+	res, err := db.Producer(t).Insert(ctx, jobs.SpecViewArgs{AnalysisResultID: 1, Tier: "pro"}, routing.InsertOpts(routing.SpecGen, tiers.Pro, false))
+	require.NoError(t, err)
+	markStuck(t, db, res.Job.ID)
+
+	startScheduler(t, db, schedulerConfig(t, db)) // RESCUE_STUCK_JOBS_AFTER=1h
+	testdb.WaitFor(t, 20*time.Second, "the rescuer to pick up the stuck job", func() bool {
+		return db.Jobs(t, "id = $1", res.Job.ID)[0].State != "running"
+	})
+	job := db.Jobs(t, "id = $1", res.Job.ID)[0]
+	require.Contains(t, []string{"retryable", "available"}, job.State, "retried, not discarded")
+	var lastError string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT errors[1]->>'error' FROM river_job WHERE id = $1`, res.Job.ID).Scan(&lastError))
+	require.Contains(t, lastError, "Stuck job rescued")
+
+	// The scheduler knows the kind but does not serve specview queues: the
+	// job waits for a specgen worker.
+	time.Sleep(time.Second)
+	require.Contains(t, []string{"retryable", "available"}, db.Jobs(t, "id = $1", res.Job.ID)[0].State)
+}
+
+// TestLeaderWithoutTheKindDiscardsAStuckJob is the failure the scheduler's
+// design avoids: an analyzer worker allowed to lead discards a stuck specview
+// job as a kind it does not know.
+func TestLeaderWithoutTheKindDiscardsAStuckJob(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+
+	res, err := db.Producer(t).Insert(ctx, jobs.SpecViewArgs{AnalysisResultID: 1}, routing.InsertOpts(routing.SpecGen, tiers.Pro, false))
+	require.NoError(t, err)
+	markStuck(t, db, res.Job.ID)
+
+	cfg, err := config.Load[config.Worker]([]string{"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "WORKER_SERVICE=analyzer"})
+	require.NoError(t, err)
+	riverConfig := worker.RiverConfig(cfg, db.Pool, discard)
+	require.True(t, riverConfig.LeaderElectionDisabled, "workers never lead")
+	riverConfig.LeaderElectionDisabled = false // what tierq does not do
+	start(t, db, riverConfig)
+
+	testdb.WaitFor(t, 20*time.Second, "the rescuer to pick up the stuck job", func() bool {
+		return db.Jobs(t, "id = $1", res.Job.ID)[0].State != "running"
+	})
+	require.Equal(t, "discarded", db.Jobs(t, "id = $1", res.Job.ID)[0].State)
+}
+
+func insertResult(t *testing.T, db *testdb.DB, target, tier string, age time.Duration) int64 {
+	t.Helper()
+	var id int64
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `
+		INSERT INTO analysis_results (job_id, target, user_id, tier, total_tests, go_tests, python_tests,
+		                              js_tests, files_scanned, files_skipped, tests, created_at)
+		VALUES ((SELECT coalesce(max(job_id), 0) + 1 FROM analysis_results), $1, 'u_' || $2, $2,
+		        1, 1, 0, 0, 1, 0, '[]', now() - make_interval(secs => $3))
+		RETURNING id`, target, tier, age.Seconds()).Scan(&id))
+	return id
+}
+
+func TestReanalyzeQueuesStaleTargetsOnce(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+
+	insertResult(t, db, "/srv/a", "enterprise", 48*time.Hour)
+	insertResult(t, db, "/srv/b", "pro", 48*time.Hour)
+	insertResult(t, db, "/srv/b", "pro", time.Hour) // b's latest result is fresh
+	insertResult(t, db, "/srv/c", "free", 30*time.Hour)
+	insertResult(t, db, "/srv/d", "pro", 30*time.Hour)
+	// d already has a queued analysis (a user asked for it).
+	var queued producer.Inserted
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		var err error
+		queued, err = producer.Insert(ctx, db.Producer(t), tx, producer.Job{
+			Args: jobs.AnalysisArgs{Target: "/srv/d", Tier: "pro"}, Service: routing.Analyzer, Tier: tiers.Pro,
+		})
+		return err
+	}))
+
+	client := startScheduler(t, db, schedulerConfig(t, db))
+	waitCompleted(t, db, scheduler.KindReanalyzeStale, 1)
+
+	type row struct {
+		Target   string
+		Queue    string
+		Priority int
+	}
+	analyses := func() []row {
+		rows, err := db.Pool.Query(ctx, `SELECT args->>'target', queue, priority FROM river_job WHERE kind = 'analysis' ORDER BY args->>'target'`)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+		require.NoError(t, err)
+		return out
+	}
+	want := []row{
+		{Target: "/srv/a", Queue: "analysis_scheduled", Priority: 2},
+		{Target: "/srv/c", Queue: "analysis_scheduled", Priority: 4},
+		{Target: "/srv/d", Queue: queued.Job.Queue, Priority: queued.Job.Priority},
+	}
+	require.Equal(t, want, analyses())
+
+	// Another run while those are still queued adds nothing.
+	_, err := client.Insert(ctx, scheduler.ReanalyzeStaleArgs{}, &river.InsertOpts{Queue: scheduler.Queue})
+	require.NoError(t, err)
+	waitCompleted(t, db, scheduler.KindReanalyzeStale, 2)
+	require.Equal(t, want, analyses())
+}
+
+func waitCompleted(t *testing.T, db *testdb.DB, kind string, n int) {
+	t.Helper()
+	testdb.WaitFor(t, 20*time.Second, kind+" to complete", func() bool {
+		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed'`, kind) >= n
+	})
+}
+
+func TestRetentionDeletesOldRowsInBatches(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+
+	addDoc := func(resultID int64, age time.Duration) {
+		_, err := db.Pool.Exec(ctx, `
+			INSERT INTO spec_documents (job_id, analysis_result_id, title, content, test_count, created_at)
+			VALUES ((SELECT coalesce(max(job_id), 0) + 1 FROM spec_documents), $1, 't', 'c', 1, now() - make_interval(secs => $2))`,
+			resultID, age.Seconds())
+		require.NoError(t, err)
+	}
+	for range 5 {
+		addDoc(insertResult(t, db, "/srv/old", "free", 100*24*time.Hour), 100*24*time.Hour)
+	}
+	fresh := insertResult(t, db, "/srv/new", "free", time.Hour)
+	addDoc(fresh, 3*time.Hour)  // old document of a fresh result: deleted
+	addDoc(fresh, time.Minute) // kept
+
+	startScheduler(t, db, schedulerConfig(t, db, "RETENTION_PERIOD=2h", "SWEEP_BATCH=2"))
+	waitCompleted(t, db, scheduler.KindRetention, 1)
+
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM analysis_results`))
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM analysis_results WHERE id = $1`, fresh))
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM spec_documents`))
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM spec_documents WHERE created_at > now() - interval '1 hour'`))
+}
+
+func TestEscalationRuleRunsOnTheScheduler(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+
+	id := testdb.InsertWaiting(t, db, jobs.LoadTestArgs{}, &river.InsertOpts{Queue: "analysis_scheduled", Priority: 4}, 0)
+	startScheduler(t, db, schedulerConfig(t, db, "ESCALATE_SCHEDULED_AFTER=1s", "ESCALATION_INTERVAL=1s"))
+	testdb.WaitFor(t, 10*time.Second, "the job to move to analysis_default", func() bool {
+		return db.Jobs(t, "id = $1", id)[0].Queue == "analysis_default"
+	})
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM job_escalations WHERE job_id = $1 AND actor = 'scheduler'`, id))
+}
+
+// TestStarvationBound floods a priority queue with better-priority work and
+// checks that a worse-priority job still starts, within the bound of
+// docs/scheduling.md, once aging runs — and not before aging could have
+// lifted it to the flood's priority.
+//
+// Accelerated time: AGING_STEP=1s, AGING_INTERVAL=1s, so a priority-4 job
+// reaches priority 2 after 2s of waiting and is picked up at the next sweep.
+func TestStarvationBound(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	producerClient := db.Producer(t)
+
+	workerCfg, err := config.Load[config.Worker]([]string{
+		"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "WORKER_SERVICE=analyzer", "LOAD_TEST_WORKLOAD=true",
+		"ANALYZER_QUEUE_PRIORITY_WORKERS=2", "ANALYZER_QUEUE_DEFAULT_WORKERS=0", "ANALYZER_QUEUE_SCHEDULED_WORKERS=0",
+		"QUEUE_PRIORITY_FETCH_COOLDOWN=5ms", "QUEUE_PRIORITY_FETCH_POLL_INTERVAL=50ms",
+	})
+	require.NoError(t, err)
+	start(t, db, worker.RiverConfig(workerCfg, db.Pool, discard))
+
+	// The flood: enterprise-priority (2) jobs of 20ms, topped up to 40
+	// available every 10ms, so two workers never run dry.
+	var flooded atomic.Int64
+	floodDone := make(chan struct{})
+	go func() {
+		defer close(floodDone)
+		for ctx.Err() == nil {
+			var available int
+			if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'available' AND priority = 2`).Scan(&available); err != nil {
+				return
+			}
+			var params []river.InsertManyParams
+			for range 40 - available {
+				params = append(params, river.InsertManyParams{Args: jobs.LoadTestArgs{SleepMS: 20},
+					InsertOpts: &river.InsertOpts{Queue: "analysis_priority", Priority: 2}})
+			}
+			if len(params) > 0 {
+				if _, err := producerClient.InsertMany(ctx, params); err != nil {
+					return
+				}
+				flooded.Add(int64(len(params)))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	insertPro := func() int64 {
+		res, err := producerClient.Insert(ctx, jobs.LoadTestArgs{}, &river.InsertOpts{Queue: "analysis_priority", Priority: 4})
+		require.NoError(t, err)
+		return res.Job.ID
+	}
+	startedAfter := func(id int64) (started bool, waited time.Duration) {
+		var w *time.Duration
+		require.NoError(t, db.Pool.QueryRow(ctx,
+			`SELECT attempted_at - scheduled_at FROM river_job WHERE id = $1`, id).Scan(&w))
+		if w == nil {
+			return false, 0
+		}
+		return true, *w
+	}
+
+	testdb.WaitFor(t, 5*time.Second, "the flood to be running", func() bool { return flooded.Load() >= 40 })
+
+	// Without aging the flood starves a priority-4 job.
+	starved := insertPro()
+	time.Sleep(3 * time.Second)
+	started, _ := startedAfter(starved)
+	require.False(t, started, "without aging, the flood must hold the priority-4 job back (else this test proves nothing)")
+
+	// With aging: step 1s, max priority 2, sweep every 1s.
+	startScheduler(t, db, schedulerConfig(t, db, "AGING_INTERVAL=1s", "AGING_STEP=1s", "AGING_MAX_PRIORITY=2", "ESCALATE_SCHEDULED_AFTER=0"))
+	aged := insertPro()
+	testdb.WaitFor(t, 15*time.Second, "the aged job to start", func() bool {
+		ok, _ := startedAfter(aged)
+		return ok
+	})
+	_, waited := startedAfter(aged)
+	// Bound (docs/scheduling.md): (base − max)·step + interval + the
+	// time to finish older work at the job's new priority and free a worker
+	// (here ≤ 40 jobs × 20ms / 2 workers) + fetch and sweep latency. The
+	// margin is one second.
+	const step, interval = time.Second, time.Second
+	bound := 2*step + interval + time.Second
+	t.Logf("priority-4 job under a flood of %d priority-2 jobs started after %s (bound %s)", flooded.Load(), waited, bound)
+	require.GreaterOrEqual(t, waited, 2*step-100*time.Millisecond, "it cannot start before aging lifts it to the flood's priority")
+	require.LessOrEqual(t, waited, bound)
+
+	started, _ = startedAfter(starved)
+	require.True(t, started, "the job starved before aging ran has started too")
+	cancel()
+	<-floodDone
+}
