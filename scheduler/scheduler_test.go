@@ -219,7 +219,7 @@ func TestRetentionDeletesOldRowsInBatches(t *testing.T) {
 		addDoc(insertResult(t, db, "/srv/old", "free", 100*24*time.Hour), 100*24*time.Hour)
 	}
 	fresh := insertResult(t, db, "/srv/new", "free", time.Hour)
-	addDoc(fresh, 3*time.Hour)  // old document of a fresh result: deleted
+	addDoc(fresh, 3*time.Hour) // old document of a fresh result: deleted
 	addDoc(fresh, time.Minute) // kept
 
 	startScheduler(t, db, schedulerConfig(t, db, "RETENTION_PERIOD=2h", "SWEEP_BATCH=2"))
