@@ -77,7 +77,8 @@ type Result struct {
 	Changed bool
 }
 
-func (r Request) validate() error {
+// Validate reports what is wrong with the request, as an ErrInvalid.
+func (r Request) Validate() error {
 	var problems []string
 	if r.JobID <= 0 {
 		problems = append(problems, "job id must be positive")
@@ -160,7 +161,7 @@ FROM moved, (SELECT count(*) FROM notified) AS n`
 // returns ErrNotFound, ErrNotQueued (wrapped, naming the state),
 // ErrNotServiceQueue or ErrInvalid, and changes nothing then.
 func Escalate(ctx context.Context, q db.Querier, req Request) (Result, error) {
-	if err := req.validate(); err != nil {
+	if err := req.Validate(); err != nil {
 		return Result{}, err
 	}
 	var priority *int16

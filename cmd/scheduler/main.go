@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -53,6 +54,9 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 		SoftStopTimeout: cfg.SoftStopTimeout,
 		NewClient: func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
 			return scheduler.NewClient(cfg, pool, logger)
+		},
+		Background: func(ctx context.Context, pool *pgxpool.Pool) {
+			scheduler.WatchLeader(ctx, pool, logger, time.Second)
 		},
 		Attrs: []any{
 			slog.String("cron_tz", cfg.CronTZ),

@@ -3,6 +3,7 @@
 //	tierctl migrate            apply River's and tierq's migrations (idempotent)
 //	tierctl enqueue            insert demo analysis work across every tier
 //	tierctl watch              live job counts per queue and state
+//	tierctl escalate JOB_ID    move a queued job to another queue (audited)
 //
 // It reads DATABASE_URL (and DATABASE_SCHEMA, LOG_LEVEL, LOG_FORMAT) from the
 // environment. Invalid configuration or usage exits with status 2.
@@ -48,14 +49,14 @@ func run(ctx context.Context, args, environ []string, stdout io.Writer) error {
 	app := &app{environ: environ, stdout: stdout}
 	root := &cobra.Command{
 		Use:           "tierctl",
-		Short:         "Operate tierq: migrations, demo work, queue progress",
+		Short:         "Operate tierq: migrations, demo work, queue progress, escalation",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stdout)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(app.migrateCommand(), app.enqueueCommand(), app.watchCommand())
+	root.AddCommand(app.migrateCommand(), app.enqueueCommand(), app.watchCommand(), app.escalateCommand())
 	root.SetArgs(args[1:])
 	err := root.ExecuteContext(ctx)
 	if err != nil && strings.HasPrefix(err.Error(), "unknown command") {

@@ -11,7 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/tiers"
 )
 
 func runTierctl(t *testing.T, environ []string, args ...string) (string, error) {
@@ -34,8 +38,8 @@ func TestMigrateFreshSchemaThenIdempotent(t *testing.T) {
 
 	out, err := runTierctl(t, environ, "migrate")
 	require.NoError(t, err, out)
-	require.Contains(t, out, "tierq migrations applied: [1]")
-	require.Contains(t, out, "tierq schema version: 1")
+	require.Contains(t, out, "tierq migrations applied: [1 2]")
+	require.Contains(t, out, "tierq schema version: 2")
 
 	out, err = runTierctl(t, environ, "migrate")
 	require.NoError(t, err, out)
@@ -110,6 +114,11 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{name: "bad tier in mix", args: []string{"enqueue", "--mix", "gold=1"}, want: `unknown tier "gold"`},
 		{name: "target not a directory", args: []string{"enqueue", "--target", "main.go"}, want: `--target "main.go" is not a directory`},
 		{name: "extra argument", args: []string{"migrate", "now"}, want: "unknown command"},
+		{name: "escalate without job", args: []string{"escalate", "--to", "priority"}, want: "accepts 1 arg"},
+		{name: "escalate bad id", args: []string{"escalate", "abc", "--to", "priority", "--actor", "a", "--reason", "r"}, want: `JOB_ID "abc"`},
+		{name: "escalate bad class", args: []string{"escalate", "7", "--to", "urgent", "--actor", "a", "--reason", "r"}, want: `unknown queue class "urgent"`},
+		{name: "escalate no actor", args: []string{"escalate", "7", "--to", "priority", "--reason", "r"}, want: "actor is required"},
+		{name: "escalate bad priority", args: []string{"escalate", "7", "--to", "default", "--priority", "9", "--actor", "a", "--reason", "r"}, want: "priority 9 not in 1..4"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -124,4 +133,34 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 	_, err := runTierctl(t, nil, "migrate")
 	require.ErrorIs(t, err, config.ErrInvalid)
 	require.ErrorContains(t, err, "DATABASE_URL")
+}
+
+func TestEscalate(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	env := dbEnv(db)
+
+	res, err := db.Producer(t).Insert(ctx, jobs.LoadTestArgs{}, routing.InsertOpts(routing.Analyzer, tiers.Free, false))
+	require.NoError(t, err)
+	id := fmt.Sprint(res.Job.ID)
+
+	out, err := runTierctl(t, env, "escalate", id, "--to", "priority", "--actor", "alice", "--reason", "ticket 812")
+	require.NoError(t, err)
+	require.Equal(t, "job "+id+" (loadtest, available): analysis_default priority 4 -> analysis_priority priority 1\n", out)
+
+	out, err = runTierctl(t, env, "escalate", id, "--to", "priority", "--actor", "alice", "--reason", "again")
+	require.NoError(t, err)
+	require.Contains(t, out, "already in analysis_priority at priority 1; nothing changed")
+
+	_, err = db.Pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now(), attempt = 1, attempted_at = now() WHERE id = $1`, res.Job.ID)
+	require.NoError(t, err)
+	_, err = runTierctl(t, env, "escalate", id, "--to", "default", "--actor", "alice", "--reason", "too late")
+	require.ErrorIs(t, err, escalation.ErrNotQueued)
+	require.ErrorContains(t, err, "is completed")
+	require.Equal(t, "analysis_priority", db.Jobs(t, "id = $1", res.Job.ID)[0].Queue)
+
+	_, err = runTierctl(t, env, "escalate", "987654", "--to", "default", "--actor", "alice", "--reason", "missing")
+	require.ErrorIs(t, err, escalation.ErrNotFound)
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM job_escalations`))
 }

@@ -1,59 +1,26 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tierq/tierq/internal/proctest"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
 )
 
-// The tests start this test binary as the real worker process: with
-// TIERQ_RUN_MAIN set, TestMain runs main (signals, exit status and all)
-// instead of the tests.
+// The tests start this test binary as the real worker process (see
+// internal/proctest).
 func TestMain(m *testing.M) {
-	if os.Getenv("TIERQ_RUN_MAIN") == "1" {
-		main()
-		os.Exit(0)
-	}
+	proctest.RunMain(main)
 	os.Exit(m.Run())
-}
-
-// syncBuffer is a bytes.Buffer safe to read while the process writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func workerCommand(t *testing.T, environ ...string) (*exec.Cmd, *syncBuffer) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0]) //nolint:gosec // the test binary itself
-	cmd.Env = append([]string{"TIERQ_RUN_MAIN=1", "PATH=" + os.Getenv("PATH")}, environ...)
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	return cmd, out
 }
 
 func TestBadEnvironmentExitsTwo(t *testing.T) {
@@ -78,7 +45,7 @@ func TestBadEnvironmentExitsTwo(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cmd, out := workerCommand(t, tt.environ...)
+			cmd, out := proctest.Command(t, tt.environ...)
 			err := cmd.Run()
 			var exitErr *exec.ExitError
 			require.ErrorAs(t, err, &exitErr, out.String())
@@ -112,16 +79,14 @@ func TestSIGTERMLetsRunningJobFinishOrCancelsIt(t *testing.T) {
 			db := testdb.New(t)
 			ctx := context.Background()
 
-			cmd, out := workerCommand(t,
+			cmd, out := proctest.Command(t,
 				"DATABASE_URL="+db.URL, "DATABASE_SCHEMA="+db.Schema, "WORKER_SERVICE=analyzer",
 				"LOAD_TEST_WORKLOAD=true", "SOFT_STOP_TIMEOUT="+tt.softStop,
 				"QUEUE_PRIORITY_FETCH_COOLDOWN=10ms", "QUEUE_PRIORITY_FETCH_POLL_INTERVAL=100ms")
 			require.NoError(t, cmd.Start())
 			t.Cleanup(func() { _ = cmd.Process.Kill() })
 
-			producer, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})
-			require.NoError(t, err)
-			res, err := producer.Insert(ctx, jobs.LoadTestArgs{SleepMS: int(tt.sleep / time.Millisecond)},
+			res, err := db.Producer(t).Insert(ctx, jobs.LoadTestArgs{SleepMS: int(tt.sleep / time.Millisecond)},
 				&river.InsertOpts{Queue: "analysis_priority"})
 			require.NoError(t, err)
 

@@ -28,6 +28,8 @@ type Spec struct {
 	NewClient func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error)
 	// Attrs are logged with "<name> started".
 	Attrs []any
+	// Background, when set, runs beside the client until the process stops.
+	Background func(ctx context.Context, pool *pgxpool.Pool)
 }
 
 // Run runs the process until ctx ends or a signal arrives. On the first
@@ -50,6 +52,9 @@ func Run(ctx context.Context, s Spec) error {
 	}
 	if err := client.Start(ctx); err != nil {
 		return fmt.Errorf("start river client: %w", err)
+	}
+	if s.Background != nil {
+		go s.Background(ctx, pool)
 	}
 	s.Logger.InfoContext(ctx, s.Name+" started", append([]any{slog.String("client_id", client.ID())}, s.Attrs...)...)
 

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/internal/proctest"
+	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/scheduler"
+)
+
+// The tests start this test binary as the real scheduler process (see
+// internal/proctest).
+func TestMain(m *testing.M) {
+	proctest.RunMain(main)
+	os.Exit(m.Run())
+}
+
+func TestBadEnvironmentExitsTwo(t *testing.T) {
+	t.Parallel()
+
+	const db = "DATABASE_URL=postgres://127.0.0.1:1/none"
+	tests := []struct {
+		name    string
+		environ []string
+		want    string
+	}{
+		{name: "nothing set", want: `DATABASE_URL=""`},
+		{name: "bad cron", environ: []string{db, "REANALYZE_CRON=0 */6 * *"}, want: `REANALYZE_CRON="0 */6 * *": not a cron expression`},
+		{name: "bad time zone", environ: []string{db, "CRON_TZ=Nowhere/City"}, want: `CRON_TZ="Nowhere/City"`},
+		{name: "bad duration", environ: []string{db, "AGING_STEP=5 minutes"}, want: `AGING_STEP="5 minutes": not a duration`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cmd, out := proctest.Command(t, tt.environ...)
+			err := cmd.Run()
+			var exitErr *exec.ExitError
+			require.ErrorAs(t, err, &exitErr, out.String())
+			require.Equal(t, 2, exitErr.ExitCode(), out.String())
+			require.Contains(t, out.String(), tt.want)
+		})
+	}
+}
+
+type schedulerProcess struct {
+	cmd *exec.Cmd
+	out *proctest.Buffer
+}
+
+func startScheduler(t *testing.T, db *testdb.DB) *schedulerProcess {
+	t.Helper()
+	cmd, out := proctest.Command(t,
+		"DATABASE_URL="+db.URL, "DATABASE_SCHEMA="+db.Schema, "DATABASE_MAX_CONNS=5",
+		"REANALYZE_CRON=@every 2s", "RETENTION_CRON=@every 1h",
+		"AGING_INTERVAL=1s", "ESCALATION_INTERVAL=1s", "SOFT_STOP_TIMEOUT=2s")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	proctest.WaitOutput(t, out, "scheduler started", 20*time.Second)
+	return &schedulerProcess{cmd: cmd, out: out}
+}
+
+// leader returns the scheduler process that River elected, if any.
+func leader(t *testing.T, db *testdb.DB, procs ...*schedulerProcess) *schedulerProcess {
+	t.Helper()
+	var id string
+	err := db.Pool.QueryRow(context.Background(), `SELECT leader_id FROM river_leader WHERE expires_at > now()`).Scan(&id)
+	if err != nil {
+		return nil
+	}
+	for _, p := range procs {
+		if p != nil && strings.HasSuffix(id, fmt.Sprintf("_%d", p.cmd.Process.Pid)) {
+			return p
+		}
+	}
+	return nil
+}
+
+// cronRuns checks that no cron slot ran twice and returns how many ran.
+func cronRuns(t *testing.T, db *testdb.DB) int {
+	t.Helper()
+	runs := db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1`, scheduler.KindReanalyzeStale)
+	slots := db.Count(t, `SELECT count(DISTINCT scheduled_at) FROM river_job WHERE kind = $1`, scheduler.KindReanalyzeStale)
+	require.Equal(t, slots, runs, "a cron slot ran twice")
+	// At most one run per 2s period (River's ByPeriod buckets). A new
+	// leader catches up at once (RunOnStart), so two runs may be closer
+	// than 2s across a hand-over, but never in one period.
+	periods := db.Count(t, `SELECT count(DISTINCT floor(extract(epoch FROM scheduled_at) / 2)) FROM river_job WHERE kind = $1`,
+		scheduler.KindReanalyzeStale)
+	require.Equal(t, periods, runs, "two runs in one period")
+	return runs
+}
+
+// TestTwoSchedulersFailOver runs two scheduler processes: one leads and runs
+// each cron slot once; kill -9 the leader and the other takes over and
+// continues the cron and the sweeps within 20s (River's leadership lease is
+// 15s; scheduler.WatchLeader wakes the follower when it expires); SIGTERM a leader and it resigns, so a
+// follower takes over at once.
+func TestTwoSchedulersFailOver(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+
+	a, b := startScheduler(t, db), startScheduler(t, db)
+	var first *schedulerProcess
+	testdb.WaitFor(t, 20*time.Second, "a leader", func() bool { first = leader(t, db, a, b); return first != nil })
+	follower := a
+	if first == a {
+		follower = b
+	}
+
+	// River staggers the start of its maintenance services by up to a few
+	// seconds after an election, so wait for runs rather than for time.
+	testdb.WaitFor(t, 20*time.Second, "three runs of the 2s cron", func() bool { return cronRuns(t, db) >= 3 })
+	before := cronRuns(t, db)
+	require.Same(t, first, leader(t, db, a, b), "leadership stayed put")
+
+	var killedAt time.Time
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&killedAt))
+	require.NoError(t, first.cmd.Process.Signal(syscall.SIGKILL))
+
+	testdb.WaitFor(t, 30*time.Second, "the cron to run again after the kill", func() bool {
+		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND created_at > $2`, scheduler.KindReanalyzeStale, killedAt) > 0
+	})
+	var resumedAfter time.Duration
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT min(created_at) - $2 FROM river_job WHERE kind = $1 AND created_at > $2`,
+		scheduler.KindReanalyzeStale, killedAt).Scan(&resumedAfter))
+	require.Same(t, follower, leader(t, db, a, b), "the follower leads now")
+	t.Logf("kill -9 of the leader: cron resumed on the other scheduler after %s", resumedAfter)
+	require.LessOrEqual(t, resumedAfter, 20*time.Second)
+
+	testdb.WaitFor(t, 10*time.Second, "an aging sweep on the new leader", func() bool {
+		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed' AND created_at > $2`,
+			scheduler.KindAgingSweep, killedAt) > 0
+	})
+	time.Sleep(3 * time.Second)
+	require.Greater(t, cronRuns(t, db), before)
+
+	// A graceful stop resigns leadership: a new replica takes over at once.
+	c := startScheduler(t, db)
+	var stoppedAt time.Time
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&stoppedAt))
+	require.NoError(t, follower.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, follower.cmd.Wait(), follower.out.String())
+	testdb.WaitFor(t, 10*time.Second, "the new replica to lead after a graceful stop", func() bool {
+		return leader(t, db, c) == c
+	})
+	t.Logf("SIGTERM of the leader: the new replica led after %s", time.Since(stoppedAt))
+	time.Sleep(3 * time.Second)
+	cronRuns(t, db)
+}

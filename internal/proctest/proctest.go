@@ -1,0 +1,65 @@
+// Package proctest runs a command's main as a real child process in tests:
+// the test binary re-executes itself with TIERQ_RUN_MAIN=1, and the package's
+// TestMain calls main instead of the tests. Signals, exit status and all.
+package proctest
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// RunMain runs main and exits when this process is a child started by
+// Command; it returns otherwise. Call it first in TestMain.
+func RunMain(main func()) {
+	if os.Getenv("TIERQ_RUN_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+}
+
+// Buffer is a bytes.Buffer safe to read while the process writes to it.
+type Buffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Command returns the child process with exactly environ (plus PATH), its
+// stdout and stderr captured in the returned buffer.
+func Command(t testing.TB, environ ...string) (*exec.Cmd, *Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0]) //nolint:gosec // the test binary itself
+	cmd.Env = append([]string{"TIERQ_RUN_MAIN=1", "PATH=" + os.Getenv("PATH")}, environ...)
+	out := &Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	return cmd, out
+}
+
+// WaitOutput waits until the process has written want, failing t after
+// timeout.
+func WaitOutput(t testing.TB, out *Buffer, want string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(out.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in output after %s:\n%s", want, timeout, out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
