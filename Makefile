@@ -6,7 +6,7 @@ BIN := .tierq/bin
 
 .PHONY: run test build lint bench-routing pg-stop
 
-## run: migrate, start both workers, enqueue a demo mix, watch progress (Ctrl-C stops everything)
+## run: migrate, start both workers and the scheduler, enqueue a demo mix, watch progress (Ctrl-C stops everything)
 run:
 	@scripts/run.sh
 
@@ -16,7 +16,7 @@ test:
 	  { $(GO) vet ./... && $(GO) test -race -count=1 ./...; status=$$?; \
 	    if [ "$${TIERQ_PG_STARTED:-}" = 1 ]; then scripts/pg.sh stop; fi; exit $$status; }
 
-## build: the three binaries into .tierq/bin
+## build: the binaries (worker, scheduler, tierctl) into .tierq/bin
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 

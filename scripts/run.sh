@@ -2,7 +2,7 @@
 # run.sh — `make run`: a working tierq on this machine in one command.
 #
 # Finds or starts PostgreSQL (scripts/pg.sh), migrates, starts one worker per
-# service (analyzer and specgen) in the background, enqueues a demo mix of
+# service (analyzer and specgen) and the scheduler in the background, enqueues a demo mix of
 # analyses of this repository's directories across every tier, and shows live
 # per-queue progress until Ctrl-C, which stops the workers gracefully.
 set -euo pipefail
@@ -24,10 +24,10 @@ pids=()
 stop_workers() {
   trap - INT TERM
   if [ ${#pids[@]} -gt 0 ]; then
-    echo; echo "stopping workers (they finish running jobs first)..."
+    echo; echo "stopping workers and scheduler (they finish running jobs first)..."
     kill -TERM "${pids[@]}" 2>/dev/null || true
     wait "${pids[@]}" 2>/dev/null || true
-    echo "stopped. Worker logs: .tierq/logs/"
+    echo "stopped. Logs: .tierq/logs/"
   fi
   if [ "${TIERQ_PG_STARTED:-}" = 1 ]; then
     scripts/pg.sh stop
@@ -41,6 +41,10 @@ for svc in analyzer specgen; do
   pids+=($!)
   echo "worker $svc started (pid $!, log .tierq/logs/worker-$svc.log)"
 done
+
+.tierq/bin/scheduler >.tierq/logs/scheduler.log 2>&1 &
+pids+=($!)
+echo "scheduler started (pid $!, log .tierq/logs/scheduler.log): retries, rescue, aging, escalation, cron"
 
 targets=(--target "$root")
 for d in "$root"/*/; do targets+=(--target "$d"); done

@@ -2,6 +2,8 @@ package testdb
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -74,4 +76,52 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
+}
+
+// SeedFinished fills river_job with n finished loadtest jobs spread over the
+// service queues (as a busy installation's table is mostly completed work),
+// then ANALYZEs it.
+func SeedFinished(t testing.TB, db *DB, n int) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `
+		INSERT INTO river_job (state, queue, priority, kind, args, max_attempts, attempt, attempted_at,
+		                       created_at, scheduled_at, finalized_at)
+		SELECT 'completed', (ARRAY['analysis_priority','analysis_default','analysis_scheduled',
+		                           'specview_priority','specview_default','specview_scheduled'])[1 + i % 6],
+		       1 + i % 4, 'loadtest', '{}', 10, 1, now() - interval '1 hour',
+		       now() - interval '2 hours', now() - interval '2 hours', now() - interval '1 hour'
+		FROM generate_series(1, $1) AS i`, n)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `ANALYZE river_job`)
+	require.NoError(t, err)
+}
+
+// WriteExplain writes EXPLAIN (ANALYZE, BUFFERS) of sql with args, run in a
+// transaction that is rolled back, to $TIERQ_EXPLAIN/name when that
+// variable names a directory; it does nothing otherwise.
+func WriteExplain(t testing.TB, db *DB, name, sql string, args ...any) {
+	t.Helper()
+	dir := os.Getenv("TIERQ_EXPLAIN")
+	if dir == "" {
+		return
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(explain(t, db, sql, args...)), 0o600))
+}
+
+func explain(t testing.TB, db *DB, sql string, args ...any) string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+sql, args...)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	out := ""
+	for _, l := range lines {
+		out += l + "\n"
+	}
+	return out
 }
