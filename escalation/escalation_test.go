@@ -311,4 +311,6 @@ func TestEscalationNeverRacesAFetch(t *testing.T) {
 	}
 	t.Logf("%d jobs escalated before their fetch, %d refused as already fetched", movedCount, refused)
 	require.Equal(t, n, movedCount+refused)
+	require.Positive(t, movedCount, "no escalation won a race: the test exercised nothing")
+	require.Positive(t, refused, "no fetch won a race: the test exercised nothing")
 }
