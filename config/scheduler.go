@@ -29,7 +29,8 @@ type Scheduler struct {
 	CronTZ string `env:"CRON_TZ" envDefault:"UTC"`
 
 	// ReanalyzeCron is when stale targets are re-analysed (standard 5-field
-	// cron, or a descriptor such as @hourly or @every 30m).
+	// cron, or a descriptor such as @hourly or @every 30m; @every runs at
+	// multiples of its period, see AlignedEvery).
 	ReanalyzeCron string `env:"REANALYZE_CRON" envDefault:"0 */6 * * *"`
 	// ReanalyzeStaleAfter is the age of a target's latest result that makes
 	// it stale. Default 24h.
@@ -124,7 +125,23 @@ func (c *checker) cron(name, spec, tz string) cron.Schedule {
 		c.fail(name, "not a cron expression (%s); examples: \"0 */6 * * *\", \"30 3 * * *\", \"@every 1h\"", err)
 		return nil
 	}
+	if every, ok := schedule.(cron.ConstantDelaySchedule); ok {
+		return AlignedEvery(every.Delay)
+	}
 	return schedule
+}
+
+// AlignedEvery is how tierq reads "@every D": runs at every multiple of D
+// (counted from the zero time, so "@every 6h" runs at 00, 06, 12 and 18 UTC),
+// not D after whenever the scheduler started. Like a cron expression's, its
+// run times are the same in every process, so a run is identified by its
+// time and a leader hand-over neither repeats nor skips one.
+type AlignedEvery time.Duration
+
+// Next returns the first multiple of the period after t.
+func (e AlignedEvery) Next(t time.Time) time.Time {
+	d := time.Duration(e)
+	return t.Truncate(d).Add(d)
 }
 
 // durationRange checks lo <= d and, when hi is not 0, d <= hi.

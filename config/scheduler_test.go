@@ -45,6 +45,16 @@ func TestSchedulerCronTimeZone(t *testing.T) {
 	require.Equal(t, time.Date(2026, 11, 21, 18, 30, 0, 0, time.UTC), cfg.RetentionSchedule().Next(from).UTC())
 }
 
+func TestEveryRunsOnMultiplesOfItsPeriod(t *testing.T) {
+	t.Parallel()
+
+	cfg, err := config.Load[config.Scheduler](append(baseSchedulerEnv(), "REANALYZE_CRON=@every 6h", "RETENTION_CRON=@every 2s"))
+	require.NoError(t, err)
+	from := time.Date(2026, 11, 21, 7, 10, 3, 500, time.UTC)
+	require.Equal(t, time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), cfg.ReanalyzeSchedule().Next(from))
+	require.Equal(t, time.Date(2026, 11, 21, 7, 10, 4, 0, time.UTC), cfg.RetentionSchedule().Next(from))
+}
+
 func TestSchedulerAgingAndEscalationCanBeTurnedOff(t *testing.T) {
 	t.Parallel()
 

@@ -91,32 +91,83 @@ func clientID() string {
 }
 
 // PeriodicJobs are the scheduler's periodic jobs for cfg. A sweep whose
-// interval is 0, or escalation with both rules off, is left out. Each also
-// runs when a leadership term starts: unique by period, that inserts nothing
-// when the period already had its run, and catches up a run that fell into
-// the hand-over otherwise.
+// interval is 0, or escalation with both rules off, is left out.
+//
+// Each periodic job is unique by period, so that no period runs twice:
+//
+//   - the sweeps use their interval as the period. They run when a
+//     leadership term starts too (RunOnStart). River keys such a job by the
+//     time it is built, up to 100ms before its run time, so a hand-over can
+//     on rare occasions skip one sweep; sweeps are idempotent and the next
+//     one comes an interval later.
+//   - the cron jobs are keyed by their slot: the run time of the schedule
+//     they belong to (CronSlot), set as the job's scheduled_at, with the
+//     shortest gap between two slots as the period. Both replicas compute the
+//     same slot for the same run, so a slot runs once; a new leader runs the
+//     latest slot if it is at most CronCatchUp old and has not run (a slot
+//     that fell into the hand-over).
 func PeriodicJobs(cfg config.Scheduler) []*river.PeriodicJob {
 	var periodic []*river.PeriodicJob
-	add := func(id string, schedule river.PeriodicSchedule, period time.Duration, args river.JobArgs) {
-		opts := &river.InsertOpts{
-			MaxAttempts: periodicMaxAttempts,
-			Queue:       Queue,
-			UniqueOpts:  river.UniqueOpts{ByPeriod: period},
-		}
-		periodic = append(periodic, river.NewPeriodicJob(schedule,
-			func() (river.JobArgs, *river.InsertOpts) { return args, opts },
-			&river.PeriodicJobOpts{ID: id, RunOnStart: true}))
+	add := func(id string, schedule river.PeriodicSchedule, constructor river.PeriodicJobConstructor) {
+		periodic = append(periodic, river.NewPeriodicJob(schedule, constructor, &river.PeriodicJobOpts{ID: id, RunOnStart: true}))
+	}
+	interval := func(id string, every time.Duration, args river.JobArgs) {
+		add(id, river.PeriodicInterval(every), func() (river.JobArgs, *river.InsertOpts) {
+			return args, &river.InsertOpts{
+				MaxAttempts: periodicMaxAttempts,
+				Queue:       Queue,
+				UniqueOpts:  river.UniqueOpts{ByPeriod: every},
+			}
+		})
+	}
+	cronJob := func(id string, schedule river.PeriodicSchedule, args river.JobArgs) {
+		period := ShortestGap(schedule, time.Now())
+		add(id, schedule, func() (river.JobArgs, *river.InsertOpts) {
+			slot, ok := CronSlot(schedule, time.Now())
+			if !ok {
+				return nil, nil // no slot recent enough: nothing to catch up
+			}
+			return args, &river.InsertOpts{
+				MaxAttempts: periodicMaxAttempts,
+				Queue:       Queue,
+				ScheduledAt: slot,
+				UniqueOpts:  river.UniqueOpts{ByPeriod: period},
+			}
+		})
 	}
 	if cfg.AgingInterval > 0 {
-		add(KindAgingSweep, river.PeriodicInterval(cfg.AgingInterval), cfg.AgingInterval, AgingSweepArgs{})
+		interval(KindAgingSweep, cfg.AgingInterval, AgingSweepArgs{})
 	}
 	if cfg.EscalateScheduledAfter > 0 || cfg.EscalateDefaultAfter > 0 {
-		add(KindEscalationSweep, river.PeriodicInterval(cfg.EscalationInterval), cfg.EscalationInterval, EscalationSweepArgs{})
+		interval(KindEscalationSweep, cfg.EscalationInterval, EscalationSweepArgs{})
 	}
-	reanalyze, retention := cfg.ReanalyzeSchedule(), cfg.RetentionSchedule()
-	add(KindReanalyzeStale, reanalyze, ShortestGap(reanalyze, time.Now()), ReanalyzeStaleArgs{})
-	add(KindRetention, retention, ShortestGap(retention, time.Now()), RetentionArgs{})
+	cronJob(KindReanalyzeStale, cfg.ReanalyzeSchedule(), ReanalyzeStaleArgs{})
+	cronJob(KindRetention, cfg.RetentionSchedule(), RetentionArgs{})
 	return periodic
+}
+
+// CronCatchUp is how old a cron slot may be and still be run by a scheduler
+// that becomes leader after it: long enough for any hand-over, short enough
+// that a scheduler starting after a long outage does not run old slots.
+const CronCatchUp = 15 * time.Minute
+
+// CronSlot is the cron slot a run at now belongs to: the latest run time of
+// schedule at or before now (River builds a periodic job up to 100ms before
+// its run time, hence a small allowance), and false when that is more than
+// CronCatchUp ago or the schedule has no run in the last 400 days.
+func CronSlot(schedule river.PeriodicSchedule, now time.Time) (time.Time, bool) {
+	at := now.Add(200 * time.Millisecond)
+	for lookback := time.Minute; lookback <= 400*24*time.Hour; lookback *= 2 {
+		slot := schedule.Next(at.Add(-lookback))
+		if slot.After(at) {
+			continue // no run in this window; look further back
+		}
+		for next := schedule.Next(slot); !next.After(at); next = schedule.Next(slot) {
+			slot = next
+		}
+		return slot, now.Sub(slot) <= CronCatchUp
+	}
+	return time.Time{}, false
 }
 
 // ShortestGap is the shortest time between two runs of schedule among its

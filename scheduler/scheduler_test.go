@@ -76,6 +76,43 @@ func TestShortestGap(t *testing.T) {
 	}
 }
 
+func TestCronSlot(t *testing.T) {
+	t.Parallel()
+
+	parse := func(spec string) river.PeriodicSchedule {
+		schedule, err := cron.ParseStandard(spec)
+		require.NoError(t, err)
+		return schedule
+	}
+	at := func(s string) time.Time {
+		ts, err := time.Parse(time.RFC3339Nano, s)
+		require.NoError(t, err)
+		return ts
+	}
+	tests := []struct {
+		name     string
+		schedule river.PeriodicSchedule
+		now      string
+		want     string
+		wantOK   bool
+	}{
+		{"on time", parse("0 */6 * * *"), "2026-11-21T06:00:00.01Z", "2026-11-21T06:00:00Z", true},
+		{"built 100ms early", parse("0 */6 * * *"), "2026-11-21T05:59:59.9Z", "2026-11-21T06:00:00Z", true},
+		{"hand-over 20s later", parse("30 3 * * *"), "2026-11-21T03:30:20Z", "2026-11-21T03:30:00Z", true},
+		{"slot too old to catch up", parse("30 3 * * *"), "2026-11-21T15:00:00Z", "2026-11-21T03:30:00Z", false},
+		{"weekend: Friday's slot", parse("0 9 * * 1-5"), "2026-11-22T10:00:00Z", "2026-11-20T09:00:00Z", false},
+		{"aligned every", config.AlignedEvery(2 * time.Second), "2026-11-21T10:00:11.5Z", "2026-11-21T10:00:10Z", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			slot, ok := scheduler.CronSlot(tt.schedule, at(tt.now))
+			require.Equal(t, at(tt.want), slot.UTC())
+			require.Equal(t, tt.wantOK, ok)
+		})
+	}
+}
+
 // markStuck makes a job look like its worker died while running it 2h ago.
 func markStuck(t *testing.T, db *testdb.DB, id int64) {
 	t.Helper()
