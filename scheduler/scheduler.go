@@ -76,14 +76,16 @@ func NewClient(cfg config.Scheduler, pool *pgxpool.Pool, logger *slog.Logger) (*
 	return client, nil
 }
 
-// clientID names this process in river_leader ("scheduler_<host>_<pid>"), so
-// an operator, or a test, can tell which replica leads.
+// clientID names this process in river_leader
+// ("scheduler_<host>_<pid>_<start unix time>"), so an operator, or a test,
+// can tell which replica leads. The start time keeps a container restarted
+// in place (same host name, pid 1) from reusing a dead leader's name.
 func clientID() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "unknown"
 	}
-	id := fmt.Sprintf("scheduler_%s_%d", host, os.Getpid())
+	id := fmt.Sprintf("scheduler_%s_%d_%d", host, os.Getpid(), time.Now().Unix())
 	if len(id) > 100 { // River's limit
 		id = id[len(id)-100:]
 	}

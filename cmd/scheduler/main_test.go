@@ -77,7 +77,7 @@ func leader(t *testing.T, db *testdb.DB, procs ...*schedulerProcess) *schedulerP
 		return nil
 	}
 	for _, p := range procs {
-		if p != nil && strings.HasSuffix(id, fmt.Sprintf("_%d", p.cmd.Process.Pid)) {
+		if p != nil && strings.Contains(id, fmt.Sprintf("_%d_", p.cmd.Process.Pid)) {
 			return p
 		}
 	}
