@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
@@ -249,14 +248,7 @@ func TestEscalationNeverRacesAFetch(t *testing.T) {
 	require.NoError(t, err)
 	riverConfig := worker.RiverConfig(cfg, db.Pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	riverConfig.WorkerMiddleware = []rivertype.WorkerMiddleware{record}
-	client, err := river.NewClient(riverpgxv5.New(db.Pool), riverConfig)
-	require.NoError(t, err)
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, client.Stop(stopCtx))
-	})
+	db.Start(t, riverConfig)
 
 	const n = 300
 	params := make([]river.InsertManyParams, n)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/robfig/cron/v3"
 	"github.com/stretchr/testify/require"
 
@@ -39,23 +38,9 @@ func schedulerConfig(t *testing.T, db *testdb.DB, extra ...string) config.Schedu
 	return cfg
 }
 
-// start starts a River client and stops it when the test ends.
-func start(t *testing.T, db *testdb.DB, riverConfig *river.Config) *river.Client[pgx.Tx] {
-	t.Helper()
-	client, err := river.NewClient(riverpgxv5.New(db.Pool), riverConfig)
-	require.NoError(t, err)
-	require.NoError(t, client.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, client.Stop(ctx))
-	})
-	return client
-}
-
 func startScheduler(t *testing.T, db *testdb.DB, cfg config.Scheduler) *river.Client[pgx.Tx] {
 	t.Helper()
-	return start(t, db, scheduler.RiverConfig(cfg, db.Pool, discard))
+	return db.Start(t, scheduler.RiverConfig(cfg, db.Pool, discard))
 }
 
 func TestShortestGap(t *testing.T) {
@@ -164,7 +149,7 @@ func TestLeaderWithoutTheKindDiscardsAStuckJob(t *testing.T) {
 	riverConfig := worker.RiverConfig(cfg, db.Pool, discard)
 	require.True(t, riverConfig.LeaderElectionDisabled, "workers never lead")
 	riverConfig.LeaderElectionDisabled = false // what tierq does not do
-	start(t, db, riverConfig)
+	db.Start(t, riverConfig)
 
 	testdb.WaitFor(t, 20*time.Second, "the rescuer to pick up the stuck job", func() bool {
 		return db.Jobs(t, "id = $1", res.Job.ID)[0].State != "running"
@@ -300,7 +285,7 @@ func TestStarvationBound(t *testing.T) {
 		"QUEUE_PRIORITY_FETCH_COOLDOWN=5ms", "QUEUE_PRIORITY_FETCH_POLL_INTERVAL=50ms",
 	})
 	require.NoError(t, err)
-	start(t, db, worker.RiverConfig(workerCfg, db.Pool, discard))
+	db.Start(t, worker.RiverConfig(workerCfg, db.Pool, discard))
 
 	// The flood: enterprise-priority (2) jobs of 20ms, topped up to 40
 	// available every 10ms, so two workers never run dry.

@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
@@ -62,15 +61,7 @@ func (b *testBundle) start(t *testing.T, cfg config.Worker, mutate func(*river.C
 	if mutate != nil {
 		mutate(riverConfig)
 	}
-	client, err := river.NewClient(riverpgxv5.New(b.db.Pool), riverConfig)
-	require.NoError(t, err)
-	require.NoError(t, client.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, client.Stop(ctx))
-	})
-	return client
+	return b.db.Start(t, riverConfig)
 }
 
 func TestEachTierRoutedAndWorkedThroughBothServices(t *testing.T) {

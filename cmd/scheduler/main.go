@@ -10,8 +10,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -27,13 +25,7 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Args, os.Environ(), os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "scheduler:", err)
-		if errors.Is(err, config.ErrInvalid) {
-			os.Exit(config.ExitCodeInvalid)
-		}
-		os.Exit(1)
-	}
+	process.Exit("scheduler", run(context.Background(), os.Args, os.Environ(), os.Stdout))
 }
 
 func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) error {

@@ -4,8 +4,10 @@ package process
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -13,7 +15,22 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+
+	"github.com/tierq/tierq/config"
 )
+
+// Exit ends a command whose run returned err: status 0 on nil, 2 (after the
+// message) for invalid configuration, 1 for anything else.
+func Exit(name string, err error) {
+	if err == nil {
+		os.Exit(0)
+	}
+	fmt.Fprintln(os.Stderr, name+":", err)
+	if errors.Is(err, config.ErrInvalid) {
+		os.Exit(config.ExitCodeInvalid)
+	}
+	os.Exit(1)
+}
 
 // Spec describes one process.
 type Spec struct {

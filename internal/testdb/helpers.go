@@ -125,3 +125,18 @@ func explain(t testing.TB, db *DB, sql string, args ...any) string {
 	}
 	return out
 }
+
+// Start starts a River client with riverConfig on the test's pool and stops
+// it when the test ends.
+func (db *DB) Start(t testing.TB, riverConfig *river.Config) *river.Client[pgx.Tx] {
+	t.Helper()
+	client, err := river.NewClient(riverpgxv5.New(db.Pool), riverConfig)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, client.Stop(ctx))
+	})
+	return client
+}
