@@ -63,8 +63,8 @@ const sweepSQL = `
 WITH due AS (
     SELECT id, b.base, extract(epoch FROM now() - scheduled_at) AS wait_s
     FROM river_job,
-         LATERAL (SELECT CASE WHEN metadata->>'tierq_base_priority' ~ '^[1-4]$'
-                              THEN (metadata->>'tierq_base_priority')::smallint
+         LATERAL (SELECT CASE WHEN metadata->>'` + db.MetadataBasePriority + `' ~ '^[1-4]$'
+                              THEN (metadata->>'` + db.MetadataBasePriority + `')::smallint
                               ELSE priority END AS base) AS b
     WHERE state = 'available'
       AND queue = ANY($1::text[])
@@ -76,7 +76,7 @@ WITH due AS (
 )
 UPDATE river_job AS j
 SET priority = greatest($4::int, due.base - floor(due.wait_s / $3))::smallint,
-    metadata = jsonb_set(j.metadata, '{tierq_base_priority}', to_jsonb(due.base))
+    metadata = jsonb_set(j.metadata, '{` + db.MetadataBasePriority + `}', to_jsonb(due.base))
 FROM due
 WHERE j.id = due.id
 RETURNING j.queue`

@@ -104,13 +104,11 @@ func (r Request) Validate() error {
 	return nil
 }
 
-// queueMoves maps every service queue to the same service's queue of class to.
+// queueMoves maps each service's queues of the from classes to the same
+// service's queue of class to (a queue of class to maps to itself).
 func queueMoves(from []routing.Class, to routing.Class) (fromQueues, toQueues []string) {
 	for _, svc := range routing.Services() {
 		for _, c := range from {
-			if c == to {
-				continue
-			}
 			fromQueues = append(fromQueues, svc.Queue(c))
 			toQueues = append(toQueues, svc.Queue(to))
 		}
@@ -148,7 +146,7 @@ moved AS (
     UPDATE river_job AS j
     SET queue = t.to_queue,
         priority = t.to_priority,
-        metadata = jsonb_set(j.metadata, '{tierq_base_priority}', to_jsonb(t.to_priority))
+        metadata = jsonb_set(j.metadata, '{` + db.MetadataBasePriority + `}', to_jsonb(t.to_priority))
     FROM target AS t
     WHERE j.id = t.id AND (j.queue, j.priority) IS DISTINCT FROM (t.to_queue, t.to_priority)
     RETURNING j.id, j.kind, j.state::text AS state, t.from_queue, j.queue AS to_queue,
@@ -173,12 +171,9 @@ func Escalate(ctx context.Context, q db.Querier, req Request) (Result, error) {
 		p := int16(routing.PriorityEscalated)
 		priority = &p
 	}
+	// Every service queue; a job already in the target queue may still
+	// change priority.
 	fromQueues, toQueues := queueMoves([]routing.Class{routing.Priority, routing.Default, routing.Scheduled}, req.To)
-	// A job already in the target queue maps to itself (a priority change).
-	for _, svc := range routing.Services() {
-		fromQueues = append(fromQueues, svc.Queue(req.To))
-		toQueues = append(toQueues, svc.Queue(req.To))
-	}
 
 	res := Result{Changed: true}
 	err := q.QueryRow(ctx, escalateSQL, req.JobID, fromQueues, toQueues, priority, req.Actor, req.Reason).
@@ -261,7 +256,7 @@ moved AS (
     SET queue = due.to_queue,
         priority = 4,
         scheduled_at = now(),
-        metadata = jsonb_set(j.metadata, '{tierq_base_priority}', '4')
+        metadata = jsonb_set(j.metadata, '{` + db.MetadataBasePriority + `}', '4')
     FROM due
     WHERE j.id = due.id
     RETURNING j.id, j.state::text AS state, due.from_queue, due.to_queue, due.from_priority, j.priority AS to_priority

@@ -41,12 +41,7 @@ func TestBadEnvironmentExitsTwo(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cmd, out := proctest.Command(t, tt.environ...)
-			err := cmd.Run()
-			var exitErr *exec.ExitError
-			require.ErrorAs(t, err, &exitErr, out.String())
-			require.Equal(t, 2, exitErr.ExitCode(), out.String())
-			require.Contains(t, out.String(), tt.want)
+			require.Contains(t, proctest.RunExit(t, 2, tt.environ...), tt.want)
 		})
 	}
 }

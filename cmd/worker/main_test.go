@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
 	"syscall"
 	"testing"
 	"time"
@@ -45,15 +44,11 @@ func TestBadEnvironmentExitsTwo(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cmd, out := proctest.Command(t, tt.environ...)
-			err := cmd.Run()
-			var exitErr *exec.ExitError
-			require.ErrorAs(t, err, &exitErr, out.String())
-			require.Equal(t, 2, exitErr.ExitCode(), out.String())
+			out := proctest.RunExit(t, 2, tt.environ...)
 			for _, want := range tt.want {
-				require.Contains(t, out.String(), want)
+				require.Contains(t, out, want)
 			}
-			require.NotContains(t, out.String(), "hunter2")
+			require.NotContains(t, out, "hunter2")
 		})
 	}
 }

@@ -5,6 +5,7 @@ package proctest
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -49,6 +50,19 @@ func Command(t testing.TB, environ ...string) (*exec.Cmd, *Buffer) {
 	out := &Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	return cmd, out
+}
+
+// RunExit runs the child process with environ to its end and returns its
+// output, failing t unless it exits with status code.
+func RunExit(t testing.TB, code int, environ ...string) string {
+	t.Helper()
+	cmd, out := Command(t, environ...)
+	err := cmd.Run()
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || exitErr.ExitCode() != code {
+		t.Fatalf("want exit status %d, got %v; output:\n%s", code, err, out.String())
+	}
+	return out.String()
 }
 
 // WaitOutput waits until the process has written want, failing t after
