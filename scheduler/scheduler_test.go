@@ -32,7 +32,10 @@ func schedulerConfig(t *testing.T, db *testdb.DB, extra ...string) config.Schedu
 	t.Helper()
 	cfg, err := config.Load[config.Scheduler](append([]string{
 		"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema,
-		"REANALYZE_CRON=@every 1h", "RETENTION_CRON=@every 1h",
+		// Slots every 10 minutes: the latest is always younger than
+		// CronCatchUp, so both cron jobs run when the scheduler starts
+		// (a 1h period ran them only in the first 15 minutes of an hour).
+		"REANALYZE_CRON=@every 10m", "RETENTION_CRON=@every 10m",
 	}, extra...))
 	require.NoError(t, err)
 	return cfg
