@@ -103,7 +103,7 @@ func Load[T any, PT interface {
 type field struct {
 	name   string // Go field name
 	key    string // environment variable
-	secret bool   // value is redacted in errors
+	secret string // how the value is redacted in errors: "" (not), "true" (a database URL's password), "url" (all but scheme and host)
 }
 
 // fieldsOf lists the variables of a configuration struct, embedded structs
@@ -121,7 +121,7 @@ func fieldsOf(t reflect.Type) map[string]field {
 		if key == "" {
 			continue
 		}
-		fields[sf.Name] = field{name: sf.Name, key: key, secret: sf.Tag.Get("secret") == "true"}
+		fields[sf.Name] = field{name: sf.Name, key: key, secret: sf.Tag.Get("secret")}
 	}
 	return fields
 }
@@ -180,10 +180,27 @@ func reasonOf(t reflect.Type, err error) string {
 }
 
 func display(f field, value string) string {
-	if f.secret {
+	switch f.secret {
+	case "":
+		return value
+	case "url":
+		return redactURL(value)
+	default:
 		return redact(value)
 	}
-	return value
+}
+
+// redactURL keeps a URL's scheme and host only: a webhook URL's path and
+// query are its secret.
+func redactURL(value string) string {
+	u, err := url.Parse(value)
+	if err != nil || u.Host == "" {
+		if value == "" {
+			return ""
+		}
+		return "[redacted]"
+	}
+	return u.Scheme + "://" + u.Host + "/[redacted]"
 }
 
 // redact hides the password of a database URL (and anything that does not

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net/url"
 	"strings"
 	"time"
 	_ "time/tzdata" // CRON_TZ must resolve in minimal containers too
@@ -64,6 +65,24 @@ type Scheduler struct {
 	// escalation, retention) touches. Default 1000.
 	SweepBatch int `env:"SWEEP_BATCH" envDefault:"1000"`
 
+	// DLQDrainInterval is how often discarded River jobs move into
+	// dead_letter_jobs. Default 30s.
+	DLQDrainInterval time.Duration `env:"DLQ_DRAIN_INTERVAL" envDefault:"30s"`
+	// DLQDrainBatch is the most jobs one drain statement moves. Default 1000.
+	DLQDrainBatch int `env:"DLQ_DRAIN_BATCH" envDefault:"1000"`
+	// DLQAlertThreshold is the depth (dead letters not replayed) at which
+	// the scheduler warns; 0 turns the alert off. Default 1: any dead letter
+	// needs a look.
+	DLQAlertThreshold int `env:"DLQ_ALERT_THRESHOLD" envDefault:"1"`
+	// DLQAlertWebhookURL receives each alert as a JSON POST (http or https);
+	// empty logs only. It is a secret: errors show only its host.
+	DLQAlertWebhookURL string `env:"DLQ_ALERT_WEBHOOK_URL" secret:"url"`
+	// DLQAlertInterval is the least time between two alerts while the depth
+	// stays at or above the threshold. Default 15m.
+	DLQAlertInterval time.Duration `env:"DLQ_ALERT_INTERVAL" envDefault:"15m"`
+	// DLQAlertTimeout bounds one webhook call. Default 5s.
+	DLQAlertTimeout time.Duration `env:"DLQ_ALERT_TIMEOUT" envDefault:"5s"`
+
 	reanalyze, retention cron.Schedule
 }
 
@@ -106,6 +125,17 @@ func (s *Scheduler) validate(c *checker) {
 		c.durationRange("EscalateDefaultAfter", s.EscalateDefaultAfter, time.Second, 0)
 	}
 	c.intRange("SweepBatch", s.SweepBatch, 1, 100_000)
+
+	c.durationRange("DLQDrainInterval", s.DLQDrainInterval, time.Second, time.Hour)
+	c.intRange("DLQDrainBatch", s.DLQDrainBatch, 1, 100_000)
+	c.intRange("DLQAlertThreshold", s.DLQAlertThreshold, 0, 1_000_000_000)
+	if s.DLQAlertWebhookURL != "" {
+		if u, err := url.Parse(s.DLQAlertWebhookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			c.fail("DLQAlertWebhookURL", "must be an absolute http or https URL")
+		}
+	}
+	c.durationRange("DLQAlertInterval", s.DLQAlertInterval, time.Second, 0)
+	c.durationRange("DLQAlertTimeout", s.DLQAlertTimeout, 100*time.Millisecond, time.Minute)
 }
 
 // cron parses a cron expression in time zone tz, recording an error against

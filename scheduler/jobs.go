@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/aging"
+	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/producer"
@@ -23,6 +24,7 @@ const (
 	KindEscalationSweep = "escalation_sweep"
 	KindReanalyzeStale  = "reanalyze_stale"
 	KindRetention       = "retention"
+	KindDLQDrain        = "dlq_drain"
 )
 
 // AgingSweepArgs are the (empty) args of the aging sweep.
@@ -222,5 +224,38 @@ func (w *RetentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs])
 		}
 	}
 	logResult(ctx, w.logger, "retention", deleted["spec_documents"]+deleted["analysis_results"], deleted)
+	return nil
+}
+
+// DLQDrainArgs are the (empty) args of the dead-letter drain.
+type DLQDrainArgs struct{}
+
+func (DLQDrainArgs) Kind() string { return KindDLQDrain }
+
+// DLQDrainWorker moves discarded jobs into dead_letter_jobs, then checks the
+// depth alert. The alert runs after the drain has committed and never fails
+// the job: a webhook that hangs delays this job by at most its timeout and
+// moves nothing back.
+type DLQDrainWorker struct {
+	river.WorkerDefaults[DLQDrainArgs]
+
+	pool    *pgxpool.Pool
+	logger  *slog.Logger
+	batch   int
+	alerter *dlq.Alerter
+}
+
+func (w *DLQDrainWorker) Work(ctx context.Context, _ *river.Job[DLQDrainArgs]) error {
+	res, err := dlq.Drain(ctx, w.pool, w.batch)
+	logResult(ctx, w.logger, "dead-letter drain", res.Moved, res.ByQueue)
+	if err != nil {
+		return err
+	}
+	depth, err := dlq.PendingDepth(ctx, w.pool)
+	if err != nil {
+		w.logger.ErrorContext(ctx, "dead-letter depth for the alert", slog.String("error", err.Error()))
+		return nil
+	}
+	w.alerter.Check(ctx, w.pool, depth)
 	return nil
 }

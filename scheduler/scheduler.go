@@ -6,7 +6,8 @@
 // it works only its own queue, "scheduler". Its periodic jobs run on the
 // leader only, each unique by period so that a leader hand-over never doubles
 // one: the aging and escalation sweeps on fixed intervals, and the cron jobs
-// (re-analysis of stale targets, retention) on robfig/cron schedules.
+// (re-analysis of stale targets, retention) on robfig/cron schedules, and
+// the dead-letter drain (package dlq) with its depth alert.
 package scheduler
 
 import (
@@ -22,6 +23,7 @@ import (
 
 	"github.com/tierq/tierq/aging"
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/jobs"
 )
@@ -51,19 +53,31 @@ func RiverConfig(cfg config.Scheduler, pool *pgxpool.Pool, logger *slog.Logger) 
 	river.AddWorker(workers, &ReanalyzeStaleWorker{pool: pool, logger: logger,
 		staleAfter: cfg.ReanalyzeStaleAfter, maxAttempts: cfg.MaxAttempts})
 	river.AddWorker(workers, &RetentionWorker{pool: pool, logger: logger, period: cfg.RetentionPeriod, batch: cfg.SweepBatch})
+	id := clientID()
+	river.AddWorker(workers, &DLQDrainWorker{pool: pool, logger: logger, batch: cfg.DLQDrainBatch,
+		alerter: dlq.NewAlerter(dlq.AlertConfig{
+			Threshold:  cfg.DLQAlertThreshold,
+			WebhookURL: cfg.DLQAlertWebhookURL,
+			Interval:   cfg.DLQAlertInterval,
+			Timeout:    cfg.DLQAlertTimeout,
+			Source:     id,
+		}, logger)})
 
 	return &river.Config{
-		FetchOnlyKnownKinds:  true,
-		ID:                   clientID(),
-		JobTimeout:           cfg.JobTimeout,
-		Logger:               logger,
-		MaxAttempts:          cfg.MaxAttempts,
-		PeriodicJobs:         PeriodicJobs(cfg),
-		Queues:               map[string]river.QueueConfig{Queue: {MaxWorkers: cfg.QueueWorkers}},
-		RescueStuckJobsAfter: cfg.RescueStuckJobsAfter,
-		Schema:               cfg.Schema,
-		SoftStopTimeout:      cfg.SoftStopTimeout,
-		Workers:              workers,
+		// Never: discarded jobs leave river_job only through the
+		// dead-letter drain (package dlq), never through River's cleaner.
+		DiscardedJobRetentionPeriod: -1,
+		FetchOnlyKnownKinds:         true,
+		ID:                          id,
+		JobTimeout:                  cfg.JobTimeout,
+		Logger:                      logger,
+		MaxAttempts:                 cfg.MaxAttempts,
+		PeriodicJobs:                PeriodicJobs(cfg),
+		Queues:                      map[string]river.QueueConfig{Queue: {MaxWorkers: cfg.QueueWorkers}},
+		RescueStuckJobsAfter:        cfg.RescueStuckJobsAfter,
+		Schema:                      cfg.Schema,
+		SoftStopTimeout:             cfg.SoftStopTimeout,
+		Workers:                     workers,
 	}
 }
 
@@ -143,6 +157,7 @@ func PeriodicJobs(cfg config.Scheduler) []*river.PeriodicJob {
 	if cfg.EscalateScheduledAfter > 0 || cfg.EscalateDefaultAfter > 0 {
 		interval(KindEscalationSweep, cfg.EscalationInterval, EscalationSweepArgs{})
 	}
+	interval(KindDLQDrain, cfg.DLQDrainInterval, DLQDrainArgs{})
 	cronJob(KindReanalyzeStale, cfg.ReanalyzeSchedule(), ReanalyzeStaleArgs{})
 	cronJob(KindRetention, cfg.RetentionSchedule(), RetentionArgs{})
 	return periodic

@@ -97,6 +97,34 @@ func SeedFinished(t testing.TB, db *DB, n int) {
 	require.NoError(t, err)
 }
 
+// SeedDiscarded inserts n jobs as River leaves a job whose last attempt
+// failed: state discarded, attempt = max_attempts = 2, two attempt errors
+// ("attempt 1 of job <i>", "attempt 2 of job <i>"), finalized now, created an
+// hour (plus i seconds) ago. They cycle through the six service queues, with
+// each service's kind and real args. It returns their ids.
+func SeedDiscarded(t testing.TB, db *DB, n int) []int64 {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `
+		INSERT INTO river_job (state, queue, priority, kind, args, metadata, max_attempts, attempt, attempted_at,
+		                       created_at, scheduled_at, finalized_at, errors)
+		SELECT 'discarded', q.queue, 1 + i % 4,
+		       CASE WHEN q.queue LIKE 'analysis%' THEN 'analysis' ELSE 'specview' END,
+		       CASE WHEN q.queue LIKE 'analysis%' THEN jsonb_build_object('target', '/srv/t' || i, 'tier', 'pro')
+		            ELSE jsonb_build_object('analysis_result_id', i, 'tier', 'pro') END,
+		       jsonb_build_object('tierq_base_priority', 4), 2, 2, now() - interval '1 minute',
+		       now() - interval '1 hour' - make_interval(secs => i), now() - interval '1 hour', now(),
+		       ARRAY[jsonb_build_object('at', now() - interval '2 minutes', 'attempt', 1, 'error', 'attempt 1 of job ' || i, 'trace', ''),
+		             jsonb_build_object('at', now() - interval '1 minute', 'attempt', 2, 'error', 'attempt 2 of job ' || i, 'trace', '')]
+		FROM generate_series(1, $1) AS i,
+		     LATERAL (SELECT (ARRAY['analysis_priority','analysis_default','analysis_scheduled',
+		                            'specview_priority','specview_default','specview_scheduled'])[1 + i % 6] AS queue) AS q
+		RETURNING id`, n)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	return ids
+}
+
 // WriteExplain writes EXPLAIN (ANALYZE, BUFFERS) of sql with args, run in a
 // transaction that is rolled back, to $TIERQ_EXPLAIN/name when that
 // variable names a directory; it does nothing otherwise.

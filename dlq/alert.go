@@ -1,0 +1,220 @@
+package dlq
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tierq/tierq/internal/db"
+)
+
+// AlertConfig configures the depth alert.
+type AlertConfig struct {
+	// Threshold is the depth (rows not replayed) at which the alert fires;
+	// 0 turns alerting off.
+	Threshold int
+	// WebhookURL receives each alert as a JSON POST; empty means log only.
+	WebhookURL string
+	// Interval is the least time between two alerts while the depth stays
+	// at or above the threshold.
+	Interval time.Duration
+	// Timeout bounds one webhook call.
+	Timeout time.Duration
+	// Source names the sender in the payload (the scheduler's client id).
+	Source string
+}
+
+// Alert statuses.
+const (
+	StatusFiring   = "firing"
+	StatusResolved = "resolved"
+)
+
+// Alert is the JSON body POSTed to the webhook.
+type Alert struct {
+	// Status is "firing" (depth at or above the threshold) or "resolved"
+	// (back under it after firing).
+	Status    string `json:"status"`
+	Depth     int    `json:"depth"`
+	Threshold int    `json:"threshold"`
+	// Queues is the depth per original queue.
+	Queues map[string]int `json:"queues"`
+	// Text is one human-readable line, for chat webhooks.
+	Text   string    `json:"text"`
+	At     time.Time `json:"at"`
+	Source string    `json:"source"`
+}
+
+// Alerter decides after each drain whether to alert. Its state (firing or
+// not, when it last sent) lives in dead_letter_alert_state, shared by every
+// scheduler replica, so a new leader continues where the old one stopped.
+type Alerter struct {
+	cfg    AlertConfig
+	client *http.Client
+	logger *slog.Logger
+}
+
+// NewAlerter returns an Alerter for cfg.
+func NewAlerter(cfg AlertConfig, logger *slog.Logger) *Alerter {
+	return &Alerter{cfg: cfg, client: &http.Client{Timeout: cfg.Timeout}, logger: logger}
+}
+
+// AlertOutcome says what one Check did.
+type AlertOutcome string
+
+// Check outcomes.
+const (
+	AlertOff        AlertOutcome = "off"        // alerting disabled
+	AlertQuiet      AlertOutcome = "quiet"      // under the threshold, nothing was firing
+	AlertFired      AlertOutcome = "fired"      // sent (or logged) a firing alert
+	AlertSuppressed AlertOutcome = "suppressed" // still firing, last alert within Interval
+	AlertResolved   AlertOutcome = "resolved"   // sent (or logged) the resolved message
+	AlertFailed     AlertOutcome = "failed"     // the webhook or the database failed; retried next time
+)
+
+// claimFiringSQL takes the right to send a firing alert: when not firing, or
+// the last alert is at least $1 seconds old. It returns the previous state,
+// so a failed send can put it back.
+const claimFiringSQL = `
+WITH old AS (SELECT firing, last_sent_at FROM dead_letter_alert_state FOR UPDATE)
+UPDATE dead_letter_alert_state SET firing = true, last_sent_at = now()
+FROM old
+WHERE NOT old.firing OR old.last_sent_at IS NULL OR old.last_sent_at <= now() - make_interval(secs => $1)
+RETURNING old.firing, old.last_sent_at`
+
+// claimResolvedSQL takes the right to send the resolved message: only while
+// firing.
+const claimResolvedSQL = `
+WITH old AS (SELECT firing, last_sent_at FROM dead_letter_alert_state FOR UPDATE)
+UPDATE dead_letter_alert_state SET firing = false, last_sent_at = NULL
+FROM old
+WHERE old.firing
+RETURNING old.firing, old.last_sent_at`
+
+const restoreSQL = `UPDATE dead_letter_alert_state SET firing = $1, last_sent_at = $2`
+
+// Check alerts on depth: a warning (and a webhook POST) when depth is at or
+// above the threshold, at most once per Interval, and one "resolved" message
+// when it falls back under after firing. A send that fails is logged and
+// the state put back, so the next Check tries again. Check never returns an
+// error: alerting must not break the drain that calls it.
+func (a *Alerter) Check(ctx context.Context, q db.Querier, depth Depth) AlertOutcome {
+	if a.cfg.Threshold <= 0 {
+		return AlertOff
+	}
+	firing := depth.Total >= a.cfg.Threshold
+	claimSQL, args := claimResolvedSQL, []any{}
+	if firing {
+		claimSQL, args = claimFiringSQL, []any{a.cfg.Interval.Seconds()}
+	}
+	var (
+		wasFiring bool
+		lastSent  *time.Time
+	)
+	err := q.QueryRow(ctx, claimSQL, args...).Scan(&wasFiring, &lastSent)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		if firing {
+			return AlertSuppressed
+		}
+		return AlertQuiet
+	case err != nil:
+		a.logger.ErrorContext(ctx, "dead-letter alert state", slog.String("error", err.Error()))
+		return AlertFailed
+	}
+
+	alert := a.alert(depth, firing)
+	if firing {
+		a.logger.WarnContext(ctx, alert.Text, slog.Int("depth", depth.Total),
+			slog.Int("threshold", a.cfg.Threshold), slog.Any("queues", depth.ByQueue))
+	} else {
+		a.logger.InfoContext(ctx, alert.Text, slog.Int("depth", depth.Total), slog.Int("threshold", a.cfg.Threshold))
+	}
+	if err := a.send(ctx, alert); err != nil {
+		a.logger.ErrorContext(ctx, "dead-letter alert webhook failed; will retry after the next drain",
+			slog.String("status", alert.Status), slog.String("error", err.Error()))
+		// Put the state back with a fresh context: ctx may be what ended.
+		restoreCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := q.Exec(restoreCtx, restoreSQL, wasFiring, lastSent); err != nil {
+			a.logger.ErrorContext(ctx, "dead-letter alert state", slog.String("error", err.Error()))
+		}
+		return AlertFailed
+	}
+	if firing {
+		return AlertFired
+	}
+	return AlertResolved
+}
+
+func (a *Alerter) alert(depth Depth, firing bool) Alert {
+	alert := Alert{
+		Status:    StatusResolved,
+		Depth:     depth.Total,
+		Threshold: a.cfg.Threshold,
+		Queues:    depth.ByQueue,
+		At:        time.Now().UTC(),
+		Source:    a.cfg.Source,
+	}
+	if alert.Queues == nil {
+		alert.Queues = map[string]int{}
+	}
+	if firing {
+		alert.Status = StatusFiring
+		parts := make([]string, 0, len(depth.ByQueue))
+		for _, q := range slices.Sorted(maps.Keys(depth.ByQueue)) {
+			parts = append(parts, fmt.Sprintf("%s %d", q, depth.ByQueue[q]))
+		}
+		alert.Text = fmt.Sprintf("tierq: %d dead-lettered jobs wait for an operator (threshold %d): %s",
+			depth.Total, a.cfg.Threshold, strings.Join(parts, ", "))
+	} else {
+		alert.Text = fmt.Sprintf("tierq: dead letters back under the threshold (%d < %d)", depth.Total, a.cfg.Threshold)
+	}
+	return alert
+}
+
+// send POSTs the alert to the webhook, if one is set; a non-2xx status is an
+// error. Errors never carry the URL: webhook URLs hold secrets.
+func (a *Alerter) send(ctx context.Context, alert Alert) error {
+	if a.cfg.WebhookURL == "" {
+		return nil
+	}
+	body, err := json.Marshal(alert)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.cfg.WebhookURL, bytes.NewReader(body))
+	if err != nil {
+		return errors.New("webhook request could not be built")
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "tierq-scheduler")
+	resp, err := a.client.Do(req)
+	if err != nil {
+		var urlErr *url.Error
+		if errors.As(err, &urlErr) {
+			err = urlErr.Err // without the URL
+		}
+		return fmt.Errorf("post to webhook host %s: %w", req.URL.Host, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("webhook host %s answered %s", req.URL.Host, resp.Status)
+	}
+	return nil
+}

@@ -1,0 +1,261 @@
+package dlq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/tierq/tierq/internal/db"
+)
+
+var (
+	// ErrNotFound: no dead letter has the id (HTTP 404).
+	ErrNotFound = errors.New("dead letter not found")
+	// ErrAlreadyReplayed: the dead letter was replayed before and the
+	// request did not force another replay (HTTP 409).
+	ErrAlreadyReplayed = errors.New("dead letter already replayed")
+	// ErrInvalid: the request itself is wrong (HTTP 400).
+	ErrInvalid = errors.New("invalid dead-letter request")
+)
+
+// MaxListLimit is the most rows one List returns.
+const MaxListLimit = 1000
+
+// maxNameLen bounds queue and kind filters (River's limit for both is 128).
+const maxNameLen = 128
+
+// DeadLetter is one row of dead_letter_jobs: a River job that was discarded,
+// as it was at that moment, and whether it has been replayed.
+type DeadLetter struct {
+	ID          int64                    `json:"id"`
+	JobID       int64                    `json:"job_id"`
+	Kind        string                   `json:"kind"`
+	Queue       string                   `json:"queue"`
+	Priority    int                      `json:"priority"`
+	Args        json.RawMessage          `json:"args"`
+	Metadata    json.RawMessage          `json:"metadata"`
+	Tags        []string                 `json:"tags"`
+	Errors      []rivertype.AttemptError `json:"errors"`
+	Attempt     int                      `json:"attempt"`
+	MaxAttempts int                      `json:"max_attempts"`
+	CreatedAt   time.Time                `json:"created_at"`
+	FinalizedAt *time.Time               `json:"finalized_at"`
+	MovedAt     time.Time                `json:"moved_at"`
+	ReplayedAt  *time.Time               `json:"replayed_at"`
+	ReplayJobID *int64                   `json:"replay_job_id"`
+	ReplayedBy  *string                  `json:"replayed_by"`
+}
+
+// LastError is the error of the last attempt River recorded ("" when none).
+func (d *DeadLetter) LastError() string {
+	if len(d.Errors) == 0 {
+		return ""
+	}
+	return d.Errors[len(d.Errors)-1].Error
+}
+
+// columns are DeadLetter's fields in order, for RowToStructByPos.
+const columns = `id, job_id, kind, queue, priority, args, metadata, tags, errors, attempt, max_attempts,
+    created_at, finalized_at, moved_at, replayed_at, replay_job_id, replayed_by`
+
+// Filter selects dead letters. The zero Filter selects every row.
+type Filter struct {
+	// Queue and Kind match exactly when not empty.
+	Queue string
+	Kind  string
+	// Since keeps rows moved into the table at most this long ago (0: any).
+	Since time.Duration
+	// Pending keeps only rows not replayed yet.
+	Pending bool
+}
+
+// Validate reports what is wrong with the filter, as an ErrInvalid.
+func (f Filter) Validate() error {
+	var problems []string
+	if len(f.Queue) > maxNameLen || len(f.Kind) > maxNameLen {
+		problems = append(problems, fmt.Sprintf("queue and kind are at most %d bytes", maxNameLen))
+	}
+	if f.Since < 0 {
+		problems = append(problems, "since must not be negative")
+	}
+	return invalid(problems)
+}
+
+func invalid(problems []string) error {
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(problems, "; "))
+}
+
+// where builds the filter's conditions, numbering parameters from len(args)+1.
+// Only placeholders are added to the SQL; every value goes into args.
+func (f Filter) where(args []any) (string, []any) {
+	var conds []string
+	add := func(cond string, v any) {
+		args = append(args, v)
+		conds = append(conds, strings.ReplaceAll(cond, "$?", "$"+strconv.Itoa(len(args))))
+	}
+	if f.Queue != "" {
+		add("queue = $?", f.Queue)
+	}
+	if f.Kind != "" {
+		add("kind = $?", f.Kind)
+	}
+	if f.Since > 0 {
+		add("moved_at >= now() - make_interval(secs => $?)", f.Since.Seconds())
+	}
+	if f.Pending {
+		conds = append(conds, "replayed_at IS NULL")
+	}
+	if len(conds) == 0 {
+		return "true", args
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// Page is where a List starts and how many rows it returns.
+type Page struct {
+	// BeforeID continues a listing: only rows with a smaller id (0: from the
+	// newest).
+	BeforeID int64
+	// Limit is 1..MaxListLimit.
+	Limit int
+}
+
+// List returns the dead letters matching f, newest (highest id) first.
+func List(ctx context.Context, q db.Querier, f Filter, page Page) ([]DeadLetter, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	if page.Limit < 1 || page.Limit > MaxListLimit || page.BeforeID < 0 {
+		return nil, fmt.Errorf("%w: limit must be 1..%d and the cursor not negative", ErrInvalid, MaxListLimit)
+	}
+	where, args := f.where(nil)
+	if page.BeforeID > 0 {
+		args = append(args, page.BeforeID)
+		where += " AND id < $" + strconv.Itoa(len(args))
+	}
+	args = append(args, page.Limit)
+	sql := `SELECT ` + columns + ` FROM dead_letter_jobs WHERE ` + where +
+		` ORDER BY id DESC LIMIT $` + strconv.Itoa(len(args))
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[DeadLetter])
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// Get returns one dead letter, or ErrNotFound.
+func Get(ctx context.Context, q db.Querier, id int64) (DeadLetter, error) {
+	rows, err := q.Query(ctx, `SELECT `+columns+` FROM dead_letter_jobs WHERE id = $1`, id)
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("get dead letter %d: %w", id, err)
+	}
+	d, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[DeadLetter])
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return DeadLetter{}, fmt.Errorf("%w: id %d", ErrNotFound, id)
+	case err != nil:
+		return DeadLetter{}, fmt.Errorf("get dead letter %d: %w", id, err)
+	}
+	return d, nil
+}
+
+// Depth is how many dead letters wait for an operator: rows not replayed.
+type Depth struct {
+	Total   int            `json:"depth"`
+	ByQueue map[string]int `json:"queues"`
+}
+
+// PendingDepth counts the rows not replayed yet, per queue (a scan of the
+// partial index dead_letter_jobs_pending_queue_idx).
+func PendingDepth(ctx context.Context, q db.Querier) (Depth, error) {
+	rows, err := q.Query(ctx, `SELECT queue, count(*) FROM dead_letter_jobs WHERE replayed_at IS NULL GROUP BY queue`)
+	if err != nil {
+		return Depth{}, fmt.Errorf("dead-letter depth: %w", err)
+	}
+	d := Depth{ByQueue: map[string]int{}}
+	var (
+		queue string
+		n     int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&queue, &n}, func() error {
+		d.ByQueue[queue] = n
+		d.Total += n
+		return nil
+	})
+	if err != nil {
+		return Depth{}, fmt.Errorf("dead-letter depth: %w", err)
+	}
+	return d, nil
+}
+
+// PurgeRequest says which dead letters Purge deletes.
+type PurgeRequest struct {
+	// OlderThan deletes rows moved into the table more than this long ago
+	// (0: every row).
+	OlderThan time.Duration
+	// ReplayedOnly keeps rows that were never replayed.
+	ReplayedOnly bool
+	// Batch is the most rows one statement deletes.
+	Batch int
+}
+
+// purgeSQL deletes one batch, oldest first, over the moved_at index.
+const purgeSQL = `
+WITH doomed AS (
+    SELECT id FROM dead_letter_jobs
+    WHERE moved_at < now() - make_interval(secs => $1) AND (NOT $2 OR replayed_at IS NOT NULL)
+    ORDER BY moved_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM dead_letter_jobs AS d USING doomed WHERE d.id = doomed.id`
+
+// Purge deletes the dead letters req selects, one batch per statement,
+// calling progress (when not nil) with each batch's count, and returns how
+// many it deleted. A purged dead letter is gone for good.
+func Purge(ctx context.Context, q db.Querier, req PurgeRequest, progress func(deleted int)) (int, error) {
+	if req.OlderThan < 0 || req.Batch < 1 {
+		return 0, fmt.Errorf("%w: older-than must not be negative and the batch must be positive", ErrInvalid)
+	}
+	total := 0
+	for {
+		tag, err := q.Exec(ctx, purgeSQL, req.OlderThan.Seconds(), req.ReplayedOnly, req.Batch)
+		if err != nil {
+			return total, fmt.Errorf("purge dead letters: %w", err)
+		}
+		n := int(tag.RowsAffected())
+		total += n
+		if progress != nil && n > 0 {
+			progress(n)
+		}
+		if n < req.Batch {
+			return total, nil
+		}
+	}
+}
+
+// Delete removes one dead letter, or returns ErrNotFound.
+func Delete(ctx context.Context, q db.Querier, id int64) error {
+	tag, err := q.Exec(ctx, `DELETE FROM dead_letter_jobs WHERE id = $1`, id)
+	if err != nil {
+		return fmt.Errorf("delete dead letter %d: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: id %d", ErrNotFound, id)
+	}
+	return nil
+}

@@ -1,0 +1,348 @@
+package dlq
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/routing"
+)
+
+// MaxReplayIDs is the most ids one Replay takes; ReplayAll has no limit.
+const MaxReplayIDs = 1000
+
+// Metadata keys of a replayed job, pointing back at its dead letter.
+const (
+	MetadataReplayOf      = "tierq_replay_of"        // dead_letter_jobs.id
+	MetadataReplayOfJobID = "tierq_replay_of_job_id" // the discarded job's id
+)
+
+// Beginner starts transactions: *pgxpool.Pool, *pgx.Conn.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// ReplayOptions say how dead letters are replayed.
+type ReplayOptions struct {
+	// ToQueue is the queue the new jobs go to; empty means each dead
+	// letter's original queue. It must be a queue of the original queue's
+	// service (a dead letter from analysis_default may go to
+	// analysis_priority, not to specview_priority, whose workers do not run
+	// analysis jobs); a queue outside the services takes only its own.
+	ToQueue string
+	// Force replays a dead letter that was replayed before.
+	Force bool
+	// Actor is who replays (an operator's name); it lands in replayed_by.
+	Actor string
+}
+
+// Validate reports what is wrong with the options, as an ErrInvalid.
+func (o ReplayOptions) Validate() error {
+	var problems []string
+	if strings.TrimSpace(o.Actor) == "" {
+		problems = append(problems, "actor is required")
+	}
+	if len(o.Actor) > 200 {
+		problems = append(problems, "actor is at most 200 bytes")
+	}
+	if len(o.ToQueue) > maxNameLen {
+		problems = append(problems, fmt.Sprintf("queue is at most %d bytes", maxNameLen))
+	}
+	return invalid(problems)
+}
+
+// Outcome is what happened to one dead letter Replay was asked for.
+type Outcome struct {
+	ID int64 `json:"id"`
+	// JobID and Queue are the new River job's, when Err is nil.
+	JobID int64  `json:"job_id,omitempty"`
+	Queue string `json:"queue,omitempty"`
+	// Err is ErrNotFound, ErrAlreadyReplayed or ErrInvalid (wrapped, saying
+	// why) when this dead letter was not replayed.
+	Err error `json:"-"`
+}
+
+// MarshalJSON adds the error's text as "error".
+func (o Outcome) MarshalJSON() ([]byte, error) {
+	type plain Outcome
+	var msg string
+	if o.Err != nil {
+		msg = o.Err.Error()
+	}
+	return json.Marshal(struct {
+		plain
+		Error string `json:"error,omitempty"`
+	}{plain(o), msg})
+}
+
+// Replay inserts a new River job for each dead letter in ids, in one
+// transaction with marking them replayed: same kind, args, tags and
+// max_attempts, fresh attempts, the original queue (or opts.ToQueue) and the
+// original base priority (before aging). A dead letter already replayed is
+// refused with ErrAlreadyReplayed unless opts.Force; a missing one gets
+// ErrNotFound. Each id's Outcome comes back in the order of ids; the error
+// is for the request as a whole (invalid, or the database failed, in which
+// case nothing was replayed).
+//
+// The rows are locked for the transaction, so two Replays of one dead letter
+// at once run one after the other and the second sees it replayed.
+func Replay(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner, ids []int64, opts ReplayOptions) ([]Outcome, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 || len(ids) > MaxReplayIDs {
+		return nil, fmt.Errorf("%w: give 1 to %d ids", ErrInvalid, MaxReplayIDs)
+	}
+	for _, id := range ids {
+		if id <= 0 {
+			return nil, fmt.Errorf("%w: id %d is not a dead-letter id", ErrInvalid, id)
+		}
+	}
+
+	outcomes := make([]Outcome, len(ids))
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+columns+` FROM dead_letter_jobs WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
+		if err != nil {
+			return err
+		}
+		found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[DeadLetter])
+		if err != nil {
+			return err
+		}
+		byID := make(map[int64]*DeadLetter, len(found))
+		for i := range found {
+			byID[found[i].ID] = &found[i]
+		}
+
+		var todo []*DeadLetter
+		seen := map[int64]bool{}
+		for i, id := range ids {
+			outcomes[i].ID = id
+			d := byID[id]
+			switch {
+			case d == nil:
+				outcomes[i].Err = fmt.Errorf("%w: id %d", ErrNotFound, id)
+			case seen[id]:
+				outcomes[i].Err = fmt.Errorf("%w: id %d appears twice in the request", ErrInvalid, id)
+			case d.ReplayedAt != nil && !opts.Force:
+				outcomes[i].Err = fmt.Errorf("%w: id %d was replayed as job %d by %s at %s (force to replay again)",
+					ErrAlreadyReplayed, id, *d.ReplayJobID, *d.ReplayedBy, d.ReplayedAt.Format("2006-01-02 15:04:05Z07:00"))
+			case !canReplayInto(d.Queue, opts.ToQueue):
+				outcomes[i].Err = fmt.Errorf("%w: a %s job from %s cannot go to queue %s (not a queue of the same service)",
+					ErrInvalid, d.Kind, d.Queue, opts.ToQueue)
+			default:
+				todo = append(todo, d)
+			}
+			seen[id] = true
+		}
+		replayed, err := replayTx(ctx, client, tx, todo, opts)
+		if err != nil {
+			return err
+		}
+		for i := range outcomes {
+			if r, ok := replayed[outcomes[i].ID]; ok && outcomes[i].Err == nil {
+				outcomes[i].JobID, outcomes[i].Queue = r.JobID, r.Queue
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replay dead letters: %w", err)
+	}
+	return outcomes, nil
+}
+
+// canReplayInto says whether a dead letter from queue from may be replayed
+// into queue to ("" meaning from).
+func canReplayInto(from, to string) bool {
+	if to == "" || to == from {
+		return true
+	}
+	for _, svc := range routing.Services() {
+		if queues := svc.Queues(); slices.Contains(queues, from) && slices.Contains(queues, to) {
+			return true
+		}
+	}
+	return false
+}
+
+// replayOrigins are the original queues whose dead letters may go to queue
+// to: the queues of its service, or to itself.
+func replayOrigins(to string) []string {
+	for _, svc := range routing.Services() {
+		if queues := svc.Queues(); slices.Contains(queues, to) {
+			return queues
+		}
+	}
+	return []string{to}
+}
+
+// replayedJob is the new River job of one replayed dead letter.
+type replayedJob struct {
+	JobID int64
+	Queue string
+}
+
+// rawArgs re-inserts a dead letter's args exactly as stored, under its kind,
+// without decoding them into the kind's Go type.
+type rawArgs struct {
+	kind string
+	args json.RawMessage
+}
+
+func (a rawArgs) Kind() string                 { return a.kind }
+func (a rawArgs) MarshalJSON() ([]byte, error) { return a.args, nil }
+
+// replayTx inserts the new jobs for todo and marks the rows replayed, in tx.
+func replayTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, todo []*DeadLetter, opts ReplayOptions) (map[int64]replayedJob, error) {
+	if len(todo) == 0 {
+		return nil, nil
+	}
+	params := make([]river.InsertManyParams, len(todo))
+	for i, d := range todo {
+		queue := cmp.Or(opts.ToQueue, d.Queue)
+		metadata, err := json.Marshal(map[string]any{
+			db.MetadataBasePriority: basePriority(d),
+			MetadataReplayOf:        d.ID,
+			MetadataReplayOfJobID:   d.JobID,
+		})
+		if err != nil {
+			return nil, err
+		}
+		params[i] = river.InsertManyParams{
+			Args: rawArgs{kind: d.Kind, args: d.Args},
+			InsertOpts: &river.InsertOpts{
+				MaxAttempts: d.MaxAttempts,
+				Metadata:    metadata,
+				Priority:    basePriority(d),
+				Queue:       queue,
+				Tags:        d.Tags,
+			},
+		}
+	}
+	results, err := client.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		return nil, fmt.Errorf("insert jobs: %w", err)
+	}
+	ids := make([]int64, len(todo))
+	jobIDs := make([]int64, len(todo))
+	out := make(map[int64]replayedJob, len(todo))
+	for i, r := range results {
+		ids[i], jobIDs[i] = todo[i].ID, r.Job.ID
+		out[todo[i].ID] = replayedJob{JobID: r.Job.ID, Queue: r.Job.Queue}
+	}
+	_, err = tx.Exec(ctx, `
+		UPDATE dead_letter_jobs AS d
+		SET replayed_at = now(), replay_job_id = r.job_id, replayed_by = $3
+		FROM unnest($1::bigint[], $2::bigint[]) AS r(id, job_id)
+		WHERE d.id = r.id`, ids, jobIDs, opts.Actor)
+	if err != nil {
+		return nil, fmt.Errorf("mark replayed: %w", err)
+	}
+	return out, nil
+}
+
+// basePriority is the priority the job started with, before aging improved
+// it (tierq keeps it in metadata), so a replayed job ages again from there.
+func basePriority(d *DeadLetter) int {
+	var meta map[string]json.RawMessage
+	if json.Unmarshal(d.Metadata, &meta) == nil {
+		if p, err := strconv.Atoi(string(meta[db.MetadataBasePriority])); err == nil &&
+			p >= routing.PriorityEscalated && p <= routing.PriorityLowest {
+			return p
+		}
+	}
+	return min(max(d.Priority, routing.PriorityEscalated), routing.PriorityLowest)
+}
+
+// ReplayAllResult counts what ReplayAll did.
+type ReplayAllResult struct {
+	Replayed int            `json:"replayed"`
+	ByQueue  map[string]int `json:"by_queue"`
+}
+
+// ReplayAll replays every dead letter f selects that has not been replayed
+// (with opts.Force, replayed ones too), oldest first, batch per transaction,
+// calling progress (when not nil) after each batch. With opts.ToQueue it
+// replays only dead letters of that queue's service. Rows another replay
+// holds are skipped (that replay does them). It returns what it replayed
+// before an error.
+func ReplayAll(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner, f Filter, opts ReplayOptions, batch int, progress func(replayed int)) (ReplayAllResult, error) {
+	res := ReplayAllResult{ByQueue: map[string]int{}}
+	if err := errors.Join(f.Validate(), opts.Validate()); err != nil {
+		return res, err
+	}
+	if batch < 1 {
+		return res, fmt.Errorf("%w: batch must be positive", ErrInvalid)
+	}
+	where, args := replayWhere(f, opts)
+	args = append(args, int64(0), batch)
+	afterArg, limitArg := len(args)-1, len(args)
+	sql := `SELECT ` + columns + ` FROM dead_letter_jobs WHERE ` + where +
+		` AND id > $` + strconv.Itoa(afterArg) + ` ORDER BY id LIMIT $` + strconv.Itoa(limitArg) + ` FOR UPDATE SKIP LOCKED`
+
+	for {
+		n := 0
+		var replayed map[int64]replayedJob
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, sql, args...)
+			if err != nil {
+				return err
+			}
+			found, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByPos[DeadLetter])
+			if err != nil {
+				return err
+			}
+			if n = len(found); n == 0 {
+				return nil
+			}
+			args[afterArg-1] = found[n-1].ID
+			replayed, err = replayTx(ctx, client, tx, found, opts)
+			return err
+		})
+		if err != nil {
+			return res, fmt.Errorf("replay dead letters: %w", err)
+		}
+		if n == 0 {
+			return res, nil
+		}
+		for _, r := range replayed {
+			res.ByQueue[r.Queue]++
+		}
+		res.Replayed += n
+		if progress != nil {
+			progress(n)
+		}
+	}
+}
+
+// CountReplayable is how many dead letters ReplayAll(f, opts) would replay
+// now, for a progress bar's total.
+func CountReplayable(ctx context.Context, q db.Querier, f Filter, opts ReplayOptions) (int, error) {
+	where, args := replayWhere(f, opts)
+	var n int
+	if err := q.QueryRow(ctx, `SELECT count(*) FROM dead_letter_jobs WHERE `+where, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count dead letters: %w", err)
+	}
+	return n, nil
+}
+
+// replayWhere is the condition selecting what ReplayAll replays.
+func replayWhere(f Filter, opts ReplayOptions) (string, []any) {
+	f.Pending = f.Pending || !opts.Force
+	where, args := f.where(nil)
+	if opts.ToQueue != "" {
+		args = append(args, replayOrigins(opts.ToQueue))
+		where += " AND queue = ANY($" + strconv.Itoa(len(args)) + ")"
+	}
+	return where, args
+}
