@@ -28,6 +28,12 @@ func TestSchedulerDefaults(t *testing.T) {
 	require.Equal(t, 2, cfg.AgingMaxPriority)
 	require.Equal(t, 3*time.Hour, cfg.EscalateScheduledAfter)
 	require.Zero(t, cfg.EscalateDefaultAfter)
+	require.Equal(t, 30*time.Second, cfg.DLQDrainInterval)
+	require.Equal(t, 1000, cfg.DLQDrainBatch)
+	require.Equal(t, 1, cfg.DLQAlertThreshold)
+	require.Empty(t, cfg.DLQAlertWebhookURL)
+	require.Equal(t, 15*time.Minute, cfg.DLQAlertInterval)
+	require.Equal(t, 5*time.Second, cfg.DLQAlertTimeout)
 
 	// The cron expressions are parsed in CRON_TZ: "0 */6 * * *" runs at the
 	// next multiple of six hours, "30 3 * * *" at 03:30 UTC.
@@ -64,6 +70,15 @@ func TestSchedulerAgingAndEscalationCanBeTurnedOff(t *testing.T) {
 	require.Zero(t, cfg.EscalateScheduledAfter)
 }
 
+func TestWebhookURLIsAccepted(t *testing.T) {
+	t.Parallel()
+
+	cfg, err := config.Load[config.Scheduler](append(baseSchedulerEnv(), "DLQ_ALERT_WEBHOOK_URL=https://hooks.example.com/services/T0/B1/secret", "DLQ_ALERT_THRESHOLD=0"))
+	require.NoError(t, err)
+	require.Equal(t, "https://hooks.example.com/services/T0/B1/secret", cfg.DLQAlertWebhookURL)
+	require.Zero(t, cfg.DLQAlertThreshold, "0 turns the alert off")
+}
+
 func TestSchedulerBadValues(t *testing.T) {
 	t.Parallel()
 
@@ -85,5 +100,13 @@ func TestSchedulerBadValues(t *testing.T) {
 		{name: "retention too short", give: []string{"RETENTION_PERIOD=5m"}, wantVar: "RETENTION_PERIOD", wantValue: "5m", wantReason: "at least 1h"},
 		{name: "stale too short", give: []string{"REANALYZE_STALE_AFTER=1s"}, wantVar: "REANALYZE_STALE_AFTER", wantValue: "1s", wantReason: "at least 1m"},
 		{name: "sweep batch", give: []string{"SWEEP_BATCH=0"}, wantVar: "SWEEP_BATCH", wantValue: "0", wantReason: "between 1 and 100000"},
+		{name: "drain interval zero", give: []string{"DLQ_DRAIN_INTERVAL=0"}, wantVar: "DLQ_DRAIN_INTERVAL", wantValue: "0", wantReason: "between 1s and 1h"},
+		{name: "drain batch too big", give: []string{"DLQ_DRAIN_BATCH=1000000"}, wantVar: "DLQ_DRAIN_BATCH", wantValue: "1000000", wantReason: "between 1 and 100000"},
+		{name: "alert threshold negative", give: []string{"DLQ_ALERT_THRESHOLD=-1"}, wantVar: "DLQ_ALERT_THRESHOLD", wantValue: "-1", wantReason: "between 0 and"},
+		{name: "alert threshold not a number", give: []string{"DLQ_ALERT_THRESHOLD=many"}, wantVar: "DLQ_ALERT_THRESHOLD", wantValue: "many", wantReason: "not an integer"},
+		{name: "webhook not http", give: []string{"DLQ_ALERT_WEBHOOK_URL=ftp://hooks.example.com/T0/B1/secret"}, wantVar: "DLQ_ALERT_WEBHOOK_URL", wantValue: "ftp://hooks.example.com/[redacted]", wantReason: "http or https"},
+		{name: "webhook relative", give: []string{"DLQ_ALERT_WEBHOOK_URL=/hooks/secret"}, wantVar: "DLQ_ALERT_WEBHOOK_URL", wantValue: "[redacted]", wantReason: "absolute http or https URL"},
+		{name: "alert interval too short", give: []string{"DLQ_ALERT_INTERVAL=10ms"}, wantVar: "DLQ_ALERT_INTERVAL", wantValue: "10ms", wantReason: "at least 1s"},
+		{name: "alert timeout too long", give: []string{"DLQ_ALERT_TIMEOUT=5m"}, wantVar: "DLQ_ALERT_TIMEOUT", wantValue: "5m", wantReason: "between 100ms and 1m"},
 	})
 }

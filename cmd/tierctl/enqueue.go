@@ -12,8 +12,6 @@ import (
 	"strings"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/tierq/tierq/jobs"
@@ -63,18 +61,12 @@ service does, and inserted in batches. A progress bar shows the inserts.`,
 				return err
 			}
 			defer pool.Close()
-			client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: cfg.Schema})
+			client, err := insertClient(cfg, pool)
 			if err != nil {
-				return fmt.Errorf("new river client: %w", err)
+				return err
 			}
 
-			bar := progressbar.NewOptions(count,
-				progressbar.OptionSetWriter(a.stdout),
-				progressbar.OptionSetDescription("enqueue"),
-				progressbar.OptionShowCount(),
-				progressbar.OptionSetWidth(30),
-				progressbar.OptionOnCompletion(func() { fmt.Fprintln(a.stdout) }),
-			)
+			bar := a.progressBar(count, "enqueue")
 			perQueue := map[string]int{}
 			batch := make([]river.InsertManyParams, 0, enqueueBatch)
 			flush := func() error {

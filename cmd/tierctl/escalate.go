@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -28,9 +27,9 @@ exits 1 saying why.`,
 		Example: `  tierctl escalate 4211 --to priority --actor alice --reason "customer escalation #812"`,
 		Args:    usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := strconv.ParseInt(args[0], 10, 64)
-			if err != nil || id <= 0 {
-				return &usageError{fmt.Errorf("JOB_ID %q is not a job id", args[0])}
+			id, err := parseID("JOB_ID", args[0])
+			if err != nil {
+				return err
 			}
 			class, err := routing.ParseClass(to)
 			if err != nil {

@@ -4,6 +4,7 @@
 //	tierctl enqueue            insert demo analysis work across every tier
 //	tierctl watch              live job counts per queue and state
 //	tierctl escalate JOB_ID    move a queued job to another queue (audited)
+//	tierctl dlq ...            list, show, replay, purge and drain dead letters
 //
 // It reads DATABASE_URL (and DATABASE_SCHEMA, LOG_LEVEL, LOG_FORMAT) from the
 // environment. Invalid configuration or usage exits with status 2.
@@ -49,14 +50,14 @@ func run(ctx context.Context, args, environ []string, stdout io.Writer) error {
 	app := &app{environ: environ, stdout: stdout}
 	root := &cobra.Command{
 		Use:           "tierctl",
-		Short:         "Operate tierq: migrations, demo work, queue progress, escalation",
+		Short:         "Operate tierq: migrations, demo work, queue progress, escalation, dead letters",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stdout)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(app.migrateCommand(), app.enqueueCommand(), app.watchCommand(), app.escalateCommand())
+	root.AddCommand(app.migrateCommand(), app.enqueueCommand(), app.watchCommand(), app.escalateCommand(), app.dlqCommand())
 	root.SetArgs(args[1:])
 	err := root.ExecuteContext(ctx)
 	if err != nil && strings.HasPrefix(err.Error(), "unknown command") {

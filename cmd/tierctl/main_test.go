@@ -38,8 +38,8 @@ func TestMigrateFreshSchemaThenIdempotent(t *testing.T) {
 
 	out, err := runTierctl(t, environ, "migrate")
 	require.NoError(t, err, out)
-	require.Contains(t, out, "tierq migrations applied: [1 2]")
-	require.Contains(t, out, "tierq schema version: 2")
+	require.Contains(t, out, "tierq migrations applied: [1 2 3]")
+	require.Contains(t, out, "tierq schema version: 3")
 
 	out, err = runTierctl(t, environ, "migrate")
 	require.NoError(t, err, out)
@@ -119,6 +119,17 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{name: "escalate bad class", args: []string{"escalate", "7", "--to", "urgent", "--actor", "a", "--reason", "r"}, want: `unknown queue class "urgent"`},
 		{name: "escalate no actor", args: []string{"escalate", "7", "--to", "priority", "--reason", "r"}, want: "actor is required"},
 		{name: "escalate bad priority", args: []string{"escalate", "7", "--to", "default", "--priority", "9", "--actor", "a", "--reason", "r"}, want: "priority 9 not in 1..4"},
+		{name: "dlq show bad id", args: []string{"dlq", "show", "12x"}, want: `ID "12x" is not an id`},
+		{name: "dlq show huge id", args: []string{"dlq", "show", "99999999999999999999"}, want: `is not an id`},
+		{name: "dlq list bad since", args: []string{"dlq", "list", "--since", "yesterday"}, want: `--since "yesterday"`},
+		{name: "dlq list limit", args: []string{"dlq", "list", "--limit", "0"}, want: "--limit must be between 1 and 1000"},
+		{name: "dlq replay nothing", args: []string{"dlq", "replay"}, want: "IDs, or --all"},
+		{name: "dlq replay ids and all", args: []string{"dlq", "replay", "3", "--all"}, want: "not both"},
+		{name: "dlq replay filter with ids", args: []string{"dlq", "replay", "3", "--queue", "analysis_default"}, want: "select rows for --all"},
+		{name: "dlq replay negative id", args: []string{"dlq", "replay", "--", "-3"}, want: `ID "-3"`},
+		{name: "dlq purge without age", args: []string{"dlq", "purge"}, want: "--older-than is required"},
+		{name: "dlq purge bad age", args: []string{"dlq", "purge", "--older-than", "-5d"}, want: `--older-than "-5d"`},
+		{name: "dlq drain batch", args: []string{"dlq", "drain", "--batch", "0"}, want: "--batch must be"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
