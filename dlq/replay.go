@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -135,7 +136,7 @@ func Replay(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner, id
 				outcomes[i].Err = fmt.Errorf("%w: id %d appears twice in the request", ErrInvalid, id)
 			case d.ReplayedAt != nil && !opts.Force:
 				outcomes[i].Err = fmt.Errorf("%w: id %d was replayed as job %d by %s at %s (force to replay again)",
-					ErrAlreadyReplayed, id, *d.ReplayJobID, *d.ReplayedBy, d.ReplayedAt.Format("2006-01-02 15:04:05Z07:00"))
+					ErrAlreadyReplayed, id, *d.ReplayJobID, *d.ReplayedBy, d.ReplayedAt.UTC().Format(time.RFC3339))
 			case !canReplayInto(d.Queue, opts.ToQueue):
 				outcomes[i].Err = fmt.Errorf("%w: a %s job from %s cannot go to queue %s (not a queue of the same service)",
 					ErrInvalid, d.Kind, d.Queue, opts.ToQueue)

@@ -389,7 +389,11 @@ It is safe next to a running scheduler: concurrent drains never copy a job twice
 			defer pool.Close()
 
 			res, err := dlq.Drain(ctx, pool, batch)
-			fmt.Fprintf(a.stdout, "moved %d discarded jobs into dead_letter_jobs in %d statements\n", res.Moved, res.Batches)
+			statements := "statements"
+			if res.Batches == 1 {
+				statements = "statement"
+			}
+			fmt.Fprintf(a.stdout, "moved %d discarded jobs into dead_letter_jobs in %d %s\n", res.Moved, res.Batches, statements)
 			for _, q := range slices.Sorted(maps.Keys(res.ByQueue)) {
 				fmt.Fprintf(a.stdout, "  %-20s %d\n", q, res.ByQueue[q])
 			}
