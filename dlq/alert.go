@@ -112,6 +112,11 @@ const restoreSQL = `UPDATE dead_letter_alert_state SET firing = $1, last_sent_at
 // error: alerting must not break the drain that calls it.
 func (a *Alerter) Check(ctx context.Context, q db.Querier, depth Depth) AlertOutcome {
 	if a.cfg.Threshold <= 0 {
+		// Alerting was turned off: forget an alert that was firing, so
+		// turning it on again starts afresh.
+		if _, err := q.Exec(ctx, `UPDATE dead_letter_alert_state SET firing = false, last_sent_at = NULL WHERE firing`); err != nil {
+			a.logger.ErrorContext(ctx, "dead-letter alert state", slog.String("error", err.Error()))
+		}
 		return AlertOff
 	}
 	firing := depth.Total >= a.cfg.Threshold

@@ -182,8 +182,16 @@ func TestHangingWebhookTimesOut(t *testing.T) {
 func TestAlertOffAtThresholdZero(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 3)
+	ctx := context.Background()
 	hook := newWebhook(t)
-	alerter := dlq.NewAlerter(dlq.AlertConfig{Threshold: 0, WebhookURL: hook.URL, Interval: time.Hour, Timeout: time.Second}, discard)
-	require.Equal(t, dlq.AlertOff, alerter.Check(context.Background(), b.db.Pool, dlq.Depth{Total: 3}))
-	require.Empty(t, hook.alerts())
+	on := dlq.NewAlerter(dlq.AlertConfig{Threshold: 1, WebhookURL: hook.URL, Interval: time.Hour, Timeout: time.Second}, discard)
+	off := dlq.NewAlerter(dlq.AlertConfig{Threshold: 0, WebhookURL: hook.URL, Interval: time.Hour, Timeout: time.Second}, discard)
+	depth := dlq.Depth{Total: 3}
+
+	require.Equal(t, dlq.AlertFired, on.Check(ctx, b.db.Pool, depth))
+	require.Equal(t, dlq.AlertOff, off.Check(ctx, b.db.Pool, depth))
+	require.Len(t, hook.alerts(), 1, "off sends nothing")
+	// Turned on again, it fires afresh instead of thinking it fired an hour ago.
+	require.Equal(t, dlq.AlertFired, on.Check(ctx, b.db.Pool, depth))
+	require.Len(t, hook.alerts(), 2)
 }

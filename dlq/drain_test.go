@@ -214,7 +214,7 @@ func TestDrainKilledMidStatementLeavesEveryJobInOnePlace(t *testing.T) {
 	require.Equal(t, n, requireExactlyOnePlace(t, db))
 }
 
-func TestDrainLeavesAJobRetriedBeforeItsLockAlone(t *testing.T) {
+func TestDrainSkipsAJobBeingRetried(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
@@ -240,6 +240,28 @@ func TestDrainLeavesAJobRetriedBeforeItsLockAlone(t *testing.T) {
 	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM dead_letter_jobs WHERE job_id = $1`, ids[1]))
 }
 
+func TestDrainLeavesAJobWhoseIDIsAlreadyADeadLetter(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+
+	ids := testdb.SeedDiscarded(t, db, 3)
+	// A dead letter with the id of a job still in river_job: river_job ids
+	// were reused (a restore, a sequence reset).
+	_, err := db.Pool.Exec(ctx, `
+		INSERT INTO dead_letter_jobs (job_id, kind, queue, priority, args, attempt, max_attempts, created_at)
+		VALUES ($1, 'analysis', 'analysis_default', 4, '{}', 1, 1, now() - interval '1 year')`, ids[0])
+	require.NoError(t, err)
+
+	// The others still drain; the conflicting one stays where it is, counted.
+	res, err := dlq.Drain(ctx, db.Pool, 1)
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Moved)
+	require.Equal(t, 1, res.Conflicts)
+	require.Equal(t, "discarded", db.Jobs(t, "id = $1", ids[0])[0].State)
+	require.Equal(t, 3, db.Count(t, `SELECT count(*) FROM dead_letter_jobs`))
+}
+
 // TestDrainUsesAnIndex checks the plan of the drain's claim with a realistic
 // river_job (mostly finished work) and writes it to $TIERQ_EXPLAIN.
 func TestDrainUsesAnIndex(t *testing.T) {
@@ -247,11 +269,19 @@ func TestDrainUsesAnIndex(t *testing.T) {
 	db := testdb.New(t)
 	testdb.SeedFinished(t, db, 50_000)
 	testdb.SeedDiscarded(t, db, 100)
-	_, err := db.Pool.Exec(context.Background(), `ANALYZE river_job`)
+	// A dead-letter table much bigger than a batch: the claim must probe
+	// its job_id index per row, never hash the whole table.
+	_, err := db.Pool.Exec(context.Background(), `
+		INSERT INTO dead_letter_jobs (job_id, kind, queue, priority, args, attempt, max_attempts, created_at)
+		SELECT -i, 'loadtest', 'analysis_default', 4, '{}', 1, 1, now() FROM generate_series(1, 200000) AS i`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(context.Background(), `ANALYZE river_job`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(context.Background(), `ANALYZE dead_letter_jobs`)
 	require.NoError(t, err)
 
 	plan := explainDrain(t, db)
-	require.NotContains(t, plan, "Seq Scan on river_job", plan)
+	require.NotContains(t, plan, "Seq Scan", plan)
 	testdb.WriteExplain(t, db, "dlq_drain.txt", dlq.DrainSQL, 1000)
 }
 

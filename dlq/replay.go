@@ -27,18 +27,20 @@ const (
 	MetadataReplayOfJobID = "tierq_replay_of_job_id" // the discarded job's id
 )
 
-// Beginner starts transactions: *pgxpool.Pool, *pgx.Conn.
+// Beginner starts transactions and runs single statements: *pgxpool.Pool,
+// *pgx.Conn.
 type Beginner interface {
+	db.Querier
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // ReplayOptions say how dead letters are replayed.
 type ReplayOptions struct {
 	// ToQueue is the queue the new jobs go to; empty means each dead
-	// letter's original queue. It must be a queue of the original queue's
-	// service (a dead letter from analysis_default may go to
-	// analysis_priority, not to specview_priority, whose workers do not run
-	// analysis jobs); a queue outside the services takes only its own.
+	// letter's original queue. It must be a service queue
+	// (routing.Queues), and a dead letter goes only to a queue of its own
+	// service: one from analysis_default may go to analysis_priority, not to
+	// specview_priority, whose workers do not run analysis jobs.
 	ToQueue string
 	// Force replays a dead letter that was replayed before.
 	Force bool
@@ -55,8 +57,8 @@ func (o ReplayOptions) Validate() error {
 	if len(o.Actor) > 200 {
 		problems = append(problems, "actor is at most 200 bytes")
 	}
-	if len(o.ToQueue) > maxNameLen {
-		problems = append(problems, fmt.Sprintf("queue is at most %d bytes", maxNameLen))
+	if o.ToQueue != "" && !slices.Contains(routing.Queues(), o.ToQueue) {
+		problems = append(problems, fmt.Sprintf("queue %.128q is not a service queue (%s)", o.ToQueue, strings.Join(routing.Queues(), ", ")))
 	}
 	return invalid(problems)
 }
@@ -165,26 +167,18 @@ func Replay(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner, id
 // canReplayInto says whether a dead letter from queue from may be replayed
 // into queue to ("" meaning from).
 func canReplayInto(from, to string) bool {
-	if to == "" || to == from {
-		return true
-	}
-	for _, svc := range routing.Services() {
-		if queues := svc.Queues(); slices.Contains(queues, from) && slices.Contains(queues, to) {
-			return true
-		}
-	}
-	return false
+	return to == "" || to == from || slices.Contains(replayOrigins(to), from)
 }
 
-// replayOrigins are the original queues whose dead letters may go to queue
-// to: the queues of its service, or to itself.
+// replayOrigins are the original queues whose dead letters may go to service
+// queue to: the queues of its service.
 func replayOrigins(to string) []string {
 	for _, svc := range routing.Services() {
 		if queues := svc.Queues(); slices.Contains(queues, to) {
 			return queues
 		}
 	}
-	return []string{to}
+	return nil
 }
 
 // replayedJob is the new River job of one replayed dead letter.
@@ -274,9 +268,12 @@ type ReplayAllResult struct {
 // ReplayAll replays every dead letter f selects that has not been replayed
 // (with opts.Force, replayed ones too), oldest first, batch per transaction,
 // calling progress (when not nil) after each batch. With opts.ToQueue it
-// replays only dead letters of that queue's service. Rows another replay
-// holds are skipped (that replay does them). It returns what it replayed
-// before an error.
+// replays only dead letters of that queue's service. It takes only rows that
+// exist when it starts, so a replayed job that fails again and is drained
+// back during a long run is not replayed twice by it. Rows another
+// transaction holds (a concurrent replay) are skipped; run it again to pick
+// up any that transaction released without replaying. It returns what it
+// replayed before an error.
 func ReplayAll(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner, f Filter, opts ReplayOptions, batch int, progress func(replayed int)) (ReplayAllResult, error) {
 	res := ReplayAllResult{ByQueue: map[string]int{}}
 	if err := errors.Join(f.Validate(), opts.Validate()); err != nil {
@@ -285,11 +282,16 @@ func ReplayAll(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner,
 	if batch < 1 {
 		return res, fmt.Errorf("%w: batch must be positive", ErrInvalid)
 	}
+	var lastID int64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM dead_letter_jobs`).Scan(&lastID); err != nil {
+		return res, fmt.Errorf("replay dead letters: %w", err)
+	}
 	where, args := replayWhere(f, opts)
-	args = append(args, int64(0), batch)
-	afterArg, limitArg := len(args)-1, len(args)
+	args = append(args, lastID, int64(0), batch)
+	lastArg, afterArg, limitArg := len(args)-2, len(args)-1, len(args)
 	sql := `SELECT ` + columns + ` FROM dead_letter_jobs WHERE ` + where +
-		` AND id > $` + strconv.Itoa(afterArg) + ` ORDER BY id LIMIT $` + strconv.Itoa(limitArg) + ` FOR UPDATE SKIP LOCKED`
+		` AND id <= $` + strconv.Itoa(lastArg) + ` AND id > $` + strconv.Itoa(afterArg) +
+		` ORDER BY id LIMIT $` + strconv.Itoa(limitArg) + ` FOR UPDATE SKIP LOCKED`
 
 	for {
 		n := 0

@@ -134,6 +134,7 @@ func TestReplayReportsEachIDAndReplaysTheRest(t *testing.T) {
 		{"no ids", nil, dlq.ReplayOptions{Actor: "a"}},
 		{"negative id", []int64{-1}, dlq.ReplayOptions{Actor: "a"}},
 		{"huge queue name", []int64{b.ids[3]}, dlq.ReplayOptions{Actor: "a", ToQueue: string(make([]byte, 200))}},
+		{"not a service queue", []int64{b.ids[3]}, dlq.ReplayOptions{Actor: "a", ToQueue: "analyss_priority"}},
 	} {
 		_, err := dlq.Replay(ctx, b.client, b.db.Pool, tc.ids, tc.opts)
 		require.ErrorIs(t, err, dlq.ErrInvalid, tc.name)
@@ -148,29 +149,32 @@ func TestRacingReplaysOfOneDeadLetterInsertOneJob(t *testing.T) {
 
 	const racers = 8
 	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		replayed []int64
-		refused  int
-		start    = make(chan struct{})
+		wg    sync.WaitGroup
+		outs  [racers][]dlq.Outcome
+		errs  [racers]error
+		start = make(chan struct{})
 	)
 	for i := range racers {
 		wg.Go(func() {
 			<-start
-			out, err := dlq.Replay(ctx, b.client, b.db.Pool, b.ids, dlq.ReplayOptions{Actor: "racer"})
-			mu.Lock()
-			defer mu.Unlock()
-			require.NoError(t, err, i)
-			if out[0].Err == nil {
-				replayed = append(replayed, out[0].JobID)
-			} else {
-				require.ErrorIs(t, out[0].Err, dlq.ErrAlreadyReplayed)
-				refused++
-			}
+			outs[i], errs[i] = dlq.Replay(ctx, b.client, b.db.Pool, b.ids, dlq.ReplayOptions{Actor: "racer"})
 		})
 	}
 	close(start)
 	wg.Wait()
+	var (
+		replayed []int64
+		refused  int
+	)
+	for i := range racers {
+		require.NoError(t, errs[i])
+		if outs[i][0].Err == nil {
+			replayed = append(replayed, outs[i][0].JobID)
+		} else {
+			require.ErrorIs(t, outs[i][0].Err, dlq.ErrAlreadyReplayed)
+			refused++
+		}
+	}
 	require.Len(t, replayed, 1, "exactly one replay wins")
 	require.Equal(t, racers-1, refused)
 	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job`))
@@ -217,6 +221,32 @@ func TestReplayAllFollowsTheFilterInBatches(t *testing.T) {
 	res, err = dlq.ReplayAll(ctx, b.client, b.db.Pool, dlq.Filter{Queue: "analysis_scheduled"}, dlq.ReplayOptions{Actor: "alice", Force: true}, 3, nil)
 	require.NoError(t, err)
 	require.Equal(t, 10, res.Replayed)
+}
+
+func TestReplayAllTakesOnlyRowsThatExistedWhenItStarted(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 10)
+	ctx := context.Background()
+
+	// After the first batch, a replayed job fails again and is drained back
+	// as a new dead letter: the running replay must not take it.
+	first := true
+	res, err := dlq.ReplayAll(ctx, b.client, b.db.Pool, dlq.Filter{}, dlq.ReplayOptions{Actor: "alice"}, 2, func(int) {
+		if !first {
+			return
+		}
+		first = false
+		_, err := b.db.Pool.Exec(ctx, `
+			UPDATE river_job SET state = 'discarded', attempt = max_attempts, finalized_at = now()
+			WHERE id = (SELECT min(id) FROM river_job)`)
+		require.NoError(t, err)
+		drained, err := dlq.Drain(ctx, b.db.Pool, 10)
+		require.NoError(t, err)
+		require.Equal(t, 1, drained.Moved)
+	})
+	require.NoError(t, err)
+	require.Equal(t, 10, res.Replayed)
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM dead_letter_jobs WHERE replayed_at IS NULL`), "the new dead letter waits for the next replay")
 }
 
 func TestConcurrentReplayAllReplaysEachDeadLetterOnce(t *testing.T) {

@@ -33,8 +33,33 @@ func (immediateRetry) NextRetry(*rivertype.JobRow) time.Time { return time.Now()
 func TestRiverNeverDeletesDiscardedJobs(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
+	ctx := context.Background()
+
+	// A month-old completed job (River's cleaner deletes it: proof that the
+	// cleaner ran) and a month-old discarded one (it must not).
+	var completed, discarded int64
+	for _, state := range []string{"completed", "discarded"} {
+		var id int64
+		require.NoError(t, db.Pool.QueryRow(ctx, `
+			INSERT INTO river_job (state, queue, priority, kind, args, max_attempts, attempt, attempted_at, created_at, scheduled_at, finalized_at)
+			VALUES ($1::text::river_job_state, 'analysis_default', 4, 'loadtest', '{}', 1, 1, now() - interval '30 days',
+			        now() - interval '30 days', now() - interval '30 days', now() - interval '30 days')
+			RETURNING id`, state).Scan(&id))
+		if state == "completed" {
+			completed = id
+		} else {
+			discarded = id
+		}
+	}
+
 	riverConfig := scheduler.RiverConfig(schedulerConfig(t, db), db.Pool, discard)
 	require.Equal(t, time.Duration(-1), riverConfig.DiscardedJobRetentionPeriod, "only the dead-letter drain removes discarded jobs")
+	riverConfig.PeriodicJobs = nil // no drain: River's cleaner alone
+	db.Start(t, riverConfig)
+	testdb.WaitFor(t, 20*time.Second, "River's cleaner to delete the old completed job", func() bool {
+		return len(db.Jobs(t, "id = $1", completed)) == 0
+	})
+	require.Equal(t, "discarded", db.Jobs(t, "id = $1", discarded)[0].State)
 }
 
 func TestFailingJobEndsInTheDeadLetterTable(t *testing.T) {

@@ -246,16 +246,18 @@ type DLQDrainWorker struct {
 }
 
 func (w *DLQDrainWorker) Work(ctx context.Context, _ *river.Job[DLQDrainArgs]) error {
-	res, err := dlq.Drain(ctx, w.pool, w.batch)
+	res, drainErr := dlq.Drain(ctx, w.pool, w.batch)
 	logResult(ctx, w.logger, "dead-letter drain", res.Moved, res.ByQueue)
-	if err != nil {
-		return err
+	if res.Conflicts > 0 {
+		w.logger.ErrorContext(ctx, "discarded jobs left in river_job: their ids are already in dead_letter_jobs (were river_job ids reused?); compare both rows and delete one",
+			slog.Int("num_conflicts", res.Conflicts))
 	}
+	// The alert runs even when the drain failed: that is when it matters.
 	depth, err := dlq.PendingDepth(ctx, w.pool)
 	if err != nil {
 		w.logger.ErrorContext(ctx, "dead-letter depth for the alert", slog.String("error", err.Error()))
-		return nil
+	} else {
+		w.alerter.Check(ctx, w.pool, depth)
 	}
-	w.alerter.Check(ctx, w.pool, depth)
-	return nil
+	return drainErr
 }

@@ -31,8 +31,14 @@ func (a *app) dlqCommand() *cobra.Command {
 rescuer found them stuck after their last attempt). The scheduler moves them
 from river_job into the dead_letter_jobs table every DLQ_DRAIN_INTERVAL; these
 commands work on that table. See docs/dead-letters.md.`,
+		// A mistyped subcommand ("tierctl dlq lsit") is a usage error, not help.
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(*cobra.Command, []string) error {
+			return &usageError{errors.New("dlq needs a subcommand: list, show, replay, purge, delete or drain")}
+		},
 	}
-	cmd.AddCommand(a.dlqListCommand(), a.dlqShowCommand(), a.dlqReplayCommand(), a.dlqPurgeCommand(), a.dlqDrainCommand())
+	cmd.AddCommand(a.dlqListCommand(), a.dlqShowCommand(), a.dlqReplayCommand(), a.dlqPurgeCommand(),
+		a.dlqDeleteCommand(), a.dlqDrainCommand())
 	return cmd
 }
 
@@ -264,13 +270,22 @@ replayed. With --all, every dead letter not replayed yet that matches
 				return a.reportReplays(outcomes, asJSON)
 			}
 
-			total, err := dlq.CountReplayable(ctx, pool, filter, opts)
-			if err != nil {
-				return err
+			var (
+				bar      *progressbar.ProgressBar
+				progress func(int)
+			)
+			if !asJSON { // stdout is for the JSON document alone
+				total, err := dlq.CountReplayable(ctx, pool, filter, opts)
+				if err != nil {
+					return err
+				}
+				bar = a.progressBar(total, "replay")
+				progress = func(n int) { _ = bar.Add(n) }
 			}
-			bar := a.progressBar(total, "replay")
-			res, err := dlq.ReplayAll(ctx, client, pool, filter, opts, batch, func(n int) { _ = bar.Add(n) })
-			_ = bar.Finish()
+			res, err := dlq.ReplayAll(ctx, client, pool, filter, opts, batch, progress)
+			if bar != nil {
+				_ = bar.Finish()
+			}
 			if asJSON {
 				if jsonErr := a.printJSON(res); jsonErr != nil {
 					return jsonErr
@@ -336,8 +351,8 @@ days: 90m, 72h, 30d), in batches of --batch rows, and print how many. Without
 		Example: "  tierctl dlq purge --older-than 30d --replayed-only\n  tierctl dlq purge --older-than 90d",
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !cmd.Flags().Changed("older-than") {
-				return &usageError{errors.New("--older-than is required (e.g. --older-than 30d)")}
+			if strings.TrimSpace(olderThan) == "" {
+				return &usageError{errors.New("--older-than is required (e.g. --older-than 30d; 0s purges every row)")}
 			}
 			age, err := parseAge("--older-than", olderThan)
 			if err != nil {
@@ -368,6 +383,51 @@ days: 90m, 72h, 30d), in batches of --batch rows, and print how many. Without
 	return cmd
 }
 
+func (a *app) dlqDeleteCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete ID...",
+		Short: "Delete dead letters one by one (dismiss a job that will never be replayed)",
+		Long: `Delete the given dead letters for good, for a job that must not run again
+(so that it stops counting towards the depth alert). Each ID is reported; the
+command exits 1 if any was not found.`,
+		Example: "  tierctl dlq delete 42 43",
+		Args:    usageArgs(cobra.RangeArgs(1, dlq.MaxReplayIDs)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids := make([]int64, len(args))
+			for i, arg := range args {
+				id, err := parseID("ID", arg)
+				if err != nil {
+					return err
+				}
+				ids[i] = id
+			}
+			ctx := cmd.Context()
+			_, pool, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+
+			missing := 0
+			for _, id := range ids {
+				switch err := dlq.Delete(ctx, pool, id); {
+				case errors.Is(err, dlq.ErrNotFound):
+					missing++
+					fmt.Fprintf(a.stdout, "dead letter %d: not found\n", id)
+				case err != nil:
+					return err
+				default:
+					fmt.Fprintf(a.stdout, "dead letter %d: deleted\n", id)
+				}
+			}
+			if missing > 0 {
+				return fmt.Errorf("%d of %d dead letters not found", missing, len(ids))
+			}
+			return nil
+		},
+	}
+}
+
 func (a *app) dlqDrainCommand() *cobra.Command {
 	var batch int
 	cmd := &cobra.Command{
@@ -389,6 +449,9 @@ It is safe next to a running scheduler: concurrent drains never copy a job twice
 			defer pool.Close()
 
 			res, err := dlq.Drain(ctx, pool, batch)
+			if res.Conflicts > 0 {
+				fmt.Fprintf(a.stdout, "%d discarded jobs left in river_job: their ids are already in dead_letter_jobs (river_job ids reused?)\n", res.Conflicts)
+			}
 			statements := "statements"
 			if res.Batches == 1 {
 				statements = "statement"

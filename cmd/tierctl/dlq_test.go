@@ -89,13 +89,27 @@ func TestDeadLetterCommands(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &rows))
 	require.Len(t, rows, 9)
 
+	// --json prints one JSON document and nothing else (no progress bar).
+	out, err = runTierctl(t, environ, "dlq", "replay", "--all", "--kind", "specview", "--queue", "specview_scheduled", "--json")
+	require.NoError(t, err, out)
+	var bulk dlq.ReplayAllResult
+	require.NoError(t, json.Unmarshal([]byte(out), &bulk), out)
+	require.Equal(t, 2, bulk.Replayed)
+
+	// Dismiss one for good; a missing id exits 1 after the others are done.
+	pending := int64(db.Count(t, `SELECT min(id) FROM dead_letter_jobs WHERE replayed_at IS NULL`))
+	out, err = runTierctl(t, environ, "dlq", "delete", itoa(pending), "999999")
+	require.ErrorContains(t, err, "1 of 2 dead letters not found")
+	require.Contains(t, out, "deleted")
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM dead_letter_jobs WHERE id = $1`, pending))
+
 	out, err = runTierctl(t, environ, "dlq", "purge", "--older-than", "0s", "--replayed-only", "--batch", "2")
 	require.NoError(t, err, out)
-	require.Contains(t, out, "purged 3 replayed dead letters")
+	require.Contains(t, out, "purged 5 replayed dead letters")
 	out, err = runTierctl(t, environ, "dlq", "purge", "--older-than", "30d")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "purged 0 dead letters")
-	require.Equal(t, 9, db.Count(t, `SELECT count(*) FROM dead_letter_jobs`))
+	require.Equal(t, 6, db.Count(t, `SELECT count(*) FROM dead_letter_jobs`))
 }
 
 func itoa(id int64) string { return strconv.FormatInt(id, 10) }

@@ -130,6 +130,11 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{name: "dlq purge without age", args: []string{"dlq", "purge"}, want: "--older-than is required"},
 		{name: "dlq purge bad age", args: []string{"dlq", "purge", "--older-than", "-5d"}, want: `--older-than "-5d"`},
 		{name: "dlq drain batch", args: []string{"dlq", "drain", "--batch", "0"}, want: "--batch must be"},
+		{name: "dlq unknown subcommand", args: []string{"dlq", "lsit"}, want: `unknown command "lsit"`},
+		{name: "dlq without subcommand", args: []string{"dlq"}, want: "needs a subcommand"},
+		{name: "dlq purge empty age", args: []string{"dlq", "purge", "--older-than", ""}, want: "--older-than is required"},
+		{name: "dlq replay unknown queue", args: []string{"dlq", "replay", "--all", "--to-queue", "analyss_priority"}, want: "not a service queue"},
+		{name: "dlq delete nothing", args: []string{"dlq", "delete"}, want: "accepts between 1 and 1000 arg(s)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,6 @@
 -- Dead letters: River jobs that ended `discarded` (attempts exhausted, or
 -- rescued after their last attempt), moved out of river_job by the
--- scheduler's drain (package deadletter). job_id is unique: a job is copied
+-- scheduler's drain (package dlq). job_id is unique: a job is copied
 -- at most once. No foreign key to river_job: the row is deleted there in the
 -- same statement that inserts it here.
 
