@@ -46,7 +46,7 @@ func BenchmarkDrain(b *testing.B) {
 }
 
 // BenchmarkReplayAll replays 100,000 dead letters through River's
-// InsertManyTx, in batches of 500 (tierctl's default) and 2000, and reports
+// InsertManyTx, in batches of 500 and 2000 (tierctl's default), and reports
 // rows/s.
 func BenchmarkReplayAll(b *testing.B) {
 	for _, batch := range []int{500, 2000} {

@@ -193,8 +193,9 @@ func (a *app) printDeadLetter(d dlq.DeadLetter, trace bool) {
 	}
 }
 
-// replayBatch is how many dead letters one transaction of a bulk replay takes.
-const replayBatch = 500
+// replayBatch is how many dead letters one transaction of a bulk replay
+// takes: 2000 replayed about 30% faster than 500 (docs/dead-letters.md).
+const replayBatch = 2000
 
 func (a *app) dlqReplayCommand() *cobra.Command {
 	var (
