@@ -38,8 +38,8 @@ func TestMigrateFreshSchemaThenIdempotent(t *testing.T) {
 
 	out, err := runTierctl(t, environ, "migrate")
 	require.NoError(t, err, out)
-	require.Contains(t, out, "tierq migrations applied: [1 2 3]")
-	require.Contains(t, out, "tierq schema version: 3")
+	require.Contains(t, out, "tierq migrations applied: [1 2 3 4]")
+	require.Contains(t, out, "tierq schema version: 4")
 
 	out, err = runTierctl(t, environ, "migrate")
 	require.NoError(t, err, out)
@@ -134,6 +134,8 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{name: "dlq without subcommand", args: []string{"dlq"}, want: "needs a subcommand"},
 		{name: "dlq purge empty age", args: []string{"dlq", "purge", "--older-than", ""}, want: "--older-than is required"},
 		{name: "dlq replay unknown queue", args: []string{"dlq", "replay", "--all", "--to-queue", "analyss_priority"}, want: "not a service queue"},
+		{name: "subscription bad tier", args: []string{"subscriptions", "set", "u1", "gold"}, want: "unknown tier"},
+		{name: "subscription empty user", args: []string{"subscriptions", "set", "", "pro"}, want: "invalid user id"},
 		{name: "dlq delete nothing", args: []string{"dlq", "delete"}, want: "accepts between 1 and 1000 arg(s)"},
 	}
 	for _, tt := range tests {
@@ -179,4 +181,18 @@ func TestEscalate(t *testing.T) {
 	_, err = runTierctl(t, env, "escalate", "987654", "--to", "default", "--actor", "alice", "--reason", "missing")
 	require.ErrorIs(t, err, escalation.ErrNotFound)
 	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM job_escalations`))
+}
+
+func TestSubscriptions(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+
+	for _, args := range [][]string{{"u_b", "pro"}, {"u_a", "enterprise"}, {"u_b", "pro_plus"}} {
+		out, err := runTierctl(t, dbEnv(db), append([]string{"subscriptions", "set"}, args...)...)
+		require.NoError(t, err, out)
+	}
+	out, err := runTierctl(t, dbEnv(db), "subscriptions", "list")
+	require.NoError(t, err, out)
+	require.Regexp(t, `(?s)USER\s+TIER.*u_a\s+enterprise.*u_b\s+pro_plus`, out)
+	require.NotContains(t, out, " pro ")
 }

@@ -1,0 +1,101 @@
+// Package subscriptions keeps the tier each user pays for (table
+// subscriptions) and looks it up for the API before every insert. A user
+// with no row is on the free tier; the client never chooses its tier.
+package subscriptions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/tiers"
+)
+
+// MaxUserIDLen is the longest user id (bytes).
+const MaxUserIDLen = 200
+
+// ErrInvalidUserID: empty, too long, or with control characters.
+var ErrInvalidUserID = errors.New("invalid user id")
+
+// CheckUserID reports what is wrong with a user id, as an ErrInvalidUserID.
+func CheckUserID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty", ErrInvalidUserID)
+	case len(id) > MaxUserIDLen:
+		return fmt.Errorf("%w: longer than %d bytes", ErrInvalidUserID, MaxUserIDLen)
+	case strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return fmt.Errorf("%w: control characters", ErrInvalidUserID)
+	}
+	return nil
+}
+
+// Lookup returns the user's tier: Free when the user has no subscription.
+// An error means the database could not say; the caller decides the
+// fallback (the API routes to `_default` and counts it).
+func Lookup(ctx context.Context, q db.Querier, userID string) (tiers.Tier, error) {
+	var name string
+	err := q.QueryRow(ctx, `SELECT tier FROM subscriptions WHERE user_id = $1`, userID).Scan(&name)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return tiers.Free, nil
+	case err != nil:
+		return 0, fmt.Errorf("look up subscription: %w", err)
+	}
+	return tiers.Parse(name)
+}
+
+// Set records the user's tier (insert or update).
+func Set(ctx context.Context, q db.Querier, userID string, tier tiers.Tier) error {
+	if err := CheckUserID(userID); err != nil {
+		return err
+	}
+	if !tier.Valid() {
+		return fmt.Errorf("%w: %d", tiers.ErrUnknownTier, tier)
+	}
+	_, err := q.Exec(ctx, `
+		INSERT INTO subscriptions (user_id, tier) VALUES ($1, $2)
+		ON CONFLICT (user_id) DO UPDATE SET tier = excluded.tier, updated_at = now()`, userID, tier.String())
+	if err != nil {
+		return fmt.Errorf("set subscription: %w", err)
+	}
+	return nil
+}
+
+// Subscription is one row.
+type Subscription struct {
+	UserID    string     `json:"user_id"`
+	Tier      tiers.Tier `json:"tier"`
+	UpdatedAt time.Time  `json:"updated_at"`
+}
+
+// List returns up to limit subscriptions with user ids after after, in order.
+func List(ctx context.Context, q db.Querier, after string, limit int) ([]Subscription, error) {
+	rows, err := q.Query(ctx, `SELECT user_id, tier, updated_at FROM subscriptions WHERE user_id > $1 ORDER BY user_id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list subscriptions: %w", err)
+	}
+	var out []Subscription
+	var (
+		s    Subscription
+		name string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&s.UserID, &name, &s.UpdatedAt}, func() error {
+		t, err := tiers.Parse(name)
+		if err != nil {
+			return err
+		}
+		s.Tier = t
+		out = append(out, s)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list subscriptions: %w", err)
+	}
+	return out, nil
+}
