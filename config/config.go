@@ -103,7 +103,7 @@ func Load[T any, PT interface {
 type field struct {
 	name   string // Go field name
 	key    string // environment variable
-	secret string // how the value is redacted in errors: "" (not), "true" (a database URL's password), "url" (all but scheme and host)
+	secret string // how the value is redacted in errors: "" (not), "true" (a database URL's password), "url" (all but scheme and host), "token" (all)
 }
 
 // fieldsOf lists the variables of a configuration struct, embedded structs
@@ -183,6 +183,11 @@ func display(f field, value string) string {
 	switch f.secret {
 	case "":
 		return value
+	case "token":
+		if value == "" {
+			return ""
+		}
+		return "[redacted]"
 	case "url":
 		return redactURL(value)
 	default:

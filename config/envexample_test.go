@@ -53,8 +53,8 @@ func TestEnvExampleListsEveryVariable(t *testing.T) {
 	}
 	require.NoError(t, scanner.Err())
 
-	required := map[string]bool{"DATABASE_URL": true, "WORKER_SERVICE": true}
-	for _, typ := range []reflect.Type{reflect.TypeFor[config.Worker](), reflect.TypeFor[config.Scheduler](), reflect.TypeFor[config.CLI]()} {
+	required := map[string]bool{"DATABASE_URL": true, "WORKER_SERVICE": true, "API_TOKEN": true, "API_ADMIN_TOKEN": true}
+	for _, typ := range []reflect.Type{reflect.TypeFor[config.Worker](), reflect.TypeFor[config.Scheduler](), reflect.TypeFor[config.CLI](), reflect.TypeFor[config.API]()} {
 		for key, def := range envVars(typ) {
 			value, ok := documented[key]
 			require.True(t, ok, "%s (%s) missing from .env.example", key, typ.Name())

@@ -58,8 +58,9 @@ type Inserted struct {
 	// Duplicate is true when an equal job was already queued or running.
 	Duplicate bool
 	// Upgraded is true when that duplicate was moved to this insert's queue
-	// and priority.
-	Upgraded bool
+	// and priority; FromQueue is the queue it was moved from.
+	Upgraded  bool
+	FromQueue string
 }
 
 // Insert inserts job in tx. The caller commits.
@@ -95,7 +96,7 @@ func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Jo
 	case err != nil:
 		return Inserted{}, err
 	}
-	out.Upgraded = moved.Changed
+	out.Upgraded, out.FromQueue = moved.Changed, moved.FromQueue
 	out.Job.Queue, out.Job.Priority = moved.ToQueue, moved.ToPriority
 	return out, nil
 }

@@ -1,0 +1,171 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/tierq/tierq/dlq"
+)
+
+// deadLetterPage is GET /v1/dead-letters's answer. NextCursor, when set,
+// is the cursor of the next page.
+type deadLetterPage struct {
+	DeadLetters []dlq.DeadLetter `json:"dead_letters"`
+	NextCursor  *string          `json:"next_cursor"`
+}
+
+// defaultPageSize is the page size when limit is not given.
+const defaultPageSize = 50
+
+func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := dlq.Filter{Queue: q.Get("queue"), Kind: q.Get("kind")}
+	page := dlq.Page{Limit: defaultPageSize}
+	if v := q.Get("since"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			writeError(w, http.StatusBadRequest, "since must be a duration such as 90m or 24h, not %.40q", v)
+			return
+		}
+		f.Since = d
+	}
+	if v := q.Get("pending"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "pending must be true or false, not %.40q", v)
+			return
+		}
+		f.Pending = b
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > dlq.MaxListLimit {
+			writeError(w, http.StatusBadRequest, "limit must be 1 to %d, not %.40q", dlq.MaxListLimit, v)
+			return
+		}
+		page.Limit = n
+	}
+	if v := q.Get("cursor"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			writeError(w, http.StatusBadRequest, "cursor must be a next_cursor from a previous page, not %.40q", v)
+			return
+		}
+		page.BeforeID = n
+	}
+	rows, err := dlq.List(r.Context(), s.pool, f, page)
+	switch {
+	case errors.Is(err, dlq.ErrInvalid):
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	case err != nil:
+		s.internalError(w, r, err)
+		return
+	}
+	out := deadLetterPage{DeadLetters: rows}
+	if out.DeadLetters == nil {
+		out.DeadLetters = []dlq.DeadLetter{}
+	}
+	if len(rows) == page.Limit {
+		next := strconv.FormatInt(rows[len(rows)-1].ID, 10)
+		out.NextCursor = &next
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	d, err := dlq.Get(r.Context(), s.pool, id)
+	switch {
+	case errors.Is(err, dlq.ErrNotFound):
+		writeError(w, http.StatusNotFound, "%v", err)
+	case err != nil:
+		s.internalError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, d)
+	}
+}
+
+// ReplayRequest is the body of both replay endpoints; the filter fields
+// apply to the bulk one only.
+type ReplayRequest struct {
+	Actor   string `json:"actor"`
+	ToQueue string `json:"to_queue,omitempty"`
+	Force   bool   `json:"force,omitempty"`
+	Queue   string `json:"queue,omitempty"`
+	Kind    string `json:"kind,omitempty"`
+}
+
+func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	var req ReplayRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.Queue != "" || req.Kind != "" {
+		writeError(w, http.StatusBadRequest, "queue and kind filter the bulk replay (POST /v1/dead-letters/replay), not one dead letter")
+		return
+	}
+	outcomes, err := dlq.Replay(r.Context(), s.client, s.pool, []int64{id},
+		dlq.ReplayOptions{ToQueue: req.ToQueue, Force: req.Force, Actor: req.Actor})
+	if err == nil {
+		err = outcomes[0].Err
+	}
+	switch {
+	case errors.Is(err, dlq.ErrInvalid):
+		writeError(w, http.StatusBadRequest, "%v", err)
+	case errors.Is(err, dlq.ErrNotFound):
+		writeError(w, http.StatusNotFound, "%v", err)
+	case errors.Is(err, dlq.ErrAlreadyReplayed):
+		writeError(w, http.StatusConflict, "%v", err)
+	case err != nil:
+		s.internalError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, outcomes[0])
+	}
+}
+
+// bulkReplayBatch is how many dead letters one transaction of a bulk replay
+// takes (see docs/dead-letters.md for the measurement).
+const bulkReplayBatch = 2000
+
+func (s *Server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
+	var req ReplayRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	res, err := dlq.ReplayAll(r.Context(), s.client, s.pool, dlq.Filter{Queue: req.Queue, Kind: req.Kind},
+		dlq.ReplayOptions{ToQueue: req.ToQueue, Force: req.Force, Actor: req.Actor}, bulkReplayBatch, nil)
+	switch {
+	case errors.Is(err, dlq.ErrInvalid):
+		writeError(w, http.StatusBadRequest, "%v", err)
+	case err != nil:
+		s.internalError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+func (s *Server) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	err := dlq.Delete(r.Context(), s.pool, id)
+	switch {
+	case errors.Is(err, dlq.ErrNotFound):
+		writeError(w, http.StatusNotFound, "%v", err)
+	case err != nil:
+		s.internalError(w, r, err)
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
+}

@@ -1,0 +1,330 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/tierq/tierq/escalation"
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/producer"
+	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/subscriptions"
+	"github.com/tierq/tierq/tiers"
+)
+
+// CreateJobRequest is POST /v1/jobs's body. There is no tier: the API looks
+// it up from user_id's subscription.
+type CreateJobRequest struct {
+	Kind   string          `json:"kind"`
+	UserID string          `json:"user_id"`
+	Args   json.RawMessage `json:"args"`
+	// Scheduled marks background work (the <svc>_scheduled queue).
+	Scheduled bool `json:"scheduled,omitempty"`
+}
+
+// analysisRequestArgs and specViewRequestArgs are what a client may send as
+// args of each kind: no tier and no user id (both are the server's).
+type analysisRequestArgs struct {
+	Target string `json:"target"`
+}
+
+type specViewRequestArgs struct {
+	AnalysisResultID int64 `json:"analysis_result_id"`
+}
+
+// maxTargetLen bounds an analysis target path.
+const maxTargetLen = 4096
+
+// ParseCreateJob decodes and validates a POST /v1/jobs body into the job to
+// insert, without the tier (the caller looks it up and sets it). Every
+// failure is a client error.
+func ParseCreateJob(body []byte) (CreateJobRequest, producer.Job, error) {
+	var req CreateJobRequest
+	if err := DecodeStrict(body, &req); err != nil {
+		if strings.Contains(err.Error(), `unknown field "tier"`) {
+			return req, producer.Job{}, errors.New("tier is not accepted: the server looks it up from user_id's subscription")
+		}
+		return req, producer.Job{}, err
+	}
+	if err := subscriptions.CheckUserID(req.UserID); err != nil {
+		return req, producer.Job{}, fmt.Errorf("user_id: %w", err)
+	}
+	if len(req.Args) == 0 || string(req.Args) == "null" {
+		return req, producer.Job{}, errors.New("args is required")
+	}
+	switch req.Kind {
+	case jobs.KindAnalysis:
+		var a analysisRequestArgs
+		if err := decodeArgs(req.Args, &a); err != nil {
+			return req, producer.Job{}, err
+		}
+		if err := checkTarget(a.Target); err != nil {
+			return req, producer.Job{}, err
+		}
+		return req, producer.Job{
+			Args:    jobs.AnalysisArgs{Target: a.Target, UserID: req.UserID},
+			Service: routing.Analyzer, Scheduled: req.Scheduled,
+		}, nil
+	case jobs.KindSpecView:
+		var a specViewRequestArgs
+		if err := decodeArgs(req.Args, &a); err != nil {
+			return req, producer.Job{}, err
+		}
+		if a.AnalysisResultID <= 0 {
+			return req, producer.Job{}, errors.New("args.analysis_result_id must be a positive integer")
+		}
+		return req, producer.Job{
+			Args:    jobs.SpecViewArgs{AnalysisResultID: a.AnalysisResultID},
+			Service: routing.SpecGen, Scheduled: req.Scheduled,
+		}, nil
+	case "":
+		return req, producer.Job{}, errors.New("kind is required (analysis or specview)")
+	default:
+		return req, producer.Job{}, fmt.Errorf("unknown kind %.40q (want analysis or specview)", req.Kind)
+	}
+}
+
+func decodeArgs(raw json.RawMessage, v any) error {
+	if err := DecodeStrict(raw, v); err != nil {
+		msg := strings.TrimPrefix(err.Error(), "invalid JSON body: ")
+		if strings.Contains(msg, `unknown field "tier"`) || strings.Contains(msg, `unknown field "user_id"`) {
+			return errors.New("args may not set tier or user_id: the server sets both")
+		}
+		return fmt.Errorf("invalid args: %s", msg)
+	}
+	return nil
+}
+
+// checkTarget accepts a clean absolute path: no "..", no NUL, bounded.
+func checkTarget(target string) error {
+	switch {
+	case target == "":
+		return errors.New("args.target is required")
+	case len(target) > maxTargetLen:
+		return fmt.Errorf("args.target is longer than %d bytes", maxTargetLen)
+	case strings.ContainsRune(target, 0):
+		return errors.New("args.target contains a NUL byte")
+	case !path.IsAbs(target) || path.Clean(target) != target:
+		return errors.New("args.target must be a clean absolute path (no '..', no trailing slash)")
+	}
+	return nil
+}
+
+// Job is a job as the API shows it.
+type Job struct {
+	ID          int64                    `json:"id"`
+	Kind        string                   `json:"kind"`
+	Queue       string                   `json:"queue"`
+	Priority    int                      `json:"priority"`
+	Tier        string                   `json:"tier,omitempty"`
+	State       string                   `json:"state"`
+	Attempt     int                      `json:"attempt"`
+	MaxAttempts int                      `json:"max_attempts"`
+	Errors      []rivertype.AttemptError `json:"errors"`
+	Args        json.RawMessage          `json:"args"`
+	CreatedAt   time.Time                `json:"created_at"`
+	ScheduledAt time.Time                `json:"scheduled_at"`
+	AttemptedAt *time.Time               `json:"attempted_at,omitempty"`
+	FinalizedAt *time.Time               `json:"finalized_at,omitempty"`
+	// DeadLetterID is set when the job is no longer in river_job but in
+	// dead_letter_jobs (state "dead_letter").
+	DeadLetterID int64 `json:"dead_letter_id,omitempty"`
+	// Duplicate and Upgraded describe a POST that found the job queued.
+	Duplicate bool `json:"duplicate,omitempty"`
+	Upgraded  bool `json:"upgraded,omitempty"`
+}
+
+func jobFromRow(row *rivertype.JobRow) Job {
+	j := Job{
+		ID: row.ID, Kind: row.Kind, Queue: row.Queue, Priority: row.Priority, State: string(row.State),
+		Attempt: row.Attempt, MaxAttempts: row.MaxAttempts, Errors: row.Errors, Args: row.EncodedArgs,
+		CreatedAt: row.CreatedAt, ScheduledAt: row.ScheduledAt, AttemptedAt: row.AttemptedAt, FinalizedAt: row.FinalizedAt,
+	}
+	if j.Errors == nil {
+		j.Errors = []rivertype.AttemptError{}
+	}
+	var t struct {
+		Tier string `json:"tier"`
+	}
+	if json.Unmarshal(row.EncodedArgs, &t) == nil {
+		j.Tier = t.Tier
+	}
+	return j
+}
+
+// tierFor looks the user's tier up; when the lookup fails it routes as
+// ADR-16 routes an unknown tier (free, to _default), counted and logged.
+func (s *Server) tierFor(ctx context.Context, userID string) tiers.Tier {
+	tier, err := subscriptions.Lookup(ctx, s.pool, userID)
+	if err == nil {
+		return tier
+	}
+	s.metrics.TierFallback("lookup_error")
+	s.logger.WarnContext(ctx, "subscription lookup failed; routing as free (to _default)",
+		slog.String("error", err.Error()))
+	return tiers.Free
+}
+
+func (s *Server) createJob(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	req, job, err := ParseCreateJob(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	ctx := r.Context()
+	job.Tier = s.tierFor(ctx, req.UserID)
+	job.MaxAttempts = s.cfg.MaxAttempts
+	switch args := job.Args.(type) {
+	case jobs.AnalysisArgs:
+		args.Tier = job.Tier.String()
+		job.Args = args
+	case jobs.SpecViewArgs:
+		args.Tier = job.Tier.String()
+		job.Args = args
+	}
+
+	var res producer.Inserted
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = producer.Insert(ctx, s.client, tx, job)
+		return err
+	})
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	if res.Upgraded {
+		s.metrics.Escalation(res.FromQueue, res.Job.Queue, escalation.ActorDedup)
+	}
+	out := jobFromRow(res.Job)
+	out.Tier = job.Tier.String()
+	out.Duplicate, out.Upgraded = res.Duplicate, res.Upgraded
+	status := http.StatusCreated
+	if res.Duplicate {
+		status = http.StatusOK
+	} else {
+		w.Header().Set("Location", fmt.Sprintf("/v1/jobs/%d", out.ID))
+	}
+	writeJSON(w, status, out)
+}
+
+// readBody reads a JSON request body within MaxBodyBytes; it writes the 4xx
+// itself.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	var raw json.RawMessage
+	if !decodeBody(w, r, &raw) {
+		return nil, false
+	}
+	return raw, true
+}
+
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	job, err := s.findJob(r.Context(), id)
+	switch {
+	case errors.Is(err, errJobNotFound):
+		writeError(w, http.StatusNotFound, "job %d not found (finished jobs are deleted by River after a day)", id)
+	case err != nil:
+		s.internalError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, job)
+	}
+}
+
+var errJobNotFound = errors.New("job not found")
+
+// findJob reads a job from river_job or, once drained, dead_letter_jobs.
+func (s *Server) findJob(ctx context.Context, id int64) (Job, error) {
+	row, err := s.client.JobGet(ctx, id)
+	if err == nil {
+		return jobFromRow(row), nil
+	}
+	if !errors.Is(err, river.ErrNotFound) {
+		return Job{}, err
+	}
+	var (
+		j  Job
+		dl int64
+	)
+	err = s.pool.QueryRow(ctx, `
+		SELECT id, job_id, kind, queue, priority, attempt, max_attempts, errors, args, created_at, finalized_at
+		FROM dead_letter_jobs WHERE job_id = $1`, id).
+		Scan(&dl, &j.ID, &j.Kind, &j.Queue, &j.Priority, &j.Attempt, &j.MaxAttempts, &j.Errors, &j.Args, &j.CreatedAt, &j.FinalizedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Job{}, errJobNotFound
+	}
+	if err != nil {
+		return Job{}, err
+	}
+	j.State, j.DeadLetterID, j.ScheduledAt = "dead_letter", dl, j.CreatedAt
+	return j, nil
+}
+
+// PatchJobRequest is PATCH /v1/jobs/{id}'s body: an escalation.
+type PatchJobRequest struct {
+	QueueClass string `json:"queue_class"`
+	Priority   int    `json:"priority,omitempty"`
+	Actor      string `json:"actor"`
+	Reason     string `json:"reason"`
+}
+
+func (s *Server) patchJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	var req PatchJobRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	class, err := routing.ParseClass(req.QueueClass)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "queue_class: %v", err)
+		return
+	}
+	ctx := r.Context()
+	moved, err := escalation.Escalate(ctx, s.pool, escalation.Request{
+		JobID: id, To: class, Priority: req.Priority, Actor: req.Actor, Reason: req.Reason,
+	})
+	switch {
+	case errors.Is(err, escalation.ErrInvalid):
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	case errors.Is(err, escalation.ErrNotFound):
+		writeError(w, http.StatusNotFound, "%v", err)
+		return
+	case errors.Is(err, escalation.ErrNotQueued), errors.Is(err, escalation.ErrNotServiceQueue):
+		writeError(w, http.StatusConflict, "%v", err)
+		return
+	case err != nil:
+		s.internalError(w, r, err)
+		return
+	}
+	if moved.Changed {
+		s.metrics.Escalation(moved.FromQueue, moved.ToQueue, "operator")
+	}
+	job, err := s.findJob(ctx, id)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, job)
+}

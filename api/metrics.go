@@ -1,0 +1,153 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tierq/tierq/dlq"
+	"github.com/tierq/tierq/internal/db"
+)
+
+// Metrics is the API's Prometheus registry: the tier fallbacks and
+// escalations it performs itself, and gauges of the database (queue depth,
+// oldest available job, dead letters) read by a cached collector, so that
+// scrapes never load the database.
+type Metrics struct {
+	registry      *prometheus.Registry
+	tierFallbacks *prometheus.CounterVec
+	escalations   *prometheus.CounterVec
+}
+
+// MetricsCacheFor is how long one read of the database serves scrapes.
+const MetricsCacheFor = 5 * time.Second
+
+// NewMetrics registers tierq's API metrics and a database collector on q.
+func NewMetrics(q db.Querier, logger *slog.Logger) *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		tierFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tierq_tier_fallbacks_total",
+			Help: "Inserts routed as the free tier (to <svc>_default) because the tier could not be determined, by reason.",
+		}, []string{"reason"}),
+		escalations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tierq_escalations_total",
+			Help: "Jobs this process moved to another queue or priority, by from and to queue and actor kind (operator, dedup, scheduler).",
+		}, []string{"from", "to", "actor_kind"}),
+	}
+	// The reason label exists before the first fallback, so alerts on
+	// rate() see a zero, not a missing series.
+	m.tierFallbacks.WithLabelValues("lookup_error")
+	m.registry.MustRegister(m.tierFallbacks, m.escalations,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newDBCollector(q, logger, MetricsCacheFor))
+	return m
+}
+
+// Handler serves the registry in Prometheus' text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+// TierFallback counts one insert routed as free because of reason.
+func (m *Metrics) TierFallback(reason string) { m.tierFallbacks.WithLabelValues(reason).Inc() }
+
+// Escalation counts one move of a job.
+func (m *Metrics) Escalation(from, to, actorKind string) {
+	m.escalations.WithLabelValues(from, to, actorKind).Inc()
+}
+
+// dbCollector reads queue depth, oldest available job and dead-letter depth
+// from PostgreSQL at most once per cacheFor, with indexed queries (see
+// QueueSummaries and dlq.PendingDepth).
+type dbCollector struct {
+	q        db.Querier
+	logger   *slog.Logger
+	cacheFor time.Duration
+
+	mu      sync.Mutex
+	readAt  time.Time
+	metrics []prometheus.Metric
+
+	depth, oldest, dlqDepth, dbUp *prometheus.Desc
+}
+
+func newDBCollector(q db.Querier, logger *slog.Logger, cacheFor time.Duration) *dbCollector {
+	return &dbCollector{
+		q: q, logger: logger, cacheFor: cacheFor,
+		depth: prometheus.NewDesc("tierq_queue_depth",
+			"Jobs per queue and state (available, scheduled, retryable, pending, running).", []string{"queue", "state"}, nil),
+		oldest: prometheus.NewDesc("tierq_oldest_available_seconds",
+			"How long the longest-waiting available job of the queue has waited (0: none available).", []string{"queue"}, nil),
+		dlqDepth: prometheus.NewDesc("tierq_dlq_depth",
+			"Dead letters not yet replayed, per original queue.", []string{"queue"}, nil),
+		dbUp: prometheus.NewDesc("tierq_metrics_database_up",
+			"1 when the last read of the database for metrics succeeded, 0 when it failed.", nil, nil),
+	}
+}
+
+func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.depth
+	ch <- c.oldest
+	ch <- c.dlqDepth
+	ch <- c.dbUp
+}
+
+func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.metrics == nil || time.Since(c.readAt) >= c.cacheFor {
+		c.metrics = c.read()
+		c.readAt = time.Now()
+	}
+	for _, m := range c.metrics {
+		ch <- m
+	}
+}
+
+// read queries the database once; on failure it reports only
+// tierq_metrics_database_up 0.
+func (c *dbCollector) read() []prometheus.Metric {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	down := []prometheus.Metric{prometheus.MustNewConstMetric(c.dbUp, prometheus.GaugeValue, 0)}
+	queues, err := QueueSummaries(ctx, c.q)
+	if err != nil {
+		c.logger.WarnContext(ctx, "metrics: read queues", slog.String("error", err.Error()))
+		return down
+	}
+	depth, err := dlq.PendingDepth(ctx, c.q)
+	if err != nil {
+		c.logger.WarnContext(ctx, "metrics: read dead-letter depth", slog.String("error", err.Error()))
+		return down
+	}
+	var out []prometheus.Metric
+	for _, q := range queues {
+		for state, n := range q.Counts {
+			out = append(out, prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(n), q.Name, state))
+		}
+		out = append(out, prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, q.OldestAvailableSeconds, q.Name))
+		out = append(out, prometheus.MustNewConstMetric(c.dlqDepth, prometheus.GaugeValue, float64(depth.ByQueue[q.Name]), q.Name))
+	}
+	for queue, n := range depth.ByQueue { // dead letters of queues no longer known
+		if !containsQueue(queues, queue) {
+			out = append(out, prometheus.MustNewConstMetric(c.dlqDepth, prometheus.GaugeValue, float64(n), queue))
+		}
+	}
+	return append(out, prometheus.MustNewConstMetric(c.dbUp, prometheus.GaugeValue, 1))
+}
+
+func containsQueue(queues []QueueSummary, name string) bool {
+	for _, q := range queues {
+		if q.Name == name {
+			return true
+		}
+	}
+	return false
+}

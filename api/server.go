@@ -1,0 +1,271 @@
+// Package api is tierq's HTTP API: tier-aware enqueue for producers (the
+// subscription is looked up here, never chosen by the client), and the
+// operations endpoints for operators: job status, escalation, queue and
+// priority statistics, dead letters, health and metrics. JSON in and out;
+// every error is {"error": "..."} with a 4xx or 5xx status. The OpenAPI
+// document is openapi.json (served at /openapi.json, copied in docs/).
+package api
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+)
+
+// MaxBodyBytes is the largest request body accepted (1 MiB); larger → 413.
+const MaxBodyBytes = 1 << 20
+
+//go:embed openapi.json
+var openAPI []byte
+
+// Config is what the server needs besides its connections.
+type Config struct {
+	// Token authorises producers; AdminToken operators (everything).
+	Token, AdminToken string
+	// Schema is the database schema holding River's and tierq's tables
+	// ("" for the connection's search_path); readyz checks its migrations.
+	Schema string
+	// MaxAttempts is the max_attempts of the jobs the API inserts.
+	MaxAttempts int
+}
+
+// Server serves the API.
+type Server struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	client  *river.Client[pgx.Tx]
+	logger  *slog.Logger
+	metrics *Metrics
+
+	producerDigest, adminDigest [sha256.Size]byte
+}
+
+// New returns a server inserting through client (an insert-only River
+// client) and reading through pool.
+func New(cfg Config, pool *pgxpool.Pool, client *river.Client[pgx.Tx], metrics *Metrics, logger *slog.Logger) *Server {
+	return &Server{
+		cfg: cfg, pool: pool, client: client, logger: logger, metrics: metrics,
+		producerDigest: sha256.Sum256([]byte(cfg.Token)),
+		adminDigest:    sha256.Sum256([]byte(cfg.AdminToken)),
+	}
+}
+
+// role is what a token may do.
+type role int
+
+const (
+	roleNone role = iota
+	roleProducer
+	roleAdmin
+)
+
+// Handler routes every endpoint.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	producer, admin := roleProducer, roleAdmin
+
+	mux.Handle("POST /v1/jobs", s.auth(producer, s.createJob))
+	mux.Handle("GET /v1/jobs/{id}", s.auth(producer, s.getJob))
+	mux.Handle("PATCH /v1/jobs/{id}", s.auth(admin, s.patchJob))
+
+	mux.Handle("GET /v1/queues", s.auth(admin, s.listQueues))
+	mux.Handle("GET /v1/queues/{queue}/priority-stats", s.auth(admin, s.priorityStats))
+
+	mux.Handle("GET /v1/dead-letters", s.auth(admin, s.listDeadLetters))
+	mux.Handle("GET /v1/dead-letters/{id}", s.auth(admin, s.getDeadLetter))
+	mux.Handle("POST /v1/dead-letters/{id}/replay", s.auth(admin, s.replayDeadLetter))
+	mux.Handle("POST /v1/dead-letters/replay", s.auth(admin, s.replayDeadLetters))
+	mux.Handle("DELETE /v1/dead-letters/{id}", s.auth(admin, s.deleteDeadLetter))
+
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", s.metrics.Handler())
+	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openAPI)
+	})
+
+	return jsonMuxErrors(mux)
+}
+
+// jsonMuxErrors turns the mux's own plain-text 404 and 405 answers into
+// JSON errors (with the Allow header kept).
+func jsonMuxErrors(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := &statusRecorder{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		if allow := rec.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		switch rec.status {
+		case http.StatusMethodNotAllowed:
+			writeError(w, http.StatusMethodNotAllowed, "method %s not allowed on %s", r.Method, r.URL.Path)
+		default:
+			writeError(w, http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
+		}
+	})
+}
+
+// statusRecorder keeps a status and headers and drops the body.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *statusRecorder) Header() http.Header         { return r.header }
+func (r *statusRecorder) Write(p []byte) (int, error) { return len(p), nil }
+func (r *statusRecorder) WriteHeader(status int)      { r.status = status }
+
+// auth lets a request through when its bearer token has at least role
+// need: 401 without a token or with a wrong one, 403 for a producer token
+// on an operator endpoint. Tokens are compared as SHA-256 digests in
+// constant time, so neither their content nor their length leaks.
+func (s *Server) auth(need role, next http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := s.roleOf(r)
+		switch {
+		case got == roleNone:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tierq"`)
+			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+		case got < need:
+			writeError(w, http.StatusForbidden, "this token may not use %s %s", r.Method, r.Pattern)
+		default:
+			next(w, r)
+		}
+	})
+}
+
+func (s *Server) roleOf(r *http.Request) role {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		return roleNone
+	}
+	digest := sha256.Sum256([]byte(token))
+	isAdmin := subtle.ConstantTimeCompare(digest[:], s.adminDigest[:])
+	isProducer := subtle.ConstantTimeCompare(digest[:], s.producerDigest[:])
+	switch {
+	case isAdmin == 1:
+		return roleAdmin
+	case isProducer == 1:
+		return roleProducer
+	}
+	return roleNone
+}
+
+// errorBody is every error's JSON.
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, format string, args ...any) {
+	writeJSON(w, status, errorBody{Error: fmt.Sprintf(format, args...)})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		buf.Reset()
+		buf.WriteString(`{"error":"encode response"}` + "\n")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// internalError logs err and answers 500 without its details (they may name
+// tables, hosts or values), or 503 when the database is unreachable.
+func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	s.logger.ErrorContext(r.Context(), "request failed", slog.String("method", r.Method),
+		slog.String("pattern", r.Pattern), slog.String("error", err.Error()))
+	if isUnavailable(err) {
+		writeError(w, http.StatusServiceUnavailable, "database unavailable; retry later")
+		return
+	}
+	writeError(w, http.StatusInternalServerError, "internal error")
+}
+
+// decodeBody decodes a JSON request body into v strictly: at most
+// MaxBodyBytes (413 beyond), no unknown fields, exactly one JSON value. It
+// writes the 4xx itself and returns false when the body is unusable.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		writeError(w, http.StatusUnsupportedMediaType, "content type must be application/json, not %q", ct)
+		return false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, "body larger than %d bytes", MaxBodyBytes)
+		} else {
+			writeError(w, http.StatusBadRequest, "read body: %v", err)
+		}
+		return false
+	}
+	if err := DecodeStrict(body, v); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return false
+	}
+	return true
+}
+
+// DecodeStrict decodes exactly one JSON value from data into v, refusing
+// unknown fields and trailing data.
+func DecodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("invalid JSON body: %w", jsonError(err))
+	}
+	if dec.More() {
+		return errors.New("invalid JSON body: more than one JSON value")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("invalid JSON body: trailing data after the JSON value")
+	}
+	return nil
+}
+
+// jsonError words encoding/json's errors for a client.
+func jsonError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		return fmt.Errorf("field %q must be %s, not %s", typeErr.Field, typeErr.Type, typeErr.Value)
+	}
+	if errors.Is(err, io.EOF) {
+		return errors.New("empty body")
+	}
+	return err
+}
+
+// pathID reads a positive int64 path value; it writes the 400 itself.
+func pathID(w http.ResponseWriter, r *http.Request, name string) (int64, bool) {
+	id, err := strconv.ParseInt(r.PathValue(name), 10, 64)
+	if err != nil || id <= 0 {
+		writeError(w, http.StatusBadRequest, "%s must be a positive 64-bit integer, not %.40q", name, r.PathValue(name))
+		return 0, false
+	}
+	return id, true
+}

@@ -1,0 +1,97 @@
+// Command api serves tierq's HTTP API (package api): tier-aware enqueue for
+// producers, operations for operators, /healthz, /readyz and /metrics.
+//
+// API_TOKEN and API_ADMIN_TOKEN are required: there is no open-by-default
+// API. SIGINT or SIGTERM stops accepting connections and lets requests in
+// flight finish for up to 10 seconds. Invalid configuration exits 2 before
+// any connection is made.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/process"
+)
+
+func main() {
+	process.Exit("api", run(context.Background(), os.Args, os.Environ(), os.Stdout))
+}
+
+// requestTimeout bounds every request, so a database that hangs turns into
+// a 503, not a hung client.
+const requestTimeout = 30 * time.Second
+
+func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	cfg, err := config.Load[config.API](environ)
+	if err != nil {
+		return err
+	}
+	logger := cfg.NewLogger(stdout)
+	poolConfig, err := cfg.PoolConfig()
+	if err != nil {
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
+	if err != nil {
+		return fmt.Errorf("connect to database: %w", err)
+	}
+	defer pool.Close()
+	// Insert-only: no queues, never a leader.
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: cfg.Schema, Logger: logger})
+	if err != nil {
+		return fmt.Errorf("new river client: %w", err)
+	}
+
+	server := api.New(api.Config{
+		Token: cfg.Token, AdminToken: cfg.AdminToken, Schema: cfg.Schema, MaxAttempts: cfg.MaxAttempts,
+	}, pool, client, api.NewMetrics(pool, logger), logger)
+	httpServer := &http.Server{
+		Handler:           http.TimeoutHandler(server.Handler(), requestTimeout, `{"error":"request timed out"}`),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      requestTimeout + 5*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	listener, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	logger.InfoContext(ctx, "api listening", slog.String("addr", listener.Addr().String()))
+
+	served := make(chan error, 1)
+	go func() { served <- httpServer.Serve(listener) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	stop() // a second signal kills the process at once
+	logger.InfoContext(ctx, "api stopping")
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := httpServer.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("shut down: %w", err)
+	}
+	logger.InfoContext(ctx, "api stopped")
+	return nil
+}

@@ -1,0 +1,61 @@
+package config
+
+import (
+	"net"
+	"strconv"
+)
+
+// MinTokenLen is the shortest API token accepted.
+const MinTokenLen = 16
+
+// API is the configuration of the HTTP API (cmd/api): tier-aware enqueue for
+// producers and the operations endpoints for operators.
+type API struct {
+	Database
+	Logging
+
+	// Addr is where the API listens. Default 127.0.0.1:8081 (loopback only;
+	// compose binds all interfaces).
+	Addr string `env:"API_ADDR" envDefault:"127.0.0.1:8081"`
+	// Token authorises producers (POST /v1/jobs, GET /v1/jobs/{id}).
+	// Required: there is no open-by-default API.
+	Token string `env:"API_TOKEN,required,notEmpty" secret:"token"`
+	// AdminToken authorises operators: everything, including escalation,
+	// queue stats and dead letters. Required, and different from Token.
+	AdminToken string `env:"API_ADMIN_TOKEN,required,notEmpty" secret:"token"`
+
+	// MaxAttempts is how many times a job the API inserts is tried before
+	// River discards it (and the drain makes it a dead letter). Default 10.
+	MaxAttempts int `env:"MAX_ATTEMPTS" envDefault:"10"`
+}
+
+func (a *API) validate(c *checker) {
+	a.Database.validate(c)
+	a.Logging.validate(c)
+	if host, port, err := net.SplitHostPort(a.Addr); err != nil || !validPort(port) || (host != "" && net.ParseIP(host) == nil && !validHostName(host)) {
+		c.fail("Addr", "not a listen address (host:port, e.g. 127.0.0.1:8081 or :8081)")
+	}
+	if len(a.Token) < MinTokenLen {
+		c.fail("Token", "must be at least %d characters (e.g. openssl rand -hex 32)", MinTokenLen)
+	}
+	if len(a.AdminToken) < MinTokenLen {
+		c.fail("AdminToken", "must be at least %d characters (e.g. openssl rand -hex 32)", MinTokenLen)
+	} else if a.AdminToken == a.Token {
+		c.fail("AdminToken", "must differ from API_TOKEN")
+	}
+	c.intRange("MaxAttempts", a.MaxAttempts, 1, 1000)
+}
+
+func validPort(port string) bool {
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 0 && n <= 65535
+}
+
+func validHostName(host string) bool {
+	for _, r := range host {
+		if !(r == '-' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return len(host) <= 253
+}
