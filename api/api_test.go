@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/subscriptions"
 	"github.com/tierq/tierq/tiers"
@@ -164,4 +165,11 @@ func TestUnknownRoutesAndMethodsAreJSON(t *testing.T) {
 	res := b.do(t, "PUT", "/v1/jobs", adminToken, "{}")
 	require.Equal(t, http.StatusMethodNotAllowed, res.status)
 	require.Contains(t, res.header.Get("Allow"), "POST")
+}
+
+// drainAll moves discarded jobs into dead_letter_jobs, as the scheduler does.
+func drainAll(t *testing.T, b *bundle) {
+	t.Helper()
+	_, err := dlq.Drain(context.Background(), b.db.Pool, 1000)
+	require.NoError(t, err)
 }

@@ -107,7 +107,7 @@ func jsonMuxErrors(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)
 		if pattern != "" {
-			h.ServeHTTP(w, r)
+			mux.ServeHTTP(w, r) // sets the path values
 			return
 		}
 		rec := &statusRecorder{header: http.Header{}}

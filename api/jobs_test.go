@@ -1,0 +1,198 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/tiers"
+)
+
+func TestCreateJobRoutesByTheSubscription(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.subscribe(t, "u_ent", tiers.Enterprise)
+	b.subscribe(t, "u_pro", tiers.Pro)
+
+	tests := []struct {
+		name                 string
+		body                 map[string]any
+		wantQueue, wantTier  string
+		wantPriority, status int
+	}{
+		{"no subscription: free", analysisBody("u_new", "/srv/a"), "analysis_default", "free", 4, 201},
+		{"enterprise", analysisBody("u_ent", "/srv/b"), "analysis_priority", "enterprise", 2, 201},
+		{"pro, background", map[string]any{"kind": "analysis", "user_id": "u_pro", "scheduled": true, "args": map[string]any{"target": "/srv/c"}},
+			"analysis_scheduled", "pro", 4, 201},
+		{"specview for enterprise", map[string]any{"kind": "specview", "user_id": "u_ent", "args": map[string]any{"analysis_result_id": 7}},
+			"specview_priority", "enterprise", 2, 201},
+		{"SQL metacharacters in a user id are just a user id", analysisBody("u'; DROP TABLE river_job; --", "/srv/d"), "analysis_default", "free", 4, 201},
+	}
+	for _, tt := range tests {
+		res := b.do(t, "POST", "/v1/jobs", producerToken, tt.body)
+		require.Equal(t, tt.status, res.status, "%s: %s", tt.name, res.body)
+		job := res.json(t)
+		require.Equal(t, tt.wantQueue, job["queue"], tt.name)
+		require.Equal(t, tt.wantTier, job["tier"], tt.name)
+		require.EqualValues(t, tt.wantPriority, job["priority"], tt.name)
+		require.Equal(t, fmt.Sprintf("/v1/jobs/%v", job["id"]), res.header.Get("Location"))
+		require.Contains(t, []any{"available", "scheduled"}, job["state"])
+	}
+
+	// The server wrote the tier and user into the args; max_attempts is the API's.
+	var args string
+	var maxAttempts int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		`SELECT args::text, max_attempts FROM river_job WHERE args->>'target' = '/srv/b'`).Scan(&args, &maxAttempts))
+	require.JSONEq(t, `{"target": "/srv/b", "user_id": "u_ent", "tier": "enterprise"}`, args)
+	require.Equal(t, 5, maxAttempts)
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job WHERE args->>'user_id' = $1`, "u'; DROP TABLE river_job; --"))
+}
+
+func TestDuplicateFromAHigherTierUpgradesTheQueuedJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.subscribe(t, "u_ent", tiers.Enterprise)
+
+	first := b.do(t, "POST", "/v1/jobs", producerToken, analysisBody("u_free", "/srv/shared"))
+	require.Equal(t, http.StatusCreated, first.status)
+	again := b.do(t, "POST", "/v1/jobs", producerToken, analysisBody("u_free2", "/srv/shared"))
+	require.Equal(t, http.StatusOK, again.status, "a duplicate is not created")
+	require.Equal(t, true, again.json(t)["duplicate"])
+	require.Nil(t, again.json(t)["upgraded"])
+
+	upgraded := b.do(t, "POST", "/v1/jobs", producerToken, analysisBody("u_ent", "/srv/shared"))
+	require.Equal(t, http.StatusOK, upgraded.status)
+	job := upgraded.json(t)
+	require.Equal(t, first.json(t)["id"], job["id"])
+	require.Equal(t, true, job["upgraded"])
+	require.Equal(t, "analysis_priority", job["queue"])
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job`))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM job_escalations WHERE actor = 'dedup'`))
+
+	metrics := string(b.do(t, "GET", "/metrics", "", nil).body)
+	require.Contains(t, metrics, `tierq_escalations_total{actor_kind="dedup",from="analysis_default",to="analysis_priority"} 1`)
+}
+
+func TestCreateJobRejectsBadInputAndInsertsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+
+	tests := []struct {
+		name   string
+		body   string
+		status int
+		want   string
+	}{
+		{"malformed JSON", `{"kind": "analysis",`, 400, "invalid JSON"},
+		{"not an object", `[1, 2]`, 400, "invalid JSON"},
+		{"empty body", ``, 400, "empty body"},
+		{"two values", `{"kind":"analysis","user_id":"u","args":{"target":"/a"}} {}`, 400, "more than one"},
+		{"unknown field", `{"kind":"analysis","user_id":"u","args":{"target":"/a"},"queue":"analysis_priority"}`, 400, `unknown field "queue"`},
+		{"tier field", `{"kind":"analysis","user_id":"u","tier":"enterprise","args":{"target":"/a"}}`, 400, "tier is not accepted"},
+		{"tier in args", `{"kind":"analysis","user_id":"u","args":{"target":"/a","tier":"enterprise"}}`, 400, "may not set tier"},
+		{"user id in args", `{"kind":"analysis","user_id":"u","args":{"target":"/a","user_id":"v"}}`, 400, "may not set tier or user_id"},
+		{"unknown kind", `{"kind":"loadtest","user_id":"u","args":{}}`, 400, `unknown kind "loadtest"`},
+		{"no kind", `{"user_id":"u","args":{"target":"/a"}}`, 400, "kind is required"},
+		{"no user", `{"kind":"analysis","args":{"target":"/a"}}`, 400, "user_id"},
+		{"user id too long", `{"kind":"analysis","user_id":"` + strings.Repeat("u", 201) + `","args":{"target":"/a"}}`, 400, "longer than 200"},
+		{"control characters in user id", `{"kind":"analysis","user_id":"u\u0000x","args":{"target":"/a"}}`, 400, "control characters"},
+		{"wrong type", `{"kind":"analysis","user_id":42,"args":{"target":"/a"}}`, 400, `"user_id" must be string`},
+		{"wrong arg type", `{"kind":"specview","user_id":"u","args":{"analysis_result_id":"7"}}`, 400, "invalid args"},
+		{"huge arg number", `{"kind":"specview","user_id":"u","args":{"analysis_result_id":99999999999999999999}}`, 400, "invalid args"},
+		{"no args", `{"kind":"analysis","user_id":"u"}`, 400, "args is required"},
+		{"relative target", `{"kind":"analysis","user_id":"u","args":{"target":"srv/a"}}`, 400, "clean absolute path"},
+		{"dot-dot target", `{"kind":"analysis","user_id":"u","args":{"target":"/srv/../etc"}}`, 400, "clean absolute path"},
+		{"zero result id", `{"kind":"specview","user_id":"u","args":{"analysis_result_id":0}}`, 400, "positive"},
+		{"oversized body", `{"kind":"analysis","user_id":"u","args":{"target":"/` + strings.Repeat("a", 1<<20) + `"}}`, 413, "larger than"},
+	}
+	for _, tt := range tests {
+		res := b.do(t, "POST", "/v1/jobs", producerToken, tt.body)
+		require.Equal(t, tt.status, res.status, "%s: %s", tt.name, res.body)
+		require.Contains(t, res.json(t)["error"], tt.want, tt.name)
+	}
+
+	req, err := http.NewRequest(http.MethodPost, b.url+"/v1/jobs", strings.NewReader(`kind=analysis`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+producerToken)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnsupportedMediaType, resp.StatusCode)
+
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM river_job`), "nothing inserted")
+}
+
+func TestGetJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	created := b.do(t, "POST", "/v1/jobs", producerToken, analysisBody("u", "/srv/a")).json(t)
+
+	for _, token := range []string{producerToken, adminToken} {
+		res := b.do(t, "GET", fmt.Sprintf("/v1/jobs/%v", created["id"]), token, nil)
+		require.Equal(t, http.StatusOK, res.status)
+		job := res.json(t)
+		require.Equal(t, "analysis_default", job["queue"])
+		require.Equal(t, "available", job["state"])
+		require.EqualValues(t, 0, job["attempt"])
+		require.Equal(t, []any{}, job["errors"])
+	}
+	require.Equal(t, http.StatusNotFound, b.do(t, "GET", "/v1/jobs/424242", producerToken, nil).status)
+	for _, bad := range []string{"abc", "-1", "0", "99999999999999999999", "1%20OR%201=1"} {
+		require.Equal(t, http.StatusBadRequest, b.do(t, "GET", "/v1/jobs/"+bad, producerToken, nil).status, bad)
+	}
+
+	// A drained job is found in the dead-letter table.
+	_, err := b.db.Pool.Exec(context.Background(), `
+		UPDATE river_job SET state = 'discarded', finalized_at = now(), attempt = 1,
+		       errors = ARRAY['{"at":"2026-11-21T00:00:00Z","attempt":1,"error":"boom","trace":""}'::jsonb]`)
+	require.NoError(t, err)
+	drainAll(t, b)
+	job := b.do(t, "GET", fmt.Sprintf("/v1/jobs/%v", created["id"]), producerToken, nil).json(t)
+	require.Equal(t, "dead_letter", job["state"])
+	require.NotNil(t, job["dead_letter_id"])
+	require.Equal(t, "boom", job["errors"].([]any)[0].(map[string]any)["error"])
+}
+
+func TestPatchJobEscalates(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	created := b.do(t, "POST", "/v1/jobs", producerToken, analysisBody("u", "/srv/a")).json(t)
+	path := fmt.Sprintf("/v1/jobs/%v", created["id"])
+
+	res := b.do(t, "PATCH", path, adminToken, map[string]any{"queue_class": "priority", "actor": "alice", "reason": "customer escalation #812"})
+	require.Equal(t, http.StatusOK, res.status, string(res.body))
+	require.Equal(t, "analysis_priority", res.json(t)["queue"])
+	require.EqualValues(t, 1, res.json(t)["priority"])
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM job_escalations WHERE actor = 'alice'`))
+	require.Contains(t, string(b.do(t, "GET", "/metrics", "", nil).body),
+		`tierq_escalations_total{actor_kind="operator",from="analysis_default",to="analysis_priority"} 1`)
+
+	bad := []struct {
+		name   string
+		path   string
+		body   any
+		status int
+	}{
+		{"missing job", "/v1/jobs/424242", map[string]any{"queue_class": "priority", "actor": "a", "reason": "r"}, 404},
+		{"bad class", path, map[string]any{"queue_class": "urgent", "actor": "a", "reason": "r"}, 400},
+		{"no actor", path, map[string]any{"queue_class": "default", "reason": "r"}, 400},
+		{"bad priority", path, map[string]any{"queue_class": "default", "priority": 9, "actor": "a", "reason": "r"}, 400},
+		{"unknown field", path, map[string]any{"queue_class": "default", "actor": "a", "reason": "r", "queue": "x"}, 400},
+		{"bad id", "/v1/jobs/x", map[string]any{"queue_class": "default", "actor": "a", "reason": "r"}, 400},
+	}
+	for _, tt := range bad {
+		require.Equal(t, tt.status, b.do(t, "PATCH", tt.path, adminToken, tt.body).status, tt.name)
+	}
+
+	_, err := b.db.Pool.Exec(context.Background(), `UPDATE river_job SET state = 'completed', finalized_at = now()`)
+	require.NoError(t, err)
+	res = b.do(t, "PATCH", path, adminToken, map[string]any{"queue_class": "default", "actor": "a", "reason": "r"})
+	require.Equal(t, http.StatusConflict, res.status)
+	require.Contains(t, res.json(t)["error"], "completed")
+}
