@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,7 +25,9 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 
 // Readiness is readyz's body: one entry per check, "ok" or what is wrong.
 type Readiness struct {
-	Status     string `json:"status"`
+	Status string `json:"status"`
+	// Error names the failed checks (only when not ready).
+	Error      string `json:"error,omitempty"`
 	Database   string `json:"database"`
 	Migrations string `json:"migrations"`
 	Leader     string `json:"leader"`
@@ -37,14 +40,17 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
 	res := Readiness{Status: "ok", Database: "ok", Migrations: "ok", Leader: "ok"}
+	var failed []string
 	fail := func(field *string, msg string) {
 		*field = msg
 		res.Status = "unavailable"
+		failed = append(failed, msg)
 	}
 	if err := s.pool.Ping(ctx); err != nil {
 		fail(&res.Database, "unreachable")
 		fail(&res.Migrations, "unknown")
 		fail(&res.Leader, "unknown")
+		res.Error = "database unreachable"
 		writeJSON(w, http.StatusServiceUnavailable, res)
 		return
 	}
@@ -67,6 +73,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	if res.Status != "ok" {
 		status = http.StatusServiceUnavailable
+		res.Error = "not ready: " + strings.Join(failed, "; ")
 	}
 	writeJSON(w, status, res)
 }
