@@ -1,0 +1,47 @@
+package api_test
+
+import (
+	"path"
+	"strings"
+	"testing"
+
+	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/subscriptions"
+)
+
+// FuzzParseCreateJob feeds arbitrary bodies to the POST /v1/jobs decoder:
+// it must never panic, and whatever it accepts must be a job the workers can
+// run: a known kind, a valid user id, no client-chosen tier, a clean absolute
+// target or a positive result id. Seed corpus: testdata/fuzz/FuzzParseCreateJob.
+//
+//	go test -run '^$' -fuzz FuzzParseCreateJob -fuzztime 30s ./api/
+func FuzzParseCreateJob(f *testing.F) {
+	f.Add([]byte(`{"kind":"analysis","user_id":"u_1","args":{"target":"/srv/a"}}`))
+	f.Add([]byte(`{"kind":"specview","user_id":"u_1","args":{"analysis_result_id":7},"scheduled":true}`))
+	f.Add([]byte(`{"kind":"analysis","user_id":"u","tier":"enterprise","args":{"target":"/a"}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		_, job, err := api.ParseCreateJob(body)
+		if err != nil {
+			return
+		}
+		switch args := job.Args.(type) {
+		case jobs.AnalysisArgs:
+			if args.Tier != "" {
+				t.Fatalf("accepted a client-chosen tier: %q", body)
+			}
+			if err := subscriptions.CheckUserID(args.UserID); err != nil {
+				t.Fatalf("accepted a bad user id %q: %v", args.UserID, err)
+			}
+			if !path.IsAbs(args.Target) || path.Clean(args.Target) != args.Target || strings.ContainsRune(args.Target, 0) {
+				t.Fatalf("accepted a bad target %q", args.Target)
+			}
+		case jobs.SpecViewArgs:
+			if args.Tier != "" || args.AnalysisResultID <= 0 {
+				t.Fatalf("accepted bad specview args %+v from %q", args, body)
+			}
+		default:
+			t.Fatalf("accepted kind %T from %q", job.Args, body)
+		}
+	})
+}
