@@ -72,32 +72,63 @@ const (
 	roleAdmin
 )
 
+// Route is one endpoint: a ServeMux pattern ("METHOD /path/{param}") and
+// who may call it (roleNone: anyone).
+type Route struct {
+	Pattern string
+	need    role
+	handler http.HandlerFunc
+}
+
+// routes lists every endpoint; the OpenAPI document must describe each
+// (checked by a test).
+func (s *Server) routes() []Route {
+	return []Route{
+		{"POST /v1/jobs", roleProducer, s.createJob},
+		{"GET /v1/jobs/{id}", roleProducer, s.getJob},
+		{"PATCH /v1/jobs/{id}", roleAdmin, s.patchJob},
+
+		{"GET /v1/queues", roleAdmin, s.listQueues},
+		{"GET /v1/queues/{queue}/priority-stats", roleAdmin, s.priorityStats},
+
+		{"GET /v1/dead-letters", roleAdmin, s.listDeadLetters},
+		{"GET /v1/dead-letters/{id}", roleAdmin, s.getDeadLetter},
+		{"POST /v1/dead-letters/{id}/replay", roleAdmin, s.replayDeadLetter},
+		{"POST /v1/dead-letters/replay", roleAdmin, s.replayDeadLetters},
+		{"DELETE /v1/dead-letters/{id}", roleAdmin, s.deleteDeadLetter},
+
+		{"GET /healthz", roleNone, s.healthz},
+		{"GET /readyz", roleNone, s.readyz},
+		{"GET /metrics", roleNone, s.metrics.Handler().ServeHTTP},
+		{"GET /openapi.json", roleNone, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(openAPI)
+		}},
+	}
+}
+
+// Patterns are the ServeMux patterns of every endpoint.
+func (s *Server) Patterns() []string {
+	var out []string
+	for _, r := range s.routes() {
+		out = append(out, r.Pattern)
+	}
+	return out
+}
+
+// OpenAPI is the OpenAPI 3 document served at /openapi.json.
+func OpenAPI() []byte { return openAPI }
+
 // Handler routes every endpoint.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	producer, admin := roleProducer, roleAdmin
-
-	mux.Handle("POST /v1/jobs", s.auth(producer, s.createJob))
-	mux.Handle("GET /v1/jobs/{id}", s.auth(producer, s.getJob))
-	mux.Handle("PATCH /v1/jobs/{id}", s.auth(admin, s.patchJob))
-
-	mux.Handle("GET /v1/queues", s.auth(admin, s.listQueues))
-	mux.Handle("GET /v1/queues/{queue}/priority-stats", s.auth(admin, s.priorityStats))
-
-	mux.Handle("GET /v1/dead-letters", s.auth(admin, s.listDeadLetters))
-	mux.Handle("GET /v1/dead-letters/{id}", s.auth(admin, s.getDeadLetter))
-	mux.Handle("POST /v1/dead-letters/{id}/replay", s.auth(admin, s.replayDeadLetter))
-	mux.Handle("POST /v1/dead-letters/replay", s.auth(admin, s.replayDeadLetters))
-	mux.Handle("DELETE /v1/dead-letters/{id}", s.auth(admin, s.deleteDeadLetter))
-
-	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.Handle("GET /metrics", s.metrics.Handler())
-	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(openAPI)
-	})
-
+	for _, r := range s.routes() {
+		if r.need == roleNone {
+			mux.Handle(r.Pattern, r.handler)
+		} else {
+			mux.Handle(r.Pattern, s.auth(r.need, r.handler))
+		}
+	}
 	return jsonMuxErrors(mux)
 }
 
