@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/internal/proctest"
+	"github.com/tierq/tierq/internal/testdb"
+)
+
+// The tests start this test binary as the real api process (see
+// internal/proctest).
+func TestMain(m *testing.M) {
+	proctest.RunMain(main)
+	os.Exit(m.Run())
+}
+
+const (
+	producerToken = "producer-secret-token-0123"
+	adminToken    = "admin-secret-token-4567"
+)
+
+func TestBadEnvironmentExitsTwo(t *testing.T) {
+	t.Parallel()
+
+	db := "DATABASE_URL=postgres://127.0.0.1:1/none"
+	tokens := []string{"API_TOKEN=" + producerToken, "API_ADMIN_TOKEN=" + adminToken}
+	tests := []struct {
+		name    string
+		environ []string
+		want    string
+	}{
+		{name: "no tokens", environ: []string{db}, want: `API_TOKEN="": required`},
+		{name: "no admin token", environ: []string{db, tokens[0]}, want: `API_ADMIN_TOKEN="": required`},
+		{name: "short token", environ: []string{db, "API_TOKEN=short", tokens[1]}, want: `API_TOKEN="[redacted]": must be at least 16`},
+		{name: "bad address", environ: append([]string{db, "API_ADDR=nowhere"}, tokens...), want: `API_ADDR="nowhere"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out := proctest.RunExit(t, 2, tt.environ...)
+			require.Contains(t, out, tt.want)
+			require.NotContains(t, out, "short", "tokens are never printed")
+		})
+	}
+}
+
+// TestServesUntilSIGTERM runs the real process on a free loopback port:
+// it answers, inserts, stops cleanly on SIGTERM, and never logs a secret.
+func TestServesUntilSIGTERM(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+
+	// A database URL with a password, to check it never reaches the log.
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	u.User = url.UserPassword(u.User.Username(), "db-password-9876")
+	cmd, out := proctest.Command(t, "DATABASE_URL="+u.String(), "DATABASE_SCHEMA="+db.Schema,
+		"API_ADDR=127.0.0.1:0", "API_TOKEN="+producerToken, "API_ADMIN_TOKEN="+adminToken, "LOG_LEVEL=debug")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	proctest.WaitOutput(t, out, "api listening", 20*time.Second)
+	addr := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(out.String())
+	require.Len(t, addr, 2, out.String())
+	base := "http://" + addr[1]
+
+	resp, err := http.Get(base + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, base+"/v1/jobs",
+		strings.NewReader(`{"kind":"analysis","user_id":"u_1","args":{"target":"/srv/a"}}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+producerToken)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	var job map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&job))
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	require.Equal(t, "analysis_default", job["queue"])
+
+	// A wrong token is logged by nobody either.
+	req, err = http.NewRequestWithContext(context.Background(), http.MethodGet, base+"/v1/queues", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+producerToken)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), out.String())
+	require.Contains(t, out.String(), "api stopped")
+	for _, secret := range []string{producerToken, adminToken, "db-password-9876"} {
+		require.NotContains(t, out.String(), secret)
+	}
+}
