@@ -33,7 +33,7 @@ func TestComposeFileIsValid(t *testing.T) {
 	}
 	require.NoError(t, yaml.Unmarshal(raw, &compose)) // resolves anchors and merge keys
 
-	for _, name := range []string{"postgres", "migrate", "worker-analyzer", "worker-specgen", "scheduler", "riverui"} {
+	for _, name := range []string{"postgres", "migrate", "worker-analyzer", "worker-specgen", "scheduler", "api", "riverui"} {
 		require.Contains(t, compose.Services, name)
 	}
 	require.True(t, strings.HasPrefix(compose.Services["riverui"].Image, "ghcr.io/riverqueue/riverui:"))
@@ -53,6 +53,19 @@ func TestComposeFileIsValid(t *testing.T) {
 	require.Equal(t, 2, scheduler.Deploy.Replicas, "two scheduler replicas for failover")
 	_, err = config.Load[config.Scheduler](composeEnviron(scheduler.Environment))
 	require.NoError(t, err, "scheduler")
+
+	// The API has no default tokens: compose refuses to start it (":?")
+	// until the operator sets them; with them set, the configuration loads.
+	apiSvc := compose.Services["api"]
+	require.Equal(t, []string{"/usr/local/bin/api"}, apiSvc.Entrypoint)
+	require.Contains(t, apiSvc.DependsOn, "migrate")
+	require.True(t, strings.HasPrefix(apiSvc.Environment["API_TOKEN"], "${API_TOKEN:?"), "no default producer token")
+	require.True(t, strings.HasPrefix(apiSvc.Environment["API_ADMIN_TOKEN"], "${API_ADMIN_TOKEN:?"), "no default admin token")
+	environ := composeEnviron(apiSvc.Environment)
+	environ = append(environ, "API_TOKEN=operator-set-token-0123", "API_ADMIN_TOKEN=operator-set-admin-0123")
+	cfg, err := config.Load[config.API](environ)
+	require.NoError(t, err, "api")
+	require.Equal(t, "0.0.0.0:8081", cfg.Addr, "all interfaces inside the container")
 }
 
 // composeEnviron is a service's environment as the process would see it.

@@ -2,7 +2,7 @@
 # run.sh — `make run`: a working tierq on this machine in one command.
 #
 # Finds or starts PostgreSQL (scripts/pg.sh), migrates, starts one worker per
-# service (analyzer and specgen) and the scheduler in the background, enqueues a demo mix of
+# service (analyzer and specgen), the scheduler and the API in the background, enqueues a demo mix of
 # analyses of this repository's directories across every tier, and shows live
 # per-queue progress until Ctrl-C, which stops the workers gracefully.
 set -euo pipefail
@@ -24,7 +24,7 @@ pids=()
 stop_workers() {
   trap - INT TERM
   if [ ${#pids[@]} -gt 0 ]; then
-    echo; echo "stopping workers and scheduler (they finish running jobs first)..."
+    echo; echo "stopping workers, scheduler and api (they finish running work first)..."
     kill -TERM "${pids[@]}" 2>/dev/null || true
     wait "${pids[@]}" 2>/dev/null || true
     echo "stopped. Logs: .tierq/logs/"
@@ -44,7 +44,17 @@ done
 
 .tierq/bin/scheduler >.tierq/logs/scheduler.log 2>&1 &
 pids+=($!)
-echo "scheduler started (pid $!, log .tierq/logs/scheduler.log): retries, rescue, aging, escalation, cron"
+echo "scheduler started (pid $!, log .tierq/logs/scheduler.log): retries, rescue, aging, escalation, cron, dead letters"
+
+# Local development tokens, printed so that curl can use them.
+export API_TOKEN=${API_TOKEN:-dev-producer-token-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')}
+export API_ADMIN_TOKEN=${API_ADMIN_TOKEN:-dev-admin-token-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')}
+export API_ADDR=${API_ADDR:-127.0.0.1:8081}
+.tierq/bin/api >.tierq/logs/api.log 2>&1 &
+pids+=($!)
+echo "api started on http://$API_ADDR (pid $!, log .tierq/logs/api.log)"
+echo "  API_TOKEN=$API_TOKEN"
+echo "  API_ADMIN_TOKEN=$API_ADMIN_TOKEN"
 
 targets=(--target "$root")
 for d in "$root"/*/; do targets+=(--target "$d"); done
