@@ -16,6 +16,12 @@ import (
 // for a day and deleted by River; counting them would read that history.
 var queuedStates = []string{"available", "scheduled", "retryable", "pending", "running"}
 
+// queuedStatesSQL is queuedStates as SQL literals. Literals, not a
+// parameter cast to river_job_state[]: the planner cannot see through that
+// cast, guesses that most of the table matches and scans all of it (210 ms
+// at 1M rows instead of a few ms through the index).
+const queuedStatesSQL = `('available', 'scheduled', 'retryable', 'pending', 'running')`
+
 // knownQueues are the service queues, the scheduler's queue and any queue a
 // River client has registered (river_queue).
 func knownQueues(ctx context.Context, q db.Querier) ([]string, error) {
@@ -50,7 +56,7 @@ type QueueSummary struct {
 // River's (state, queue, ...) index: one range per state.
 const queueCountsSQL = `
 SELECT queue, state::text, count(*) FROM river_job
-WHERE state = ANY($1::text[]::river_job_state[])
+WHERE state IN ` + queuedStatesSQL + `
 GROUP BY queue, state`
 
 // oldestAvailableSQL finds each queue's longest-waiting available job with
@@ -82,7 +88,7 @@ func QueueSummaries(ctx context.Context, q db.Querier) ([]QueueSummary, error) {
 		}
 		byName[name] = &out[i]
 	}
-	rows, err := q.Query(ctx, queueCountsSQL, queuedStates)
+	rows, err := q.Query(ctx, queueCountsSQL)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +156,7 @@ type Percentiles struct {
 
 const priorityCountsSQL = `
 SELECT priority, state::text, count(*) FROM river_job
-WHERE state = ANY($1::text[]::river_job_state[]) AND queue = $2
+WHERE state IN ` + queuedStatesSQL + ` AND queue = $1
 GROUP BY priority, state`
 
 // waitSQL reads the queue's available jobs through the (state, queue, ...)
@@ -182,7 +188,7 @@ func (s *Server) priorityStats(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Priorities = append(out.Priorities, stat)
 	}
-	rows, err := s.pool.Query(ctx, priorityCountsSQL, queuedStates, name)
+	rows, err := s.pool.Query(ctx, priorityCountsSQL, name)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
