@@ -1,7 +1,6 @@
 package api
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -56,12 +55,8 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 		page.BeforeID = n
 	}
 	rows, err := dlq.List(r.Context(), s.pool, f, page)
-	switch {
-	case errors.Is(err, dlq.ErrInvalid):
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	case err != nil:
-		s.internalError(w, r, err)
+	if err != nil {
+		s.writeErr(w, r, err)
 		return
 	}
 	out := deadLetterPage{DeadLetters: rows}
@@ -81,14 +76,11 @@ func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d, err := dlq.Get(r.Context(), s.pool, id)
-	switch {
-	case errors.Is(err, dlq.ErrNotFound):
-		writeError(w, http.StatusNotFound, "%v", err)
-	case err != nil:
-		s.internalError(w, r, err)
-	default:
-		writeJSON(w, http.StatusOK, d)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
 	}
+	writeJSON(w, http.StatusOK, d)
 }
 
 // ReplayRequest is the body of both replay endpoints; the filter fields
@@ -119,18 +111,11 @@ func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = outcomes[0].Err
 	}
-	switch {
-	case errors.Is(err, dlq.ErrInvalid):
-		writeError(w, http.StatusBadRequest, "%v", err)
-	case errors.Is(err, dlq.ErrNotFound):
-		writeError(w, http.StatusNotFound, "%v", err)
-	case errors.Is(err, dlq.ErrAlreadyReplayed):
-		writeError(w, http.StatusConflict, "%v", err)
-	case err != nil:
-		s.internalError(w, r, err)
-	default:
-		writeJSON(w, http.StatusOK, outcomes[0])
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
 	}
+	writeJSON(w, http.StatusOK, outcomes[0])
 }
 
 // bulkReplayBatch is how many dead letters one transaction of a bulk replay
@@ -144,14 +129,11 @@ func (s *Server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := dlq.ReplayAll(r.Context(), s.client, s.pool, dlq.Filter{Queue: req.Queue, Kind: req.Kind},
 		dlq.ReplayOptions{ToQueue: req.ToQueue, Force: req.Force, Actor: req.Actor}, bulkReplayBatch, nil)
-	switch {
-	case errors.Is(err, dlq.ErrInvalid):
-		writeError(w, http.StatusBadRequest, "%v", err)
-	case err != nil:
-		s.internalError(w, r, err)
-	default:
-		writeJSON(w, http.StatusOK, res)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
 	}
+	writeJSON(w, http.StatusOK, res)
 }
 
 func (s *Server) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
@@ -159,13 +141,9 @@ func (s *Server) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	err := dlq.Delete(r.Context(), s.pool, id)
-	switch {
-	case errors.Is(err, dlq.ErrNotFound):
-		writeError(w, http.StatusNotFound, "%v", err)
-	case err != nil:
-		s.internalError(w, r, err)
-	default:
-		w.WriteHeader(http.StatusNoContent)
+	if err := dlq.Delete(r.Context(), s.pool, id); err != nil {
+		s.writeErr(w, r, err)
+		return
 	}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -239,17 +239,15 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	job, err := s.findJob(r.Context(), id)
-	switch {
-	case errors.Is(err, errJobNotFound):
-		writeError(w, http.StatusNotFound, "job %d not found (finished jobs are deleted by River after a day)", id)
-	case err != nil:
-		s.internalError(w, r, err)
-	default:
-		writeJSON(w, http.StatusOK, job)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
 	}
+	writeJSON(w, http.StatusOK, job)
 }
 
-var errJobNotFound = errors.New("job not found")
+// errJobNotFound: in neither river_job nor dead_letter_jobs.
+var errJobNotFound = errors.New("job not found (finished jobs are deleted by River after a day)")
 
 // findJob reads a job from river_job or, once drained, dead_letter_jobs.
 func (s *Server) findJob(ctx context.Context, id int64) (Job, error) {
@@ -269,7 +267,7 @@ func (s *Server) findJob(ctx context.Context, id int64) (Job, error) {
 		FROM dead_letter_jobs WHERE job_id = $1`, id).
 		Scan(&dl, &j.ID, &j.Kind, &j.Queue, &j.Priority, &j.Attempt, &j.MaxAttempts, &j.Errors, &j.Args, &j.CreatedAt, &j.FinalizedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Job{}, errJobNotFound
+		return Job{}, fmt.Errorf("%w: id %d", errJobNotFound, id)
 	}
 	if err != nil {
 		return Job{}, err
@@ -304,18 +302,8 @@ func (s *Server) patchJob(w http.ResponseWriter, r *http.Request) {
 	moved, err := escalation.Escalate(ctx, s.pool, escalation.Request{
 		JobID: id, To: class, Priority: req.Priority, Actor: req.Actor, Reason: req.Reason,
 	})
-	switch {
-	case errors.Is(err, escalation.ErrInvalid):
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	case errors.Is(err, escalation.ErrNotFound):
-		writeError(w, http.StatusNotFound, "%v", err)
-		return
-	case errors.Is(err, escalation.ErrNotQueued), errors.Is(err, escalation.ErrNotServiceQueue):
-		writeError(w, http.StatusConflict, "%v", err)
-		return
-	case err != nil:
-		s.internalError(w, r, err)
+	if err != nil {
+		s.writeErr(w, r, err)
 		return
 	}
 	if moved.Changed {

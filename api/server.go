@@ -23,6 +23,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+
+	"github.com/tierq/tierq/dlq"
+	"github.com/tierq/tierq/escalation"
 )
 
 // MaxBodyBytes is the largest request body accepted (1 MiB); larger → 413.
@@ -223,6 +226,23 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
+}
+
+// writeErr answers err with the status its sentinel means (400 invalid,
+// 404 not found, 409 conflicting with the current state) and its message;
+// anything else is an internal error.
+func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, dlq.ErrInvalid), errors.Is(err, escalation.ErrInvalid):
+		writeError(w, http.StatusBadRequest, "%v", err)
+	case errors.Is(err, dlq.ErrNotFound), errors.Is(err, escalation.ErrNotFound), errors.Is(err, errJobNotFound):
+		writeError(w, http.StatusNotFound, "%v", err)
+	case errors.Is(err, dlq.ErrAlreadyReplayed), errors.Is(err, escalation.ErrNotQueued),
+		errors.Is(err, escalation.ErrNotServiceQueue):
+		writeError(w, http.StatusConflict, "%v", err)
+	default:
+		s.internalError(w, r, err)
+	}
 }
 
 // internalError logs err and answers 500 without its details (they may name
