@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"encoding/json"
 	"path"
 	"strings"
 	"testing"
@@ -24,6 +25,20 @@ func FuzzParseCreateJob(f *testing.F) {
 		_, job, err := api.ParseCreateJob(body)
 		if err != nil {
 			return
+		}
+		// Accepted: no key may name a tier, in any letter case, at the top
+		// or in args.
+		var top map[string]json.RawMessage
+		if json.Unmarshal(body, &top) == nil {
+			var args map[string]json.RawMessage
+			_ = json.Unmarshal(top["args"], &args)
+			for _, m := range []map[string]json.RawMessage{top, args} {
+				for k := range m {
+					if strings.EqualFold(k, "tier") {
+						t.Fatalf("accepted a body with key %q: %q", k, body)
+					}
+				}
+			}
 		}
 		switch args := job.Args.(type) {
 		case jobs.AnalysisArgs:

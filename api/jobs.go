@@ -52,7 +52,7 @@ const maxTargetLen = 4096
 func ParseCreateJob(body []byte) (CreateJobRequest, producer.Job, error) {
 	var req CreateJobRequest
 	if err := DecodeStrict(body, &req); err != nil {
-		if strings.Contains(err.Error(), `unknown field "tier"`) {
+		if strings.Contains(strings.ToLower(err.Error()), `unknown field "tier"`) {
 			return req, producer.Job{}, errors.New("tier is not accepted: the server looks it up from user_id's subscription")
 		}
 		return req, producer.Job{}, err
@@ -98,7 +98,7 @@ func ParseCreateJob(body []byte) (CreateJobRequest, producer.Job, error) {
 func decodeArgs(raw json.RawMessage, v any) error {
 	if err := DecodeStrict(raw, v); err != nil {
 		msg := strings.TrimPrefix(err.Error(), "invalid JSON body: ")
-		if strings.Contains(msg, `unknown field "tier"`) || strings.Contains(msg, `unknown field "user_id"`) {
+		if lower := strings.ToLower(msg); strings.Contains(lower, `unknown field "tier"`) || strings.Contains(lower, `unknown field "user_id"`) {
 			return errors.New("args may not set tier or user_id: the server sets both")
 		}
 		return fmt.Errorf("invalid args: %s", msg)
@@ -154,26 +154,37 @@ func jobFromRow(row *rivertype.JobRow) Job {
 	if j.Errors == nil {
 		j.Errors = []rivertype.AttemptError{}
 	}
-	var t struct {
-		Tier string `json:"tier"`
-	}
-	if json.Unmarshal(row.EncodedArgs, &t) == nil {
-		j.Tier = t.Tier
-	}
+	j.Tier = tierOf(row.EncodedArgs)
 	return j
 }
 
-// tierFor looks the user's tier up; when the lookup fails it routes as
-// ADR-16 routes an unknown tier (free, to _default), counted and logged.
-func (s *Server) tierFor(ctx context.Context, userID string) tiers.Tier {
-	tier, err := subscriptions.Lookup(ctx, s.pool, userID)
-	if err == nil {
-		return tier
+// tierOf is the tier recorded in a job's args ("" when none).
+func tierOf(args []byte) string {
+	var t struct {
+		Tier string `json:"tier"`
 	}
-	s.metrics.TierFallback("lookup_error")
+	if json.Unmarshal(args, &t) != nil {
+		return ""
+	}
+	return t.Tier
+}
+
+// tierFor looks the user's tier up. When the lookup fails for a reason
+// other than an unreachable database (or the request's end), it routes as
+// ADR-16 routes an unknown tier: free, to _default, logged here and counted
+// by the caller once the insert has committed. An unreachable database is
+// returned: the insert could not work either (503).
+func (s *Server) tierFor(ctx context.Context, userID string) (tier tiers.Tier, fellBack bool, err error) {
+	tier, err = subscriptions.Lookup(ctx, s.pool, userID)
+	switch {
+	case err == nil:
+		return tier, false, nil
+	case isUnavailable(err) || ctx.Err() != nil:
+		return 0, false, err
+	}
 	s.logger.WarnContext(ctx, "subscription lookup failed; routing as free (to _default)",
 		slog.String("error", err.Error()))
-	return tiers.Free
+	return tiers.Free, true, nil
 }
 
 func (s *Server) createJob(w http.ResponseWriter, r *http.Request) {
@@ -187,7 +198,12 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	job.Tier = s.tierFor(ctx, req.UserID)
+	tier, fellBack, err := s.tierFor(ctx, req.UserID)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	job.Tier = tier
 	job.MaxAttempts = s.cfg.MaxAttempts
 	switch args := job.Args.(type) {
 	case jobs.AnalysisArgs:
@@ -208,19 +224,26 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
+	if fellBack {
+		s.metrics.TierFallback("lookup_error")
+	}
 	if res.Upgraded {
 		s.metrics.Escalation(res.FromQueue, res.Job.Queue, escalation.ActorDedup)
 	}
-	out := jobFromRow(res.Job)
-	out.Tier = job.Tier.String()
-	out.Duplicate, out.Upgraded = res.Duplicate, res.Upgraded
-	status := http.StatusCreated
-	if res.Duplicate {
-		status = http.StatusOK
-	} else {
-		w.Header().Set("Location", fmt.Sprintf("/v1/jobs/%d", out.ID))
+	if !res.Duplicate {
+		w.Header().Set("Location", fmt.Sprintf("/v1/jobs/%d", res.Job.ID))
+		writeJSON(w, http.StatusCreated, jobFromRow(res.Job))
+		return
 	}
-	writeJSON(w, status, out)
+	// A duplicate is shown as it is now (its queue, priority and the tier
+	// it runs for may differ from this request's).
+	out, err := s.findJob(ctx, res.Job.ID)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	out.Duplicate, out.Upgraded = true, res.Upgraded
+	writeJSON(w, http.StatusOK, out)
 }
 
 // readBody reads a JSON request body within MaxBodyBytes; it writes the 4xx
@@ -272,7 +295,7 @@ func (s *Server) findJob(ctx context.Context, id int64) (Job, error) {
 	if err != nil {
 		return Job{}, err
 	}
-	j.State, j.DeadLetterID, j.ScheduledAt = "dead_letter", dl, j.CreatedAt
+	j.State, j.DeadLetterID, j.ScheduledAt, j.Tier = "dead_letter", dl, j.CreatedAt, tierOf(j.Args)
 	return j, nil
 }
 

@@ -3,12 +3,18 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -71,6 +77,13 @@ func TestDuplicateFromAHigherTierUpgradesTheQueuedJob(t *testing.T) {
 	require.Equal(t, first.json(t)["id"], job["id"])
 	require.Equal(t, true, job["upgraded"])
 	require.Equal(t, "analysis_priority", job["queue"])
+	require.Equal(t, "enterprise", job["tier"], "the job now runs for the enterprise tier")
+	require.Equal(t, "enterprise", b.do(t, "GET", fmt.Sprintf("/v1/jobs/%v", job["id"]), producerToken, nil).json(t)["tier"])
+
+	// A later free duplicate shows the job as it is: enterprise, priority queue.
+	later := b.do(t, "POST", "/v1/jobs", producerToken, analysisBody("u_free3", "/srv/shared")).json(t)
+	require.Equal(t, "enterprise", later["tier"])
+	require.Equal(t, "analysis_priority", later["queue"])
 	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job`))
 	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM job_escalations WHERE actor = 'dedup'`))
 
@@ -108,6 +121,10 @@ func TestCreateJobRejectsBadInputAndInsertsNothing(t *testing.T) {
 		{"relative target", `{"kind":"analysis","user_id":"u","args":{"target":"srv/a"}}`, 400, "clean absolute path"},
 		{"dot-dot target", `{"kind":"analysis","user_id":"u","args":{"target":"/srv/../etc"}}`, 400, "clean absolute path"},
 		{"zero result id", `{"kind":"specview","user_id":"u","args":{"analysis_result_id":0}}`, 400, "positive"},
+		{"key in another case", `{"KIND":"analysis","user_id":"u","args":{"target":"/a"}}`, 400, `unknown field "KIND"`},
+		{"key given twice", `{"kind":"analysis","user_id":"u1","user_id":"u2","args":{"target":"/a"}}`, 400, "given twice"},
+		{"Tier in another case", `{"kind":"analysis","user_id":"u","Tier":"enterprise","args":{"target":"/a"}}`, 400, "tier is not accepted"},
+		{"TARGET in another case", `{"kind":"analysis","user_id":"u","args":{"TARGET":"/a"}}`, 400, "invalid args"},
 		{"oversized body", `{"kind":"analysis","user_id":"u","args":{"target":"/` + strings.Repeat("a", 1<<20) + `"}}`, 413, "larger than"},
 	}
 	for _, tt := range tests {
@@ -125,7 +142,54 @@ func TestCreateJobRejectsBadInputAndInsertsNothing(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusUnsupportedMediaType, resp.StatusCode)
 
-	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM river_job`), "nothing inserted")
+	for ct, want := range map[string]int{"application/jsonx": 415, "text/plain": 415, "Application/JSON; charset=utf-8": 201} {
+		req, err := http.NewRequest(http.MethodPost, b.url+"/v1/jobs", strings.NewReader(`{"kind":"analysis","user_id":"u","args":{"target":"/ct"}}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "bearer "+producerToken) // the scheme is case-insensitive
+		req.Header.Set("Content-Type", ct)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, want, resp.StatusCode, ct)
+	}
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job`), "only the well-formed request inserted")
+}
+
+func TestSubscriptionLookupFailureRoutesToDefaultCounted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.subscribe(t, "u_ent", tiers.Enterprise)
+	// The lookup now fails (not because the database is away).
+	_, err := b.db.Pool.Exec(context.Background(), `ALTER TABLE subscriptions RENAME TO subscriptions_gone`)
+	require.NoError(t, err)
+
+	res := b.do(t, "POST", "/v1/jobs", producerToken, analysisBody("u_ent", "/srv/a"))
+	require.Equal(t, http.StatusCreated, res.status, string(res.body))
+	require.Equal(t, "analysis_default", res.json(t)["queue"])
+	require.Equal(t, "free", res.json(t)["tier"])
+	require.Contains(t, string(b.do(t, "GET", "/metrics", "", nil).body), `tierq_tier_fallbacks_total{reason="lookup_error"} 1`)
+}
+
+func TestUnreachableDatabaseIs503(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken}, pool, db.Producer(t), api.NewMetrics(pool, logger), logger)
+	ts := httptest.NewServer(server.Handler())
+	t.Cleanup(ts.Close)
+	b := &bundle{db: db, url: ts.URL}
+
+	require.Equal(t, http.StatusServiceUnavailable, b.do(t, "POST", "/v1/jobs", producerToken, analysisBody("u", "/srv/a")).status)
+	require.Equal(t, http.StatusServiceUnavailable, b.do(t, "GET", "/v1/queues", adminToken, nil).status)
+	res := b.do(t, "GET", "/readyz", "", nil)
+	require.Equal(t, http.StatusServiceUnavailable, res.status)
+	require.Equal(t, "unreachable", res.json(t)["database"])
+	require.Contains(t, string(b.do(t, "GET", "/metrics", "", nil).body), "tierq_metrics_database_up 0")
+	require.Contains(t, string(b.do(t, "GET", "/metrics", "", nil).body), `tierq_tier_fallbacks_total{reason="lookup_error"} 0`,
+		"an insert that failed is not a fallback")
 }
 
 func TestGetJob(t *testing.T) {

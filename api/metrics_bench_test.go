@@ -19,16 +19,17 @@ import (
 //
 //	go test -run '^$' -bench ScrapeQueries -benchtime 20x ./api/
 func BenchmarkScrapeQueries(b *testing.B) {
-	for _, total := range []int{10_000, 1_000_000} {
-		b.Run(fmt.Sprintf("rows=%d", total), func(b *testing.B) {
+	for _, tc := range []struct{ total, availablePct int }{{10_000, 1}, {1_000_000, 1}, {1_000_000, 10}} {
+		b.Run(fmt.Sprintf("rows=%d/available=%d%%", tc.total, tc.availablePct), func(b *testing.B) {
 			db := testdb.New(b)
 			ctx := context.Background()
-			testdb.SeedFinished(b, db, total-total/100)
+			available := tc.total * tc.availablePct / 100
+			testdb.SeedFinished(b, db, tc.total-available)
 			_, err := db.Pool.Exec(ctx, `
 				INSERT INTO river_job (state, queue, priority, kind, args, max_attempts, scheduled_at)
 				SELECT 'available', (ARRAY['analysis_priority','analysis_default','analysis_scheduled'])[1 + i % 3],
 				       1 + i % 4, 'loadtest', '{}', 10, now() - make_interval(secs => i % 600)
-				FROM generate_series(1, $1) AS i`, total/100)
+				FROM generate_series(1, $1) AS i`, available)
 			require.NoError(b, err)
 			testdb.SeedDiscarded(b, db, 1000)
 			_, err = dlq.Drain(ctx, db.Pool, 1000)

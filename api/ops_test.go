@@ -185,12 +185,24 @@ func TestDeadLetterEndpoints(t *testing.T) {
 	}
 	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM river_job`), "only the two good replays inserted")
 
-	// Bulk replay with filters.
-	res = b.do(t, "POST", "/v1/dead-letters/replay", adminToken, map[string]any{"actor": "alice", "kind": "specview"})
+	// Bulk replay with filters, bounded per request.
+	res = b.do(t, "POST", "/v1/dead-letters/replay", adminToken, map[string]any{"actor": "alice", "kind": "specview", "limit": 4})
 	require.Equal(t, http.StatusOK, res.status, string(res.body))
-	require.EqualValues(t, 6, res.json(t)["replayed"])
-	require.Equal(t, http.StatusBadRequest, b.do(t, "POST", "/v1/dead-letters/replay", adminToken, map[string]any{"kind": "specview"}).status)
+	require.EqualValues(t, 4, res.json(t)["replayed"])
+	require.Equal(t, true, res.json(t)["more"])
+	res = b.do(t, "POST", "/v1/dead-letters/replay", adminToken, map[string]any{"actor": "alice", "kind": "specview"})
+	require.EqualValues(t, 2, res.json(t)["replayed"])
+	require.Equal(t, false, res.json(t)["more"])
+	for name, body := range map[string]any{
+		"no actor":      map[string]any{"kind": "specview"},
+		"no filter":     map[string]any{"actor": "alice"},
+		"limit too big": map[string]any{"actor": "alice", "all": true, "limit": 1_000_000},
+	} {
+		require.Equal(t, http.StatusBadRequest, b.do(t, "POST", "/v1/dead-letters/replay", adminToken, body).status, name)
+	}
 	require.Equal(t, 8, b.db.Count(t, `SELECT count(*) FROM river_job`))
+	res = b.do(t, "POST", "/v1/dead-letters/replay", adminToken, map[string]any{"actor": "alice", "all": true})
+	require.EqualValues(t, 5, res.json(t)["replayed"], "the five analysis dead letters not replayed yet")
 
 	// Delete: 204, then 404.
 	require.Equal(t, http.StatusNoContent, b.do(t, "DELETE", "/v1/dead-letters/"+id, adminToken, nil).status)

@@ -8,6 +8,8 @@ package api
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	_ "embed"
@@ -16,9 +18,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -43,7 +48,14 @@ type Config struct {
 	Schema string
 	// MaxAttempts is the max_attempts of the jobs the API inserts.
 	MaxAttempts int
+	// RequestTimeout bounds each request's work (0: DefaultRequestTimeout);
+	// a database that does not answer in time makes a 503, not a hung
+	// client.
+	RequestTimeout time.Duration
 }
+
+// DefaultRequestTimeout is Config.RequestTimeout's default.
+const DefaultRequestTimeout = 30 * time.Second
 
 // Server serves the API.
 type Server struct {
@@ -132,7 +144,18 @@ func (s *Server) Handler() http.Handler {
 			mux.Handle(r.Pattern, s.auth(r.need, r.handler))
 		}
 	}
-	return jsonMuxErrors(mux)
+	timeout := cmp.Or(s.cfg.RequestTimeout, DefaultRequestTimeout)
+	return withTimeout(timeout, jsonMuxErrors(mux))
+}
+
+// withTimeout gives every request a deadline; handlers that hit it answer
+// 503 through internalError.
+func withTimeout(d time.Duration, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), d)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 // jsonMuxErrors turns the mux's own plain-text 404 and 405 answers into
@@ -188,8 +211,8 @@ func (s *Server) auth(need role, next http.HandlerFunc) http.Handler {
 }
 
 func (s *Server) roleOf(r *http.Request) role {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return roleNone
 	}
 	digest := sha256.Sum256([]byte(token))
@@ -261,9 +284,11 @@ func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error
 // MaxBodyBytes (413 beyond), no unknown fields, exactly one JSON value. It
 // writes the 4xx itself and returns false when the body is unusable.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		writeError(w, http.StatusUnsupportedMediaType, "content type must be application/json, not %q", ct)
-		return false
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if media, _, err := mime.ParseMediaType(ct); err != nil || media != "application/json" {
+			writeError(w, http.StatusUnsupportedMediaType, "content type must be application/json, not %.100q", ct)
+			return false
+		}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
@@ -283,8 +308,13 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 }
 
 // DecodeStrict decodes exactly one JSON value from data into v, refusing
-// unknown fields and trailing data.
+// unknown fields, fields in another letter case than documented
+// (encoding/json would match "User_Id" to user_id), a field given twice,
+// and trailing data.
 func DecodeStrict(data []byte, v any) error {
+	if err := checkKeys(data, v); err != nil {
+		return fmt.Errorf("invalid JSON body: %w", err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -295,6 +325,46 @@ func DecodeStrict(data []byte, v any) error {
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errors.New("invalid JSON body: trailing data after the JSON value")
+	}
+	return nil
+}
+
+// checkKeys checks the keys of the JSON object in data against the json
+// names of the struct v points to: exact case, each at most once. Anything
+// that is not an object of a struct is left to the decoder.
+func checkKeys(data []byte, v any) error {
+	t := reflect.TypeOf(v)
+	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	allowed := map[string]bool{}
+	for f := range t.Elem().Fields() {
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+			allowed[name] = true
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		key, _ := tok.(string)
+		switch {
+		case seen[key]:
+			return fmt.Errorf("field %q given twice", key)
+		case !allowed[key]:
+			return fmt.Errorf("json: unknown field %q", key)
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
 	}
 	return nil
 }

@@ -46,6 +46,10 @@ type ReplayOptions struct {
 	Force bool
 	// Actor is who replays (an operator's name); it lands in replayed_by.
 	Actor string
+	// Limit makes ReplayAll stop after this many (0: no limit), so that a
+	// caller with a deadline (an HTTP request) replays a bounded amount and
+	// calls again while More is true. Replay ignores it.
+	Limit int
 }
 
 // Validate reports what is wrong with the options, as an ErrInvalid.
@@ -56,6 +60,9 @@ func (o ReplayOptions) Validate() error {
 	}
 	if len(o.Actor) > 200 {
 		problems = append(problems, "actor is at most 200 bytes")
+	}
+	if o.Limit < 0 {
+		problems = append(problems, "limit must not be negative")
 	}
 	if o.ToQueue != "" && !slices.Contains(routing.Queues(), o.ToQueue) {
 		problems = append(problems, fmt.Sprintf("queue %.128q is not a service queue (%s)", o.ToQueue, strings.Join(routing.Queues(), ", ")))
@@ -263,6 +270,8 @@ func basePriority(d *DeadLetter) int {
 type ReplayAllResult struct {
 	Replayed int            `json:"replayed"`
 	ByQueue  map[string]int `json:"by_queue"`
+	// More is true when ReplayAll stopped at opts.Limit: call again.
+	More bool `json:"more"`
 }
 
 // ReplayAll replays every dead letter f selects that has not been replayed
@@ -288,12 +297,20 @@ func ReplayAll(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner,
 	}
 	where, args := replayWhere(f, opts)
 	args = append(args, lastID, int64(0), batch)
+	limitIdx := len(args) - 1
 	lastArg, afterArg, limitArg := len(args)-2, len(args)-1, len(args)
 	sql := `SELECT ` + columns + ` FROM dead_letter_jobs WHERE ` + where +
 		` AND id <= $` + strconv.Itoa(lastArg) + ` AND id > $` + strconv.Itoa(afterArg) +
 		` ORDER BY id LIMIT $` + strconv.Itoa(limitArg) + ` FOR UPDATE SKIP LOCKED`
 
 	for {
+		if opts.Limit > 0 {
+			if res.Replayed >= opts.Limit {
+				res.More = true
+				return res, nil
+			}
+			args[limitIdx] = min(batch, opts.Limit-res.Replayed)
+		}
 		n := 0
 		var replayed map[int64]replayedJob
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {

@@ -249,6 +249,24 @@ func TestReplayAllTakesOnlyRowsThatExistedWhenItStarted(t *testing.T) {
 	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM dead_letter_jobs WHERE replayed_at IS NULL`), "the new dead letter waits for the next replay")
 }
 
+func TestReplayAllStopsAtItsLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 12)
+	ctx := context.Background()
+
+	var got []int
+	for {
+		res, err := dlq.ReplayAll(ctx, b.client, b.db.Pool, dlq.Filter{}, dlq.ReplayOptions{Actor: "alice", Limit: 5}, 2, nil)
+		require.NoError(t, err)
+		got = append(got, res.Replayed)
+		if !res.More {
+			break
+		}
+	}
+	require.Equal(t, []int{5, 5, 2}, got)
+	require.Equal(t, 12, b.db.Count(t, `SELECT count(*) FROM river_job`))
+}
+
 func TestConcurrentReplayAllReplaysEachDeadLetterOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 300)

@@ -97,6 +97,16 @@ func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Jo
 		return Inserted{}, err
 	}
 	out.Upgraded, out.FromQueue = moved.Changed, moved.FromQueue
+	if moved.Changed {
+		// The job now runs for this tier: its args say so too, so that the
+		// work it chains (the specview job) is routed for this tier. The row
+		// is still locked by the move in tx.
+		_, err := tx.Exec(ctx, `UPDATE river_job SET args = jsonb_set(args, '{tier}', to_jsonb($2::text)) WHERE id = $1 AND args ? 'tier'`,
+			res.Job.ID, job.Tier.String())
+		if err != nil {
+			return Inserted{}, fmt.Errorf("record upgraded tier: %w", err)
+		}
+	}
 	out.Job.Queue, out.Job.Priority = moved.ToQueue, moved.ToPriority
 	return out, nil
 }

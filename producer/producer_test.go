@@ -45,6 +45,9 @@ func TestDuplicateOfHigherTierUpgradesTheQueuedJob(t *testing.T) {
 	require.Equal(t, free.Job.ID, ent.Job.ID, "one job, not two")
 	require.Equal(t, "analysis_priority", ent.Job.Queue)
 	require.Equal(t, 2, ent.Job.Priority)
+	require.Equal(t, "analysis_default", ent.FromQueue)
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM river_job WHERE id = $1 AND args->>'tier' = 'enterprise'`, ent.Job.ID),
+		"the args carry the tier the job now runs for, so its chained specview job is routed for it")
 
 	all := db.Jobs(t, "kind = 'analysis'")
 	require.Equal(t, []testdb.Job{{ID: free.Job.ID, Kind: "analysis", Queue: "analysis_priority", State: "available", Priority: 2}}, all)

@@ -33,10 +33,6 @@ func main() {
 	process.Exit("api", run(context.Background(), os.Args, os.Environ(), os.Stdout))
 }
 
-// requestTimeout bounds every request, so a database that hangs turns into
-// a 503, not a hung client.
-const requestTimeout = 30 * time.Second
-
 func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -65,10 +61,10 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 		Token: cfg.Token, AdminToken: cfg.AdminToken, Schema: cfg.Schema, MaxAttempts: cfg.MaxAttempts,
 	}, pool, client, api.NewMetrics(pool, logger), logger)
 	httpServer := &http.Server{
-		Handler:           http.TimeoutHandler(server.Handler(), requestTimeout, `{"error":"request timed out"}`),
+		Handler:           server.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      requestTimeout + 5*time.Second,
+		WriteTimeout:      api.DefaultRequestTimeout + 5*time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
