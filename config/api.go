@@ -1,10 +1,5 @@
 package config
 
-import (
-	"net"
-	"strconv"
-)
-
 // MinTokenLen is the shortest API token accepted.
 const MinTokenLen = 16
 
@@ -32,9 +27,7 @@ type API struct {
 func (a *API) validate(c *checker) {
 	a.Database.validate(c)
 	a.Logging.validate(c)
-	if host, port, err := net.SplitHostPort(a.Addr); err != nil || !validPort(port) || (host != "" && net.ParseIP(host) == nil && !validHostName(host)) {
-		c.fail("Addr", "not a listen address (host:port, e.g. 127.0.0.1:8081 or :8081)")
-	}
+	c.listenAddr("Addr", a.Addr)
 	if len(a.Token) < MinTokenLen {
 		c.fail("Token", "must be at least %d characters (e.g. openssl rand -hex 32)", MinTokenLen)
 	}
@@ -44,18 +37,4 @@ func (a *API) validate(c *checker) {
 		c.fail("AdminToken", "must differ from API_TOKEN")
 	}
 	c.intRange("MaxAttempts", a.MaxAttempts, 1, 1000)
-}
-
-func validPort(port string) bool {
-	n, err := strconv.Atoi(port)
-	return err == nil && n >= 0 && n <= 65535
-}
-
-func validHostName(host string) bool {
-	for _, r := range host {
-		if !(r == '-' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
-			return false
-		}
-	}
-	return len(host) <= 253
 }

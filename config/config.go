@@ -15,8 +15,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -254,6 +256,39 @@ func (c *checker) fetch(cooldownName string, cooldown time.Duration, pollName st
 	} else if poll < cooldown {
 		c.fail(pollName, "must not be shorter than the fetch cooldown (%s)", cooldown)
 	}
+}
+
+// Observability is how a long-running process exposes itself.
+type Observability struct {
+	// MetricsAddr, when set, serves Prometheus metrics at /metrics on this
+	// address (host:port; :9090 for all interfaces). Empty (the default):
+	// no metrics server.
+	MetricsAddr string `env:"METRICS_ADDR"`
+}
+
+func (o *Observability) validate(c *checker) {
+	if o.MetricsAddr != "" {
+		c.listenAddr("MetricsAddr", o.MetricsAddr)
+	}
+}
+
+// listenAddr checks a host:port to listen on.
+func (c *checker) listenAddr(name, addr string) {
+	host, port, err := net.SplitHostPort(addr)
+	n, portErr := strconv.Atoi(port)
+	if err != nil || portErr != nil || n < 0 || n > 65535 || (host != "" && net.ParseIP(host) == nil && !validHostName(host)) {
+		c.fail(name, "not a listen address (host:port, e.g. 127.0.0.1:8081 or :8081)")
+	}
+}
+
+// validHostName accepts letters, digits, dots and hyphens.
+func validHostName(host string) bool {
+	for _, r := range host {
+		if r != '-' && r != '.' && (r < '0' || r > '9') && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') {
+			return false
+		}
+	}
+	return len(host) <= 253
 }
 
 // Database is the connection every process needs.

@@ -16,6 +16,7 @@ type Scheduler struct {
 	Database
 	Logging
 	Jobs
+	Observability
 
 	// QueueWorkers is how many of the scheduler's own jobs (sweeps, cron
 	// jobs) run at once in one process. Default 2.
@@ -95,6 +96,7 @@ func (s *Scheduler) RetentionSchedule() cron.Schedule { return s.retention }
 func (s *Scheduler) validate(c *checker) {
 	s.Database.validate(c)
 	s.Logging.validate(c)
+	s.Observability.validate(c)
 	s.Jobs.validate(c)
 
 	c.intRange("QueueWorkers", s.QueueWorkers, 1, 100)

@@ -100,6 +100,7 @@ func TestSchedulerBadValues(t *testing.T) {
 		{name: "retention too short", give: []string{"RETENTION_PERIOD=5m"}, wantVar: "RETENTION_PERIOD", wantValue: "5m", wantReason: "at least 1h"},
 		{name: "stale too short", give: []string{"REANALYZE_STALE_AFTER=1s"}, wantVar: "REANALYZE_STALE_AFTER", wantValue: "1s", wantReason: "at least 1m"},
 		{name: "sweep batch", give: []string{"SWEEP_BATCH=0"}, wantVar: "SWEEP_BATCH", wantValue: "0", wantReason: "between 1 and 100000"},
+		{name: "bad metrics address", give: []string{"METRICS_ADDR=host:port"}, wantVar: "METRICS_ADDR", wantValue: "host:port", wantReason: "listen address"},
 		{name: "drain interval zero", give: []string{"DLQ_DRAIN_INTERVAL=0"}, wantVar: "DLQ_DRAIN_INTERVAL", wantValue: "0", wantReason: "between 1s and 1h"},
 		{name: "drain batch too big", give: []string{"DLQ_DRAIN_BATCH=1000000"}, wantVar: "DLQ_DRAIN_BATCH", wantValue: "1000000", wantReason: "between 1 and 100000"},
 		{name: "alert threshold negative", give: []string{"DLQ_ALERT_THRESHOLD=-1"}, wantVar: "DLQ_ALERT_THRESHOLD", wantValue: "-1", wantReason: "between 0 and"},

@@ -15,6 +15,7 @@ type Worker struct {
 	Database
 	Logging
 	Jobs
+	Observability
 
 	// Service is the service this deployment works: analyzer or specgen.
 	// Required; a deployment serves exactly one service, so an Analyzer worker
@@ -94,6 +95,7 @@ func (w *Worker) workerCounts() map[routing.Class]int {
 func (w *Worker) validate(c *checker) {
 	w.Database.validate(c)
 	w.Logging.validate(c)
+	w.Observability.validate(c)
 
 	if _, err := routing.ParseService(string(w.Service)); err != nil {
 		c.fail("Service", "must be analyzer or specgen")

@@ -61,6 +61,7 @@ func TestWorkerBadValues(t *testing.T) {
 
 	tests := []badValue{
 		{name: "missing database url", omit: "DATABASE_URL", wantVar: "DATABASE_URL", wantReason: "required"},
+		{name: "bad metrics address", give: []string{"METRICS_ADDR=9090"}, wantVar: "METRICS_ADDR", wantValue: "9090", wantReason: "listen address"},
 		{name: "empty database url", give: []string{"DATABASE_URL="}, wantVar: "DATABASE_URL", wantReason: "empty"},
 		{name: "bad database url", give: []string{"DATABASE_URL=postgres://u:pw@host:notaport/db"}, wantVar: "DATABASE_URL", wantValue: "[redacted]", wantReason: "connection string"},
 		{name: "missing service", omit: "WORKER_SERVICE", wantVar: "WORKER_SERVICE", wantReason: "required"},

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tierq/tierq/aging"
 	"github.com/tierq/tierq/config"
@@ -82,8 +83,10 @@ func RiverConfig(cfg config.Scheduler, pool *pgxpool.Pool, logger *slog.Logger) 
 }
 
 // NewClient returns the scheduler's River client.
-func NewClient(cfg config.Scheduler, pool *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
-	client, err := river.NewClient(riverpgxv5.New(pool), RiverConfig(cfg, pool, logger))
+func NewClient(cfg config.Scheduler, pool *pgxpool.Pool, logger *slog.Logger, hooks ...rivertype.Hook) (*river.Client[pgx.Tx], error) {
+	riverConfig := RiverConfig(cfg, pool, logger)
+	riverConfig.Hooks = hooks
+	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig)
 	if err != nil {
 		return nil, fmt.Errorf("new river client: %w", err)
 	}

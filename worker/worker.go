@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/jobs"
@@ -61,8 +62,10 @@ func RiverConfig(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger) *ri
 }
 
 // NewClient returns the River client for cfg's service.
-func NewClient(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
-	client, err := river.NewClient(riverpgxv5.New(pool), RiverConfig(cfg, pool, logger))
+func NewClient(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger, hooks ...rivertype.Hook) (*river.Client[pgx.Tx], error) {
+	riverConfig := RiverConfig(cfg, pool, logger)
+	riverConfig.Hooks = hooks
+	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig)
 	if err != nil {
 		return nil, fmt.Errorf("new river client: %w", err)
 	}

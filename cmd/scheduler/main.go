@@ -21,6 +21,7 @@ import (
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/process"
+	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/scheduler"
 )
 
@@ -39,14 +40,17 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 		return err
 	}
 
+	registry := metrics.NewRegistry()
 	return process.Run(ctx, process.Spec{
 		Name:            "scheduler",
 		Logger:          logger,
 		Pool:            poolConfig,
 		SoftStopTimeout: cfg.SoftStopTimeout,
 		NewClient: func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
-			return scheduler.NewClient(cfg, pool, logger)
+			return scheduler.NewClient(cfg, pool, logger, metrics.NewJobs(registry))
 		},
+		MetricsAddr: cfg.MetricsAddr,
+		Metrics:     registry,
 		Background: func(ctx context.Context, pool *pgxpool.Pool) {
 			scheduler.WatchLeader(ctx, pool, logger, time.Second)
 		},

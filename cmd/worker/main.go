@@ -21,6 +21,7 @@ import (
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/process"
+	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/worker"
 )
 
@@ -43,14 +44,17 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 	for name, qc := range cfg.Queues() {
 		attrs = append(attrs, slog.Int(name, qc.Workers))
 	}
+	registry := metrics.NewRegistry()
 	return process.Run(ctx, process.Spec{
 		Name:            "worker",
 		Logger:          logger,
 		Pool:            poolConfig,
 		SoftStopTimeout: cfg.SoftStopTimeout,
 		NewClient: func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
-			return worker.NewClient(cfg, pool, logger)
+			return worker.NewClient(cfg, pool, logger, metrics.NewJobs(registry))
 		},
-		Attrs: attrs,
+		MetricsAddr: cfg.MetricsAddr,
+		Metrics:     registry,
+		Attrs:       attrs,
 	})
 }

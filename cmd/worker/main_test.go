@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
+	"regexp"
 	"syscall"
 	"testing"
 	"time"
@@ -115,4 +118,36 @@ func TestSIGTERMLetsRunningJobFinishOrCancelsIt(t *testing.T) {
 			require.Contains(t, out.String(), "worker stopped")
 		})
 	}
+}
+
+// TestServesMetrics runs the real worker with METRICS_ADDR and reads the
+// wait histogram and outcome counter of a job it worked.
+func TestServesMetrics(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+
+	cmd, out := proctest.Command(t,
+		"DATABASE_URL="+db.URL, "DATABASE_SCHEMA="+db.Schema, "WORKER_SERVICE=analyzer",
+		"LOAD_TEST_WORKLOAD=true", "METRICS_ADDR=127.0.0.1:0",
+		"QUEUE_PRIORITY_FETCH_COOLDOWN=10ms", "QUEUE_PRIORITY_FETCH_POLL_INTERVAL=100ms")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	proctest.WaitOutput(t, out, "worker started", 20*time.Second)
+	addr := regexp.MustCompile(`metrics listening.*addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(out.String())
+	require.Len(t, addr, 2, out.String())
+
+	res, err := db.Producer(t).Insert(ctx, jobs.LoadTestArgs{}, &river.InsertOpts{Queue: "analysis_priority"})
+	require.NoError(t, err)
+	testdb.WaitFor(t, 20*time.Second, "the job to complete", func() bool {
+		return db.Jobs(t, "id = $1", res.Job.ID)[0].State == "completed"
+	})
+
+	resp, err := http.Get("http://" + addr[1] + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Contains(t, string(body), `tierq_jobs_total{kind="loadtest",outcome="completed",queue="analysis_priority"} 1`)
+	require.Contains(t, string(body), `tierq_job_wait_seconds_count{queue="analysis_priority",tier="unknown"} 1`)
 }

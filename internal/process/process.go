@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -14,9 +15,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/metrics"
 )
 
 // Exit ends a command whose run returned err: status 0 on nil, 2 (after the
@@ -47,6 +50,9 @@ type Spec struct {
 	Attrs []any
 	// Background, when set, runs beside the client until the process stops.
 	Background func(ctx context.Context, pool *pgxpool.Pool)
+	// MetricsAddr, when set, is where Metrics is served at /metrics.
+	MetricsAddr string
+	Metrics     *prometheus.Registry
 }
 
 // Run runs the process until ctx ends or a signal arrives. On the first
@@ -56,6 +62,18 @@ type Spec struct {
 func Run(ctx context.Context, s Spec) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+
+	if s.MetricsAddr != "" {
+		listener, err := net.Listen("tcp", s.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("metrics: listen on %s: %w", s.MetricsAddr, err)
+		}
+		go func() {
+			if err := metrics.Serve(ctx, listener, s.Metrics, s.Logger); err != nil {
+				s.Logger.ErrorContext(ctx, "metrics server stopped", slog.String("error", err.Error()))
+			}
+		}()
+	}
 
 	pool, err := pgxpool.NewWithConfig(ctx, s.Pool)
 	if err != nil {

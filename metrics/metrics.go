@@ -1,0 +1,132 @@
+// Package metrics holds the Prometheus metrics that River clients observe
+// themselves (workers and the scheduler), and the /metrics endpoint those
+// processes serve on METRICS_ADDR. The API's database gauges live in package
+// api.
+package metrics
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/tierq/tierq/tiers"
+)
+
+// WaitBuckets are the job wait histogram's buckets, in seconds: from a
+// priority queue's sub-second pickup to background work's hours.
+var WaitBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600}
+
+// Jobs is a River hook that observes every job its client works:
+// tierq_job_wait_seconds{tier,queue}, from when the job was due
+// (scheduled_at: insert time, or the retry time of a retry) to when a worker
+// started it, and tierq_jobs_total{queue,kind,outcome} when it ends.
+type Jobs struct {
+	river.HookDefaults
+
+	wait  *prometheus.HistogramVec
+	total *prometheus.CounterVec
+}
+
+var (
+	_ rivertype.HookWorkBegin = (*Jobs)(nil)
+	_ rivertype.HookWorkEnd   = (*Jobs)(nil)
+)
+
+// NewJobs registers the job metrics on reg.
+func NewJobs(reg prometheus.Registerer) *Jobs {
+	j := &Jobs{
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tierq_job_wait_seconds",
+			Help:    "Time from when a job was due (inserted, or retried) to when a worker started it, by tier and queue.",
+			Buckets: WaitBuckets,
+		}, []string{"tier", "queue"}),
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tierq_jobs_total",
+			Help: "Jobs worked by this process, by queue, kind and outcome (completed, error, cancelled, snoozed).",
+		}, []string{"queue", "kind", "outcome"}),
+	}
+	reg.MustRegister(j.wait, j.total)
+	return j
+}
+
+// WorkBegin observes the job's wait.
+func (j *Jobs) WorkBegin(_ context.Context, job *rivertype.JobRow) error {
+	j.wait.WithLabelValues(tierLabel(job.EncodedArgs), job.Queue).Observe(max(time.Since(job.ScheduledAt).Seconds(), 0))
+	return nil
+}
+
+// WorkEnd counts the job's outcome and passes its error through unchanged.
+func (j *Jobs) WorkEnd(_ context.Context, job *rivertype.JobRow, err error) error {
+	j.total.WithLabelValues(job.Queue, job.Kind, Outcome(err)).Inc()
+	return err
+}
+
+// Outcome names a work result: completed, cancelled (river.JobCancel),
+// snoozed (river.JobSnooze) or error (retried, or discarded after the last
+// attempt).
+func Outcome(err error) string {
+	var (
+		cancel *river.JobCancelError
+		snooze *river.JobSnoozeError
+	)
+	switch {
+	case err == nil:
+		return "completed"
+	case errors.As(err, &cancel):
+		return "cancelled"
+	case errors.As(err, &snooze):
+		return "snoozed"
+	}
+	return "error"
+}
+
+// tierLabel is the tier recorded in a job's args, or "unknown": only the
+// four tier names become label values.
+func tierLabel(args []byte) string {
+	var a struct {
+		Tier string `json:"tier"`
+	}
+	if json.Unmarshal(args, &a) == nil {
+		if t, err := tiers.Parse(a.Tier); err == nil {
+			return t.String()
+		}
+	}
+	return "unknown"
+}
+
+// NewRegistry is a registry with the Go runtime and process collectors.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Serve serves reg at /metrics on listener until ctx ends, logging the
+// address ("metrics listening", addr=...).
+func Serve(ctx context.Context, listener net.Listener, reg *prometheus.Registry, logger *slog.Logger) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second}
+	logger.InfoContext(ctx, "metrics listening", slog.String("addr", listener.Addr().String()))
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = server.Shutdown(shutdownCtx)
+	}()
+	if err := server.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,105 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/metrics"
+)
+
+type outcomeArgs struct {
+	Tier string `json:"tier"`
+	Do   string `json:"do"`
+}
+
+func (outcomeArgs) Kind() string { return "outcome" }
+
+func TestJobsHookCountsOutcomesAndWaits(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+
+	reg := prometheus.NewRegistry()
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(_ context.Context, job *river.Job[outcomeArgs]) error {
+		switch job.Args.Do {
+		case "cancel":
+			return river.JobCancel(errors.New("bad args"))
+		case "fail":
+			return errors.New("upstream down")
+		}
+		return nil
+	}))
+	db.Start(t, &river.Config{
+		Schema:  db.Schema,
+		Queues:  map[string]river.QueueConfig{"analysis_priority": {MaxWorkers: 2}},
+		Workers: workers,
+		Hooks:   []rivertype.Hook{metrics.NewJobs(reg)},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+
+	producer := db.Producer(t)
+	for _, args := range []outcomeArgs{{"enterprise", "ok"}, {"enterprise", "ok"}, {"pro", "cancel"}, {"gold", "fail"}} {
+		_, err := producer.Insert(ctx, args, &river.InsertOpts{Queue: "analysis_priority", MaxAttempts: 1})
+		require.NoError(t, err)
+	}
+	testdb.WaitFor(t, 20*time.Second, "all four jobs to finish", func() bool {
+		return db.Count(t, `SELECT count(*) FROM river_job WHERE finalized_at IS NOT NULL`) == 4
+	})
+
+	require.Equal(t, 3, testutil.CollectAndCount(reg, "tierq_jobs_total"), "completed, cancelled, error")
+	require.Equal(t, 3, testutil.CollectAndCount(reg, "tierq_job_wait_seconds"), "enterprise, pro, and unknown for a tier that is not one")
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			labels := ""
+			for _, l := range m.GetLabel() {
+				labels += l.GetName() + "=" + l.GetValue() + ","
+			}
+			if c := m.GetCounter(); c != nil {
+				got[f.GetName()+"{"+labels+"}"] = c.GetValue()
+			}
+			if h := m.GetHistogram(); h != nil {
+				got[f.GetName()+"_count{"+labels+"}"] = float64(h.GetSampleCount())
+			}
+		}
+	}
+	require.Equal(t, map[string]float64{
+		"tierq_jobs_total{kind=outcome,outcome=completed,queue=analysis_priority,}": 2,
+		"tierq_jobs_total{kind=outcome,outcome=cancelled,queue=analysis_priority,}": 1,
+		"tierq_jobs_total{kind=outcome,outcome=error,queue=analysis_priority,}":     1,
+		"tierq_job_wait_seconds_count{queue=analysis_priority,tier=enterprise,}":    2,
+		"tierq_job_wait_seconds_count{queue=analysis_priority,tier=pro,}":           1,
+		"tierq_job_wait_seconds_count{queue=analysis_priority,tier=unknown,}":       1,
+	}, got)
+}
+
+func TestOutcome(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		give error
+		want string
+	}{
+		{nil, "completed"},
+		{river.JobCancel(errors.New("x")), "cancelled"},
+		{river.JobSnooze(time.Minute), "snoozed"},
+		{errors.New("x"), "error"},
+		{context.DeadlineExceeded, "error"},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, metrics.Outcome(tt.give), "%v", tt.give)
+	}
+}
