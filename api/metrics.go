@@ -4,15 +4,16 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/metrics"
 )
 
 // Metrics is the API's Prometheus registry: the tier fallbacks and
@@ -31,7 +32,7 @@ const MetricsCacheFor = 5 * time.Second
 // NewMetrics registers tierq's API metrics and a database collector on q.
 func NewMetrics(q db.Querier, logger *slog.Logger) *Metrics {
 	m := &Metrics{
-		registry: prometheus.NewRegistry(),
+		registry: metrics.NewRegistry(),
 		tierFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tierq_tier_fallbacks_total",
 			Help: "Inserts routed as the free tier (to <svc>_default) because the tier could not be determined, by reason.",
@@ -44,9 +45,7 @@ func NewMetrics(q db.Querier, logger *slog.Logger) *Metrics {
 	// The reason label exists before the first fallback, so alerts on
 	// rate() see a zero, not a missing series.
 	m.tierFallbacks.WithLabelValues("lookup_error")
-	m.registry.MustRegister(m.tierFallbacks, m.escalations,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newDBCollector(q, logger, MetricsCacheFor))
+	m.registry.MustRegister(m.tierFallbacks, m.escalations, newDBCollector(q, logger, MetricsCacheFor))
 	return m
 }
 
@@ -136,18 +135,9 @@ func (c *dbCollector) read() []prometheus.Metric {
 		out = append(out, prometheus.MustNewConstMetric(c.dlqDepth, prometheus.GaugeValue, float64(depth.ByQueue[q.Name]), q.Name))
 	}
 	for queue, n := range depth.ByQueue { // dead letters of queues no longer known
-		if !containsQueue(queues, queue) {
+		if !slices.ContainsFunc(queues, func(q QueueSummary) bool { return q.Name == queue }) {
 			out = append(out, prometheus.MustNewConstMetric(c.dlqDepth, prometheus.GaugeValue, float64(n), queue))
 		}
 	}
 	return append(out, prometheus.MustNewConstMetric(c.dbUp, prometheus.GaugeValue, 1))
-}
-
-func containsQueue(queues []QueueSummary, name string) bool {
-	for _, q := range queues {
-		if q.Name == name {
-			return true
-		}
-	}
-	return false
 }

@@ -16,11 +16,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tierq/tierq/aging"
 	"github.com/tierq/tierq/config"
@@ -80,17 +77,6 @@ func RiverConfig(cfg config.Scheduler, pool *pgxpool.Pool, logger *slog.Logger) 
 		SoftStopTimeout:             cfg.SoftStopTimeout,
 		Workers:                     workers,
 	}
-}
-
-// NewClient returns the scheduler's River client.
-func NewClient(cfg config.Scheduler, pool *pgxpool.Pool, logger *slog.Logger, hooks ...rivertype.Hook) (*river.Client[pgx.Tx], error) {
-	riverConfig := RiverConfig(cfg, pool, logger)
-	riverConfig.Hooks = hooks
-	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig)
-	if err != nil {
-		return nil, fmt.Errorf("new river client: %w", err)
-	}
-	return client, nil
 }
 
 // clientID names this process in river_leader

@@ -6,14 +6,10 @@
 package worker
 
 import (
-	"fmt"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/jobs"
@@ -59,15 +55,4 @@ func RiverConfig(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger) *ri
 		SoftStopTimeout:     cfg.SoftStopTimeout,
 		Workers:             workers,
 	}
-}
-
-// NewClient returns the River client for cfg's service.
-func NewClient(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger, hooks ...rivertype.Hook) (*river.Client[pgx.Tx], error) {
-	riverConfig := RiverConfig(cfg, pool, logger)
-	riverConfig.Hooks = hooks
-	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig)
-	if err != nil {
-		return nil, fmt.Errorf("new river client: %w", err)
-	}
-	return client, nil
 }

@@ -22,7 +22,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/config"
@@ -52,9 +51,9 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 	}
 	defer pool.Close()
 	// Insert-only: no queues, never a leader.
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: cfg.Schema, Logger: logger})
+	client, err := process.NewClient(pool, &river.Config{Schema: cfg.Schema, Logger: logger})
 	if err != nil {
-		return fmt.Errorf("new river client: %w", err)
+		return err
 	}
 
 	server := api.New(api.Config{

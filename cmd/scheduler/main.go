@@ -47,7 +47,7 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 		Pool:            poolConfig,
 		SoftStopTimeout: cfg.SoftStopTimeout,
 		NewClient: func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
-			return scheduler.NewClient(cfg, pool, logger, metrics.NewJobs(registry))
+			return process.NewClient(pool, scheduler.RiverConfig(cfg, pool, logger), metrics.NewJobs(registry))
 		},
 		MetricsAddr: cfg.MetricsAddr,
 		Metrics:     registry,

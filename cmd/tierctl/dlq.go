@@ -15,12 +15,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/dlq"
+	"github.com/tierq/tierq/internal/process"
 )
 
 func (a *app) dlqCommand() *cobra.Command {
@@ -118,8 +118,8 @@ func checkList(f dlq.Filter, page dlq.Page) error {
 	if err := f.Validate(); err != nil {
 		return &usageError{err}
 	}
-	if page.Limit < 1 || page.Limit > dlq.MaxListLimit {
-		return &usageError{fmt.Errorf("--limit must be between 1 and %d, not %d", dlq.MaxListLimit, page.Limit)}
+	if err := checkRange("--limit", page.Limit, 1, dlq.MaxListLimit); err != nil {
+		return err
 	}
 	if page.BeforeID < 0 {
 		return &usageError{fmt.Errorf("--before must not be negative, not %d", page.BeforeID)}
@@ -240,16 +240,13 @@ replayed. With --all, every dead letter not replayed yet that matches
 				if err := filter.Validate(); err != nil {
 					return &usageError{err}
 				}
-				if batch < 1 || batch > 10_000 {
-					return &usageError{fmt.Errorf("--batch must be between 1 and 10000, not %d", batch)}
-				}
-			}
-			for _, arg := range args {
-				id, err := parseID("ID", arg)
-				if err != nil {
+				if err := checkRange("--batch", batch, 1, 10_000); err != nil {
 					return err
 				}
-				ids = append(ids, id)
+			}
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
 			}
 
 			ctx := cmd.Context()
@@ -359,8 +356,8 @@ days: 90m, 72h, 30d), in batches of --batch rows, and print how many. Without
 			if err != nil {
 				return err
 			}
-			if batch < 1 || batch > 100_000 {
-				return &usageError{fmt.Errorf("--batch must be between 1 and 100000, not %d", batch)}
+			if err := checkRange("--batch", batch, 1, 100_000); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			_, pool, err := a.connect(ctx)
@@ -394,13 +391,9 @@ command exits 1 if any was not found.`,
 		Example: "  tierctl dlq delete 42 43",
 		Args:    usageArgs(cobra.RangeArgs(1, dlq.MaxReplayIDs)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ids := make([]int64, len(args))
-			for i, arg := range args {
-				id, err := parseID("ID", arg)
-				if err != nil {
-					return err
-				}
-				ids[i] = id
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			_, pool, err := a.connect(ctx)
@@ -439,8 +432,8 @@ scheduler runs, or to empty river_job of discarded jobs before an inspection.
 It is safe next to a running scheduler: concurrent drains never copy a job twice.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if batch < 1 || batch > 100_000 {
-				return &usageError{fmt.Errorf("--batch must be between 1 and 100000, not %d", batch)}
+			if err := checkRange("--batch", batch, 1, 100_000); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			_, pool, err := a.connect(ctx)
@@ -470,11 +463,28 @@ It is safe next to a running scheduler: concurrent drains never copy a job twice
 
 // insertClient is an insert-only River client (no queues, never a leader).
 func insertClient(cfg config.CLI, pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: cfg.Schema})
-	if err != nil {
-		return nil, fmt.Errorf("new river client: %w", err)
+	return process.NewClient(pool, &river.Config{Schema: cfg.Schema})
+}
+
+// checkRange is a usage error unless lo <= n <= hi.
+func checkRange(flag string, n, lo, hi int) error {
+	if n < lo || n > hi {
+		return &usageError{fmt.Errorf("%s must be between %d and %d, not %d", flag, lo, hi, n)}
 	}
-	return client, nil
+	return nil
+}
+
+// parseIDs reads positive ids from arguments.
+func parseIDs(args []string) ([]int64, error) {
+	ids := make([]int64, len(args))
+	for i, arg := range args {
+		id, err := parseID("ID", arg)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = id
+	}
+	return ids, nil
 }
 
 func (a *app) progressBar(total int, what string) *progressbar.ProgressBar {

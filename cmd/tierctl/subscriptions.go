@@ -56,8 +56,8 @@ func (a *app) subscriptionsCommand() *cobra.Command {
 		Short: "List subscriptions by user id (users without one are free)",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 1 || limit > 10_000 {
-				return &usageError{fmt.Errorf("--limit must be between 1 and 10000, not %d", limit)}
+			if err := checkRange("--limit", limit, 1, 10_000); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			_, pool, err := a.connect(ctx)

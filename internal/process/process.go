@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/metrics"
@@ -33,6 +35,17 @@ func Exit(name string, err error) {
 		os.Exit(config.ExitCodeInvalid)
 	}
 	os.Exit(1)
+}
+
+// NewClient returns a River client on pool with cfg and hooks added; every
+// tierq process (and tierctl's insert-only client) builds its client here.
+func NewClient(pool *pgxpool.Pool, cfg *river.Config, hooks ...rivertype.Hook) (*river.Client[pgx.Tx], error) {
+	cfg.Hooks = append(cfg.Hooks, hooks...)
+	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("new river client: %w", err)
+	}
+	return client, nil
 }
 
 // Spec describes one process.
