@@ -109,6 +109,9 @@ func Sweep(ctx context.Context, q db.Querier, s Settings) (Result, error) {
 		if err != nil {
 			return res, fmt.Errorf("aging sweep: %w", err)
 		}
+		// A batch counts only once its statement succeeded: rows read
+		// before an error were rolled back with it.
+		batchPromoted := map[string]int{}
 		n := 0
 		for rows.Next() {
 			var queue string
@@ -116,11 +119,14 @@ func Sweep(ctx context.Context, q db.Querier, s Settings) (Result, error) {
 				rows.Close()
 				return res, fmt.Errorf("aging sweep: %w", err)
 			}
-			res.Promoted[queue]++
+			batchPromoted[queue]++
 			n++
 		}
 		if err := rows.Err(); err != nil {
 			return res, fmt.Errorf("aging sweep: %w", err)
+		}
+		for queue, k := range batchPromoted {
+			res.Promoted[queue] += k
 		}
 		res.Total += n
 		if n < batch {

@@ -23,7 +23,7 @@ import (
 type Metrics struct {
 	registry      *prometheus.Registry
 	tierFallbacks *prometheus.CounterVec
-	escalations   *prometheus.CounterVec
+	escalations   *metrics.Escalations
 }
 
 // MetricsCacheFor is how long one read of the database serves scrapes.
@@ -31,21 +31,19 @@ const MetricsCacheFor = 5 * time.Second
 
 // NewMetrics registers tierq's API metrics and a database collector on q.
 func NewMetrics(q db.Querier, logger *slog.Logger) *Metrics {
+	registry := metrics.NewRegistry()
 	m := &Metrics{
-		registry: metrics.NewRegistry(),
+		registry: registry,
 		tierFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tierq_tier_fallbacks_total",
 			Help: "Inserts routed as the free tier (to <svc>_default) because the tier could not be determined, by reason.",
 		}, []string{"reason"}),
-		escalations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tierq_escalations_total",
-			Help: "Jobs this process moved to another queue or priority, by from and to queue and actor kind (operator, dedup, scheduler).",
-		}, []string{"from", "to", "actor_kind"}),
+		escalations: metrics.NewEscalations(registry),
 	}
 	// The reason label exists before the first fallback, so alerts on
 	// rate() see a zero, not a missing series.
 	m.tierFallbacks.WithLabelValues("lookup_error")
-	m.registry.MustRegister(m.tierFallbacks, m.escalations, newDBCollector(q, logger, MetricsCacheFor))
+	m.registry.MustRegister(m.tierFallbacks, newDBCollector(q, logger, MetricsCacheFor))
 	return m
 }
 
@@ -59,7 +57,7 @@ func (m *Metrics) TierFallback(reason string) { m.tierFallbacks.WithLabelValues(
 
 // Escalation counts one move of a job.
 func (m *Metrics) Escalation(from, to, actorKind string) {
-	m.escalations.WithLabelValues(from, to, actorKind).Inc()
+	m.escalations.Add(from, to, actorKind, 1)
 }
 
 // dbCollector reads queue depth, oldest available job and dead-letter depth

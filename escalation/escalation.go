@@ -228,9 +228,16 @@ func Rules(scheduledAfter, defaultAfter time.Duration) []Rule {
 	}
 }
 
-// SweepResult counts the jobs a sweep moved, by "from_queue->to_queue".
+// Move is one pair of queues a sweep moved jobs between.
+type Move struct {
+	From, To string
+}
+
+func (m Move) String() string { return m.From + "->" + m.To }
+
+// SweepResult counts the jobs a sweep moved, by pair of queues.
 type SweepResult struct {
-	Moved map[string]int
+	Moved map[Move]int
 	Total int
 }
 
@@ -269,7 +276,7 @@ func Sweep(ctx context.Context, q db.Querier, rules []Rule, batch int) (SweepRes
 	if batch <= 0 {
 		batch = 1000
 	}
-	res := SweepResult{Moved: map[string]int{}}
+	res := SweepResult{Moved: map[Move]int{}}
 	for _, rule := range rules {
 		if rule.After <= 0 || rule.From == rule.To {
 			continue
@@ -295,19 +302,25 @@ func sweepBatch(ctx context.Context, q db.Querier, fromQueues, toQueues []string
 	if err != nil {
 		return 0, fmt.Errorf("escalation sweep: %w", err)
 	}
+	// The batch counts only once its statement succeeded: rows read before
+	// an error were rolled back with it.
+	moved := map[Move]int{}
 	n := 0
 	for rows.Next() {
-		var from, to string
-		if err := rows.Scan(&from, &to); err != nil {
+		var m Move
+		if err := rows.Scan(&m.From, &m.To); err != nil {
 			rows.Close()
 			return n, fmt.Errorf("escalation sweep: %w", err)
 		}
-		res.Moved[from+"->"+to]++
-		res.Total++
+		moved[m]++
 		n++
 	}
 	if err := rows.Err(); err != nil {
 		return n, fmt.Errorf("escalation sweep: %w", err)
 	}
+	for m, k := range moved {
+		res.Moved[m] += k
+	}
+	res.Total += n
 	return n, nil
 }

@@ -156,7 +156,7 @@ func TestSweepRules(t *testing.T) {
 	res, err := escalation.Sweep(ctx, db.Pool, escalation.Rules(time.Hour, 0), 1)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Total)
-	require.Equal(t, map[string]int{"analysis_scheduled->analysis_default": 1}, res.Moved)
+	require.Equal(t, map[escalation.Move]int{{From: "analysis_scheduled", To: "analysis_default"}: 1}, res.Moved)
 
 	moved := db.Jobs(t, "id = $1", oldScheduled)[0]
 	require.Equal(t, "analysis_default", moved.Queue)
@@ -175,7 +175,7 @@ func TestSweepRules(t *testing.T) {
 	// just arrived in analysis_default has not waited there yet.
 	res, err = escalation.Sweep(ctx, db.Pool, escalation.Rules(time.Hour, 30*time.Minute), 10)
 	require.NoError(t, err)
-	require.Equal(t, map[string]int{"specview_default->specview_priority": 1}, res.Moved)
+	require.Equal(t, map[escalation.Move]int{{From: "specview_default", To: "specview_priority"}: 1}, res.Moved)
 	require.Equal(t, "specview_priority", db.Jobs(t, "id = $1", oldDefault)[0].Queue)
 	require.Equal(t, "analysis_default", db.Jobs(t, "id = $1", oldScheduled)[0].Queue)
 	require.Equal(t, "analysis_priority", db.Jobs(t, "id = $1", oldPriority)[0].Queue)

@@ -105,6 +105,72 @@ func tierLabel(args []byte) string {
 	return "unknown"
 }
 
+// Escalations is tierq_escalations_total{from,to,actor_kind}: jobs moved to
+// another queue or priority by this process. The API counts operator and
+// dedup moves, the scheduler its rule sweeps.
+type Escalations struct {
+	vec *prometheus.CounterVec
+}
+
+// NewEscalations registers tierq_escalations_total on reg.
+func NewEscalations(reg prometheus.Registerer) *Escalations {
+	e := &Escalations{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tierq_escalations_total",
+		Help: "Jobs this process moved to another queue or priority, by from and to queue and actor kind (operator, dedup, scheduler).",
+	}, []string{"from", "to", "actor_kind"})}
+	reg.MustRegister(e.vec)
+	return e
+}
+
+// Add counts n moves of jobs from one queue to another.
+func (e *Escalations) Add(from, to, actorKind string, n int) {
+	e.vec.WithLabelValues(from, to, actorKind).Add(float64(n))
+}
+
+// Scheduler holds the metrics of the scheduler deployment: what its sweeps
+// changed and whether this replica leads.
+type Scheduler struct {
+	promotions  *prometheus.CounterVec
+	Escalations *Escalations
+	leader      prometheus.Gauge
+}
+
+// NewScheduler registers the scheduler's metrics on reg. Every queue in
+// queues starts at zero promotions, so that rate() over a quiet queue is a
+// zero rather than a missing series.
+func NewScheduler(reg prometheus.Registerer, queues []string) *Scheduler {
+	s := &Scheduler{
+		promotions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tierq_aging_promotions_total",
+			Help: "Available jobs whose priority the aging sweep raised, by queue.",
+		}, []string{"queue"}),
+		Escalations: NewEscalations(reg),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tierq_leader",
+			Help: "1 while this scheduler holds River's leadership (read from river_leader every second), else 0.",
+		}),
+	}
+	for _, q := range queues {
+		s.promotions.WithLabelValues(q)
+	}
+	reg.MustRegister(s.promotions, s.leader)
+	return s
+}
+
+// Promoted counts n jobs of queue whose priority aging raised.
+func (s *Scheduler) Promoted(queue string, n int) {
+	s.promotions.WithLabelValues(queue).Add(float64(n))
+}
+
+// SetLeader records whether this replica leads.
+func (s *Scheduler) SetLeader(leads bool) {
+	if leads {
+		s.leader.Set(1)
+	} else {
+		s.leader.Set(0)
+	}
+}
+
 // NewRegistry is a registry with the Go runtime and process collectors.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()

@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tierq/tierq/internal/promtest"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/metrics"
 )
@@ -60,31 +61,14 @@ func TestJobsHookCountsOutcomesAndWaits(t *testing.T) {
 
 	require.Equal(t, 3, testutil.CollectAndCount(reg, "tierq_jobs_total"), "completed, cancelled, error")
 	require.Equal(t, 3, testutil.CollectAndCount(reg, "tierq_job_wait_seconds"), "enterprise, pro, and unknown for a tier that is not one")
-	families, err := reg.Gather()
-	require.NoError(t, err)
-	got := map[string]float64{}
-	for _, f := range families {
-		for _, m := range f.GetMetric() {
-			labels := ""
-			for _, l := range m.GetLabel() {
-				labels += l.GetName() + "=" + l.GetValue() + ","
-			}
-			if c := m.GetCounter(); c != nil {
-				got[f.GetName()+"{"+labels+"}"] = c.GetValue()
-			}
-			if h := m.GetHistogram(); h != nil {
-				got[f.GetName()+"_count{"+labels+"}"] = float64(h.GetSampleCount())
-			}
-		}
-	}
 	require.Equal(t, map[string]float64{
-		"tierq_jobs_total{kind=outcome,outcome=completed,queue=analysis_priority,}": 2,
-		"tierq_jobs_total{kind=outcome,outcome=cancelled,queue=analysis_priority,}": 1,
-		"tierq_jobs_total{kind=outcome,outcome=error,queue=analysis_priority,}":     1,
-		"tierq_job_wait_seconds_count{queue=analysis_priority,tier=enterprise,}":    2,
-		"tierq_job_wait_seconds_count{queue=analysis_priority,tier=pro,}":           1,
-		"tierq_job_wait_seconds_count{queue=analysis_priority,tier=unknown,}":       1,
-	}, got)
+		"tierq_jobs_total{kind=outcome,outcome=completed,queue=analysis_priority}": 2,
+		"tierq_jobs_total{kind=outcome,outcome=cancelled,queue=analysis_priority}": 1,
+		"tierq_jobs_total{kind=outcome,outcome=error,queue=analysis_priority}":     1,
+		"tierq_job_wait_seconds_count{queue=analysis_priority,tier=enterprise}":    2,
+		"tierq_job_wait_seconds_count{queue=analysis_priority,tier=pro}":           1,
+		"tierq_job_wait_seconds_count{queue=analysis_priority,tier=unknown}":       1,
+	}, promtest.Values(t, reg, "tierq_"))
 }
 
 func TestOutcome(t *testing.T) {

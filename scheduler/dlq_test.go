@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
@@ -52,7 +53,7 @@ func TestRiverNeverDeletesDiscardedJobs(t *testing.T) {
 		}
 	}
 
-	riverConfig := scheduler.RiverConfig(schedulerConfig(t, db), db.Pool, discard)
+	riverConfig := scheduler.RiverConfig(schedulerConfig(t, db), db.Pool, discard, newMetrics(prometheus.NewRegistry()))
 	require.Equal(t, time.Duration(-1), riverConfig.DiscardedJobRetentionPeriod, "only the dead-letter drain removes discarded jobs")
 	riverConfig.PeriodicJobs = nil // no drain: River's cleaner alone
 	db.Start(t, riverConfig)

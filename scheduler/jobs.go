@@ -14,6 +14,7 @@ import (
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
 )
@@ -38,6 +39,7 @@ type AgingSweepWorker struct {
 
 	pool     *pgxpool.Pool
 	logger   *slog.Logger
+	metrics  *metrics.Scheduler
 	settings aging.Settings
 }
 
@@ -45,6 +47,9 @@ func (w *AgingSweepWorker) Work(ctx context.Context, _ *river.Job[AgingSweepArgs
 	res, err := aging.Sweep(ctx, w.pool, w.settings)
 	if err != nil {
 		return err
+	}
+	for queue, n := range res.Promoted {
+		w.metrics.Promoted(queue, n)
 	}
 	logResult(ctx, w.logger, "aging sweep", res.Total, res.Promoted)
 	return nil
@@ -59,14 +64,20 @@ func (EscalationSweepArgs) Kind() string { return KindEscalationSweep }
 type EscalationSweepWorker struct {
 	river.WorkerDefaults[EscalationSweepArgs]
 
-	pool   *pgxpool.Pool
-	logger *slog.Logger
-	rules  []escalation.Rule
-	batch  int
+	pool    *pgxpool.Pool
+	logger  *slog.Logger
+	metrics *metrics.Scheduler
+	rules   []escalation.Rule
+	batch   int
 }
 
 func (w *EscalationSweepWorker) Work(ctx context.Context, _ *river.Job[EscalationSweepArgs]) error {
 	res, err := escalation.Sweep(ctx, w.pool, w.rules, w.batch)
+	// Moves of the batches that committed are counted even when a later
+	// batch failed.
+	for move, n := range res.Moved {
+		w.metrics.Escalations.Add(move.From, move.To, escalation.ActorScheduler, n)
+	}
 	if err != nil {
 		return err
 	}
@@ -74,14 +85,14 @@ func (w *EscalationSweepWorker) Work(ctx context.Context, _ *river.Job[Escalatio
 	return nil
 }
 
-func logResult(ctx context.Context, logger *slog.Logger, what string, total int, byQueue map[string]int) {
+func logResult[K comparable](ctx context.Context, logger *slog.Logger, what string, total int, byKey map[K]int) {
 	level := slog.LevelDebug
 	if total > 0 {
 		level = slog.LevelInfo
 	}
 	attrs := []any{slog.Int("jobs", total)}
-	for q, n := range byQueue {
-		attrs = append(attrs, slog.Int(q, n))
+	for k, n := range byKey {
+		attrs = append(attrs, slog.Int(fmt.Sprint(k), n))
 	}
 	logger.Log(ctx, level, what, attrs...)
 }

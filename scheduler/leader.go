@@ -6,25 +6,35 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tierq/tierq/metrics"
 )
 
-// nudgeSQL finds an expired leadership (its holder stopped re-electing: it
-// crashed, or lost the database) and sends River's "resigned" notification on
-// the leadership topic, which makes River's followers bid at once instead of
-// at their next 5–6s election tick. It changes nothing: River's own election
-// still decides, and the bid only wins because the lease has expired. If a
-// future River ignored the payload, failover would fall back to River's tick.
-const nudgeSQL = `
-SELECT leader_id, pg_notify(current_schema() || '.river_leadership',
-                            json_build_object('action', 'resigned', 'leader_id', leader_id)::text)
-FROM river_leader
-WHERE expires_at < now()`
+// watchSQL reads River's leadership row: who holds it ($1 is this client's
+// ID) and whether its lease has expired. An expired lease (its holder stopped
+// re-electing: it crashed, or lost the database) also sends River's
+// "resigned" notification on the leadership topic, which makes River's
+// followers bid at once instead of at their next 5–6s election tick. It
+// changes nothing: River's own election still decides, and the bid only wins
+// because the lease has expired. If a future River ignored the payload,
+// failover would fall back to River's tick. (CASE evaluates pg_notify only
+// for an expired row.)
+const watchSQL = `
+SELECT leader_id,
+       leader_id = $1 AND expires_at >= now() AS leads,
+       CASE WHEN expires_at < now() THEN
+           pg_notify(current_schema() || '.river_leadership',
+                     json_build_object('action', 'resigned', 'leader_id', leader_id)::text) IS NOT NULL
+       ELSE false END AS nudged
+FROM river_leader`
 
-// WatchLeader checks every interval for an expired leadership lease and wakes
-// River's followers when it finds one, until ctx ends. With River's 15s lease
-// this bounds failover after a crashed leader to about 15s plus interval,
-// rather than up to 21s.
-func WatchLeader(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, interval time.Duration) {
+// WatchLeader checks every interval whether clientID holds River's
+// leadership, recording it in m's tierq_leader gauge, and wakes River's
+// followers when the lease has expired, until ctx ends. With River's 15s
+// lease this bounds failover after a crashed leader to about 15s plus
+// interval, rather than up to 21s. When the database cannot be read the
+// gauge reads 0: a replica that cannot reach PostgreSQL loses its lease too.
+func WatchLeader(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, interval time.Duration, clientID string, m *metrics.Scheduler) {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
@@ -33,20 +43,34 @@ func WatchLeader(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, i
 			return
 		case <-ticker.C:
 		}
-		rows, err := pool.Query(ctx, nudgeSQL)
-		if err != nil {
-			if ctx.Err() == nil {
-				logger.DebugContext(ctx, "leader watch", slog.String("error", err.Error()))
-			}
-			continue
-		}
-		for rows.Next() {
-			var expired string
-			var notified any
-			if rows.Scan(&expired, &notified) == nil {
-				logger.InfoContext(ctx, "leadership lease expired; waking followers", slog.String("expired_leader", expired))
-			}
-		}
-		rows.Close()
+		m.SetLeader(watchOnce(ctx, pool, logger, clientID))
 	}
+}
+
+// watchOnce runs watchSQL once and reports whether clientID leads.
+func watchOnce(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, clientID string) bool {
+	rows, err := pool.Query(ctx, watchSQL, clientID)
+	if err != nil {
+		if ctx.Err() == nil {
+			logger.DebugContext(ctx, "leader watch", slog.String("error", err.Error()))
+		}
+		return false
+	}
+	defer rows.Close()
+	leads := false
+	for rows.Next() {
+		var (
+			leaderID     string
+			self, nudged bool
+		)
+		if err := rows.Scan(&leaderID, &self, &nudged); err != nil {
+			logger.DebugContext(ctx, "leader watch", slog.String("error", err.Error()))
+			return false
+		}
+		leads = leads || self
+		if nudged {
+			logger.InfoContext(ctx, "leadership lease expired; waking followers", slog.String("expired_leader", leaderID))
+		}
+	}
+	return leads && rows.Err() == nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/metrics"
 )
 
 // Queue is the scheduler's own queue: its periodic jobs run there.
@@ -34,8 +35,9 @@ const Queue = "scheduler"
 // discarded job.
 const periodicMaxAttempts = 3
 
-// RiverConfig is the River client configuration of the scheduler.
-func RiverConfig(cfg config.Scheduler, pool *pgxpool.Pool, logger *slog.Logger) *river.Config {
+// RiverConfig is the River client configuration of the scheduler; its sweeps
+// count what they change in m.
+func RiverConfig(cfg config.Scheduler, pool *pgxpool.Pool, logger *slog.Logger, m *metrics.Scheduler) *river.Config {
 	workers := river.NewWorkers()
 	// Every service's kinds, never worked here (their queues are not served),
 	// so that the rescuer on this leader knows them.
@@ -43,10 +45,10 @@ func RiverConfig(cfg config.Scheduler, pool *pgxpool.Pool, logger *slog.Logger) 
 	river.AddWorker(workers, jobs.NewSpecViewWorker(pool, logger))
 	river.AddWorker(workers, &jobs.LoadTestWorker{})
 
-	river.AddWorker(workers, &AgingSweepWorker{pool: pool, logger: logger, settings: aging.Settings{
+	river.AddWorker(workers, &AgingSweepWorker{pool: pool, logger: logger, metrics: m, settings: aging.Settings{
 		Step: cfg.AgingStep, MaxPriority: cfg.AgingMaxPriority, Batch: cfg.SweepBatch,
 	}})
-	river.AddWorker(workers, &EscalationSweepWorker{pool: pool, logger: logger,
+	river.AddWorker(workers, &EscalationSweepWorker{pool: pool, logger: logger, metrics: m,
 		rules: escalation.Rules(cfg.EscalateScheduledAfter, cfg.EscalateDefaultAfter), batch: cfg.SweepBatch})
 	river.AddWorker(workers, &ReanalyzeStaleWorker{pool: pool, logger: logger,
 		staleAfter: cfg.ReanalyzeStaleAfter, maxAttempts: cfg.MaxAttempts})

@@ -9,13 +9,16 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/robfig/cron/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/promtest"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/scheduler"
@@ -43,7 +46,11 @@ func schedulerConfig(t *testing.T, db *testdb.DB, extra ...string) config.Schedu
 
 func startScheduler(t *testing.T, db *testdb.DB, cfg config.Scheduler) *river.Client[pgx.Tx] {
 	t.Helper()
-	return db.Start(t, scheduler.RiverConfig(cfg, db.Pool, discard))
+	return db.Start(t, scheduler.RiverConfig(cfg, db.Pool, discard, newMetrics(prometheus.NewRegistry())))
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics.Scheduler {
+	return metrics.NewScheduler(reg, routing.Queues())
 }
 
 func TestShortestGap(t *testing.T) {
@@ -360,4 +367,73 @@ func TestStarvationBound(t *testing.T) {
 	require.True(t, started, "the job starved before aging ran has started too")
 	cancel()
 	<-floodDone
+}
+
+// TestSweepMetricsMatchTheDatabase runs the scheduler over a known mix of
+// waiting jobs and checks that tierq_aging_promotions_total and the
+// scheduler's tierq_escalations_total agree with what the database shows
+// changed, and that WatchLeader's tierq_leader is 1 for the leading client
+// only.
+func TestSweepMetricsMatchTheDatabase(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+
+	// Five jobs that waited 10 minutes at priority 4: with a 1m step one
+	// sweep lifts each to the cap (2) at once, and later sweeps leave them.
+	for range 5 {
+		testdb.InsertWaiting(t, db, jobs.LoadTestArgs{}, &river.InsertOpts{Queue: "specview_priority", Priority: 4}, 10*time.Minute)
+	}
+	// Three scheduled-class jobs past ESCALATE_SCHEDULED_AFTER (too young
+	// for aging), and one job aging leaves alone (already at the cap).
+	for range 3 {
+		testdb.InsertWaiting(t, db, jobs.LoadTestArgs{}, &river.InsertOpts{Queue: "analysis_scheduled", Priority: 4}, 5*time.Second)
+	}
+	testdb.InsertWaiting(t, db, jobs.LoadTestArgs{}, &river.InsertOpts{Queue: "analysis_priority", Priority: 2}, time.Hour)
+
+	reg := prometheus.NewRegistry()
+	m := newMetrics(reg)
+	client := db.Start(t, scheduler.RiverConfig(schedulerConfig(t, db,
+		"AGING_INTERVAL=1s", "AGING_STEP=1m", "AGING_MAX_PRIORITY=2",
+		"ESCALATION_INTERVAL=1s", "ESCALATE_SCHEDULED_AFTER=2s", "ESCALATE_DEFAULT_AFTER=1h",
+	), db.Pool, discard, m))
+
+	testdb.WaitFor(t, 15*time.Second, "the sweeps to move and promote every due job", func() bool {
+		return db.Count(t, `SELECT count(*) FROM river_job WHERE queue = 'specview_priority' AND priority = 2`) == 5 &&
+			db.Count(t, `SELECT count(*) FROM river_job WHERE queue = 'analysis_default'`) == 3
+	})
+	// Let a few more sweeps run: they find nothing and must count nothing.
+	sweeps := db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed'`, scheduler.KindAgingSweep)
+	testdb.WaitFor(t, 10*time.Second, "two more aging sweeps", func() bool {
+		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed'`, scheduler.KindAgingSweep) >= sweeps+2
+	})
+
+	want := map[string]float64{"tierq_leader{}": 0}
+	for _, q := range routing.Queues() {
+		want["tierq_aging_promotions_total{queue="+q+"}"] = 0
+	}
+	want["tierq_aging_promotions_total{queue=specview_priority}"] = 5
+	audited := db.Count(t, `SELECT count(*) FROM job_escalations WHERE actor = 'scheduler'
+		AND from_queue = 'analysis_scheduled' AND to_queue = 'analysis_default'`)
+	require.Equal(t, 3, audited)
+	want["tierq_escalations_total{actor_kind=scheduler,from=analysis_scheduled,to=analysis_default}"] = float64(audited)
+	require.Equal(t, want, promtest.Values(t, reg, "tierq_"))
+
+	// The leader gauge: this client leads (it is the only one); a watcher
+	// with another client's ID reads 0.
+	testdb.WaitFor(t, 20*time.Second, "the client to lead", func() bool {
+		return db.Count(t, `SELECT count(*) FROM river_leader WHERE leader_id = $1`, client.ID()) == 1
+	})
+	watchCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	otherReg := prometheus.NewRegistry()
+	other := newMetrics(otherReg)
+	go scheduler.WatchLeader(watchCtx, db.Pool, discard, 50*time.Millisecond, client.ID(), m)
+	go scheduler.WatchLeader(watchCtx, db.Pool, discard, 50*time.Millisecond, "scheduler_elsewhere_1_1", other)
+	gauge := func(reg *prometheus.Registry) float64 {
+		return promtest.Values(t, reg, "tierq_leader")["tierq_leader{}"]
+	}
+	testdb.WaitFor(t, 5*time.Second, "tierq_leader 1 on the leader", func() bool { return gauge(reg) == 1 })
+	time.Sleep(200 * time.Millisecond) // several watches of the other
+	require.InDelta(t, 0, gauge(otherReg), 0)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/process"
 	"github.com/tierq/tierq/metrics"
+	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/scheduler"
 )
 
@@ -41,18 +42,19 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 	}
 
 	registry := metrics.NewRegistry()
+	schedulerMetrics := metrics.NewScheduler(registry, routing.Queues())
 	return process.Run(ctx, process.Spec{
 		Name:            "scheduler",
 		Logger:          logger,
 		Pool:            poolConfig,
 		SoftStopTimeout: cfg.SoftStopTimeout,
 		NewClient: func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
-			return process.NewClient(pool, scheduler.RiverConfig(cfg, pool, logger), metrics.NewJobs(registry))
+			return process.NewClient(pool, scheduler.RiverConfig(cfg, pool, logger, schedulerMetrics), metrics.NewJobs(registry))
 		},
 		MetricsAddr: cfg.MetricsAddr,
 		Metrics:     registry,
-		Background: func(ctx context.Context, pool *pgxpool.Pool) {
-			scheduler.WatchLeader(ctx, pool, logger, time.Second)
+		Background: func(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx]) {
+			scheduler.WatchLeader(ctx, pool, logger, time.Second, client.ID(), schedulerMetrics)
 		},
 		Attrs: []any{
 			slog.String("cron_tz", cfg.CronTZ),

@@ -47,8 +47,9 @@ func TestBadEnvironmentExitsTwo(t *testing.T) {
 }
 
 type schedulerProcess struct {
-	cmd *exec.Cmd
-	out *proctest.Buffer
+	cmd     *exec.Cmd
+	out     *proctest.Buffer
+	metrics string // its /metrics URL
 }
 
 func startScheduler(t *testing.T, db *testdb.DB) *schedulerProcess {
@@ -56,11 +57,21 @@ func startScheduler(t *testing.T, db *testdb.DB) *schedulerProcess {
 	cmd, out := proctest.Command(t,
 		"DATABASE_URL="+db.URL, "DATABASE_SCHEMA="+db.Schema, "DATABASE_MAX_CONNS=5",
 		"REANALYZE_CRON=@every 2s", "RETENTION_CRON=@every 1h",
-		"AGING_INTERVAL=1s", "ESCALATION_INTERVAL=1s", "SOFT_STOP_TIMEOUT=2s")
+		"AGING_INTERVAL=1s", "ESCALATION_INTERVAL=1s", "SOFT_STOP_TIMEOUT=2s", "METRICS_ADDR=127.0.0.1:0")
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	proctest.WaitOutput(t, out, "scheduler started", 20*time.Second)
-	return &schedulerProcess{cmd: cmd, out: out}
+	return &schedulerProcess{cmd: cmd, out: out, metrics: proctest.MetricsURL(t, out)}
+}
+
+// waitLeaderGauge waits until p's tierq_leader gauge reads want (it is
+// refreshed once a second).
+func waitLeaderGauge(t *testing.T, p *schedulerProcess, want int) {
+	t.Helper()
+	line := fmt.Sprintf("\ntierq_leader %d\n", want)
+	testdb.WaitFor(t, 5*time.Second, "tierq_leader "+fmt.Sprint(want)+" on pid "+fmt.Sprint(p.cmd.Process.Pid), func() bool {
+		return strings.Contains(proctest.Scrape(t, p.metrics), line)
+	})
 }
 
 // leader returns the scheduler process that River elected, if any.
@@ -118,6 +129,8 @@ func TestTwoSchedulersFailOver(t *testing.T) {
 	if first == a {
 		follower = b
 	}
+	waitLeaderGauge(t, first, 1)
+	waitLeaderGauge(t, follower, 0)
 
 	// River staggers the start of its maintenance services by up to a few
 	// seconds after an election, so wait for runs rather than for time.
@@ -137,6 +150,7 @@ func TestTwoSchedulersFailOver(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT min(created_at) - $2 FROM river_job WHERE kind = $1 AND created_at > $2`,
 		scheduler.KindReanalyzeStale, killedAt).Scan(&resumedAfter))
 	require.Same(t, follower, leader(t, db, a, b), "the follower leads now")
+	waitLeaderGauge(t, follower, 1)
 	t.Logf("kill -9 of the leader: cron resumed on the other scheduler after %s", resumedAfter)
 	require.LessOrEqual(t, resumedAfter, 20*time.Second)
 
@@ -157,6 +171,7 @@ func TestTwoSchedulersFailOver(t *testing.T) {
 		return leader(t, db, c) == c
 	})
 	t.Logf("SIGTERM of the leader: the new replica led after %s", time.Since(stoppedAt))
+	waitLeaderGauge(t, c, 1)
 	time.Sleep(3 * time.Second)
 	cronRuns(t, db)
 }

@@ -61,8 +61,9 @@ type Spec struct {
 	NewClient func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error)
 	// Attrs are logged with "<name> started".
 	Attrs []any
-	// Background, when set, runs beside the client until the process stops.
-	Background func(ctx context.Context, pool *pgxpool.Pool)
+	// Background, when set, runs beside the started client until the
+	// process stops.
+	Background func(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx])
 	// MetricsAddr, when set, is where Metrics is served at /metrics.
 	MetricsAddr string
 	Metrics     *prometheus.Registry
@@ -102,7 +103,7 @@ func Run(ctx context.Context, s Spec) error {
 		return fmt.Errorf("start river client: %w", err)
 	}
 	if s.Background != nil {
-		go s.Background(ctx, pool)
+		go s.Background(ctx, pool, client)
 	}
 	s.Logger.InfoContext(ctx, s.Name+" started", append([]any{slog.String("client_id", client.ID())}, s.Attrs...)...)
 

@@ -6,8 +6,11 @@ package proctest
 import (
 	"bytes"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -76,4 +79,33 @@ func WaitOutput(t testing.TB, out *Buffer, want string, timeout time.Duration) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+var metricsAddr = regexp.MustCompile(`metrics listening"? addr=(\S+)`)
+
+// MetricsURL waits for a process started with METRICS_ADDR (text logs) to
+// log where it serves metrics and returns the /metrics URL.
+func MetricsURL(t testing.TB, out *Buffer) string {
+	t.Helper()
+	WaitOutput(t, out, "metrics listening", 20*time.Second)
+	m := metricsAddr.FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no metrics address in output:\n%s", out.String())
+	}
+	return "http://" + m[1] + "/metrics"
+}
+
+// Scrape returns the body of one GET of url, failing t unless it is a 200.
+func Scrape(t testing.TB, url string) string {
+	t.Helper()
+	resp, err := http.Get(url) //nolint:gosec,noctx // a test's loopback URL
+	if err != nil {
+		t.Fatalf("scrape %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape %s: status %d, %v", url, resp.StatusCode, err)
+	}
+	return string(body)
 }
