@@ -24,6 +24,7 @@ type Metrics struct {
 	registry      *prometheus.Registry
 	tierFallbacks *prometheus.CounterVec
 	escalations   *metrics.Escalations
+	own           []prometheus.Collector // tierq's, without the runtime collectors
 }
 
 // MetricsCacheFor is how long one read of the database serves scrapes.
@@ -43,8 +44,18 @@ func NewMetrics(q db.Querier, logger *slog.Logger) *Metrics {
 	// The reason label exists before the first fallback, so alerts on
 	// rate() see a zero, not a missing series.
 	m.tierFallbacks.WithLabelValues("lookup_error")
-	m.registry.MustRegister(m.tierFallbacks, newDBCollector(q, logger, MetricsCacheFor))
+	m.own = []prometheus.Collector{m.tierFallbacks, newDBCollector(q, logger, MetricsCacheFor)}
+	m.registry.MustRegister(m.own...)
+	m.own = append(m.own, m.escalations)
 	return m
+}
+
+// Describe sends the descriptions of the tierq_* metrics the API exports
+// (the ones dashboards and alerts may use), without touching the database.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.own {
+		c.Describe(ch)
+	}
 }
 
 // Handler serves the registry in Prometheus' text format.

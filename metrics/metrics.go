@@ -118,9 +118,15 @@ func NewEscalations(reg prometheus.Registerer) *Escalations {
 		Name: "tierq_escalations_total",
 		Help: "Jobs this process moved to another queue or priority, by from and to queue and actor kind (operator, dedup, scheduler).",
 	}, []string{"from", "to", "actor_kind"})}
-	reg.MustRegister(e.vec)
+	reg.MustRegister(e)
 	return e
 }
+
+// Describe sends the counter's description.
+func (e *Escalations) Describe(ch chan<- *prometheus.Desc) { e.vec.Describe(ch) }
+
+// Collect sends the counter's samples.
+func (e *Escalations) Collect(ch chan<- prometheus.Metric) { e.vec.Collect(ch) }
 
 // Add counts n moves of jobs from one queue to another.
 func (e *Escalations) Add(from, to, actorKind string, n int) {

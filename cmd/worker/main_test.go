@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"os"
-	"regexp"
 	"syscall"
 	"testing"
 	"time"
@@ -134,8 +131,7 @@ func TestServesMetrics(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	proctest.WaitOutput(t, out, "worker started", 20*time.Second)
-	addr := regexp.MustCompile(`metrics listening.*addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(out.String())
-	require.Len(t, addr, 2, out.String())
+	url := proctest.MetricsURL(t, out)
 
 	res, err := db.Producer(t).Insert(ctx, jobs.LoadTestArgs{}, &river.InsertOpts{Queue: "analysis_priority"})
 	require.NoError(t, err)
@@ -143,11 +139,7 @@ func TestServesMetrics(t *testing.T) {
 		return db.Jobs(t, "id = $1", res.Job.ID)[0].State == "completed"
 	})
 
-	resp, err := http.Get("http://" + addr[1] + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	require.Contains(t, string(body), `tierq_jobs_total{kind="loadtest",outcome="completed",queue="analysis_priority"} 1`)
-	require.Contains(t, string(body), `tierq_job_wait_seconds_count{queue="analysis_priority",tier="unknown"} 1`)
+	body := proctest.Scrape(t, url)
+	require.Contains(t, body, `tierq_jobs_total{kind="loadtest",outcome="completed",queue="analysis_priority"} 1`)
+	require.Contains(t, body, `tierq_job_wait_seconds_count{queue="analysis_priority",tier="unknown"} 1`)
 }

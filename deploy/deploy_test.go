@@ -1,0 +1,357 @@
+package deploy_test
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/metrics"
+	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/tiers"
+)
+
+// recorder is a Registerer that keeps what is registered on it.
+type recorder struct{ collectors []prometheus.Collector }
+
+func (r *recorder) Register(c prometheus.Collector) error {
+	r.collectors = append(r.collectors, c)
+	return nil
+}
+
+func (r *recorder) MustRegister(cs ...prometheus.Collector) {
+	r.collectors = append(r.collectors, cs...)
+}
+
+func (r *recorder) Unregister(prometheus.Collector) bool { return false }
+
+var (
+	descName   = regexp.MustCompile(`fqName: "([^"]+)"`)
+	descLabels = regexp.MustCompile(`variableLabels: \{([^}]*)\}\}$`)
+)
+
+// exported is every tierq_* metric the processes export (api, worker,
+// scheduler), with its label names, read from the collectors' descriptions.
+func exported(t *testing.T) map[string][]string {
+	t.Helper()
+	rec := &recorder{}
+	metrics.NewJobs(rec)
+	metrics.NewScheduler(rec, routing.Queues())
+	descs := make(chan *prometheus.Desc, 100)
+	api.NewMetrics(nil, nil).Describe(descs)
+	for _, c := range rec.collectors {
+		c.Describe(descs)
+	}
+	close(descs)
+	out := map[string][]string{}
+	for d := range descs {
+		name := descName.FindStringSubmatch(d.String())
+		labels := descLabels.FindStringSubmatch(d.String())
+		require.NotNil(t, name, d.String())
+		require.NotNil(t, labels, d.String())
+		out[name[1]] = nil
+		if labels[1] != "" {
+			out[name[1]] = strings.Split(labels[1], ",")
+		}
+	}
+	require.Contains(t, out, "tierq_job_wait_seconds")
+	return out
+}
+
+// grafanaVars stands in for Grafana's variables so that a dashboard query
+// parses as PromQL.
+var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "$__interval", "1m")
+
+var slaVar = regexp.MustCompile(`\$sla_[a-z_]+`)
+
+// checkExpr parses expr with Prometheus' parser and checks that it selects
+// only exported metrics, matches and groups only by their labels (or the
+// target labels Prometheus adds), and returns the metric names and labels it
+// uses.
+func checkExpr(t *testing.T, known map[string][]string, where, expr string) (names, labels []string) {
+	t.Helper()
+	parsed, err := parser.NewParser(parser.Options{}).ParseExpr(slaVar.ReplaceAllString(grafanaVars.Replace(expr), "1"))
+	require.NoError(t, err, "%s: %s", where, expr)
+	available := []string{"instance", "job"}
+	var grouped []string
+	parser.Inspect(parsed, func(node parser.Node, _ []parser.Node) error {
+		switch n := node.(type) {
+		case *parser.VectorSelector:
+			family, ok := familyOf(known, n.Name)
+			require.True(t, ok, "%s: %q is not a metric tierq exports (%s)", where, n.Name, expr)
+			own := known[family]
+			if strings.HasSuffix(n.Name, "_bucket") {
+				own = append(slices.Clone(own), "le")
+			}
+			for _, m := range n.LabelMatchers {
+				if m.Name != "__name__" {
+					require.Contains(t, own, m.Name, "%s: %s has no label %q", where, n.Name, m.Name)
+				}
+			}
+			names = append(names, family)
+			available = append(available, own...)
+		case *parser.AggregateExpr:
+			grouped = append(grouped, n.Grouping...)
+		}
+		return nil
+	})
+	for _, l := range grouped {
+		require.Contains(t, available, l, "%s: grouping by %q, which no selected metric has (%s)", where, l, expr)
+	}
+	return names, available
+}
+
+// familyOf maps a series name to its metric family (a histogram's _bucket,
+// _sum and _count series belong to the histogram).
+func familyOf(known map[string][]string, name string) (string, bool) {
+	if _, ok := known[name]; ok {
+		return name, true
+	}
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		if base, ok := strings.CutSuffix(name, suffix); ok {
+			if _, ok := known[base]; ok {
+				return base, true
+			}
+		}
+	}
+	return "", false
+}
+
+type dashboard struct {
+	Title      string `json:"title"`
+	UID        string `json:"uid"`
+	Templating struct {
+		List []struct {
+			Name  string `json:"name"`
+			Type  string `json:"type"`
+			Query string `json:"query"`
+		} `json:"list"`
+	} `json:"templating"`
+	Panels []panel `json:"panels"`
+}
+
+type target struct {
+	Expr         string `json:"expr"`
+	LegendFormat string `json:"legendFormat"`
+}
+
+type panel struct {
+	ID         int    `json:"id"`
+	Type       string `json:"type"`
+	Title      string `json:"title"`
+	Datasource *struct {
+		UID string `json:"uid"`
+	} `json:"datasource"`
+	GridPos struct {
+		H, W, X, Y int
+	} `json:"gridPos"`
+	Targets []target `json:"targets"`
+	Panels  []panel  `json:"panels"` // a collapsed row's
+}
+
+var legendLabel = regexp.MustCompile(`\{\{\s*([a-zA-Z_]+)\s*\}\}`)
+
+// TestDashboardUsesOnlyExportedMetrics checks deploy/grafana/tierq.json: it
+// parses, every query is valid PromQL over metrics and labels tierq really
+// exports, legends name labels the query keeps, every tierq metric appears,
+// and there is a wait panel per tier (with its SLA target) and a dead-letter
+// panel.
+func TestDashboardUsesOnlyExportedMetrics(t *testing.T) {
+	t.Parallel()
+	known := exported(t)
+
+	raw, err := os.ReadFile("grafana/tierq.json")
+	require.NoError(t, err)
+	var d dashboard
+	require.NoError(t, json.Unmarshal(raw, &d))
+	require.Equal(t, "tierq", d.UID)
+
+	vars := map[string]string{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = v.Query
+	}
+	require.Equal(t, "prometheus", vars["datasource"], "the data source is a variable, chosen at import")
+
+	var all []panel
+	for _, p := range d.Panels {
+		all = append(all, p)
+		all = append(all, p.Panels...)
+	}
+	used := map[string]bool{}
+	ids := map[int]bool{}
+	tierPanels := map[string]bool{}
+	dlqPanel := false
+	for _, p := range all {
+		require.False(t, ids[p.ID], "panel id %d used twice", p.ID)
+		ids[p.ID] = true
+		require.LessOrEqual(t, p.GridPos.X+p.GridPos.W, 24, p.Title)
+		if p.Type == "row" {
+			continue
+		}
+		require.NotNil(t, p.Datasource, p.Title)
+		require.Equal(t, "${datasource}", p.Datasource.UID, p.Title)
+		require.NotEmpty(t, p.Targets, p.Title)
+		var tiersFiltered []string
+		for _, target := range p.Targets {
+			require.Equal(t, target.Expr, strings.TrimSpace(target.Expr))
+			for _, v := range slaVar.FindAllString(target.Expr, -1) {
+				require.Contains(t, vars, v[1:], "%s: variable %s is not defined", p.Title, v)
+			}
+			names, labels := checkExpr(t, known, p.Title, target.Expr)
+			for _, n := range names {
+				used[n] = true
+			}
+			for _, m := range legendLabel.FindAllStringSubmatch(target.LegendFormat, -1) {
+				require.Contains(t, labels, m[1], "%s: legend {{%s}}", p.Title, m[1])
+			}
+			if m := regexp.MustCompile(`tierq_job_wait_seconds_bucket\{tier="([a-z_]+)"\}`).FindStringSubmatch(target.Expr); m != nil {
+				tiersFiltered = append(tiersFiltered, m[1])
+			}
+			if strings.Contains(target.Expr, "tierq_dlq_depth") {
+				dlqPanel = true
+			}
+		}
+		if len(tiersFiltered) > 0 {
+			tier := tiersFiltered[0]
+			require.Len(t, tiersFiltered, 3, "%s: p50, p95 and p99", p.Title)
+			require.Equal(t, []string{tier, tier, tier}, tiersFiltered, p.Title)
+			require.True(t, slices.ContainsFunc(p.Targets, func(tg target) bool {
+				return tg.Expr == "vector($sla_"+tier+")"
+			}), "%s: the tier's SLA target is drawn", p.Title)
+			tierPanels[tier] = true
+		}
+	}
+	for _, tier := range tiers.All() {
+		require.True(t, tierPanels[tier.String()], "no wait panel for the %s tier", tier)
+	}
+	require.True(t, dlqPanel, "a dead-letter panel")
+	for name := range known {
+		require.True(t, used[name], "the dashboard does not show %s", name)
+	}
+}
+
+// TestAlertRulesUseOnlyExportedMetrics checks deploy/prometheus/alerts.yml
+// the same way, and that each rule says how bad it is and what happened.
+func TestAlertRulesUseOnlyExportedMetrics(t *testing.T) {
+	t.Parallel()
+	known := exported(t)
+
+	raw, err := os.ReadFile("prometheus/alerts.yml")
+	require.NoError(t, err)
+	var file struct {
+		Groups []struct {
+			Name  string `yaml:"name"`
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Expr        string            `yaml:"expr"`
+				For         string            `yaml:"for"`
+				Labels      map[string]string `yaml:"labels"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &file))
+	require.Len(t, file.Groups, 1)
+	alerts := map[string]bool{}
+	used := map[string]bool{}
+	for _, r := range file.Groups[0].Rules {
+		require.False(t, alerts[r.Alert], "alert %s twice", r.Alert)
+		alerts[r.Alert] = true
+		names, _ := checkExpr(t, known, r.Alert, r.Expr)
+		for _, n := range names {
+			used[n] = true
+		}
+		require.Contains(t, []string{"page", "ticket"}, r.Labels["severity"], r.Alert)
+		require.NotEmpty(t, r.Annotations["summary"], r.Alert)
+	}
+	for _, name := range []string{"tierq_leader", "tierq_dlq_depth", "tierq_job_wait_seconds", "tierq_oldest_available_seconds", "tierq_tier_fallbacks_total"} {
+		require.True(t, used[name], "no alert on %s", name)
+	}
+}
+
+// TestObservabilityProfileIsWired checks that the compose observability
+// profile mounts these files where Prometheus and Grafana read them, and that
+// Prometheus scrapes the ports the processes serve metrics on.
+func TestObservabilityProfileIsWired(t *testing.T) {
+	t.Parallel()
+
+	raw, err := os.ReadFile("../docker-compose.yml")
+	require.NoError(t, err)
+	var compose struct {
+		Services map[string]struct {
+			Profiles    []string          `yaml:"profiles"`
+			Volumes     []string          `yaml:"volumes"`
+			Environment map[string]string `yaml:"environment"`
+		} `yaml:"services"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &compose))
+	mounts := map[string]string{} // container path → file in the repository
+	for _, name := range []string{"prometheus", "grafana"} {
+		svc, ok := compose.Services[name]
+		require.True(t, ok, name)
+		require.Equal(t, []string{"observability"}, svc.Profiles, name)
+		for _, v := range svc.Volumes {
+			src, dst, ok := strings.Cut(strings.TrimSuffix(v, ":ro"), ":")
+			require.True(t, ok, v)
+			_, err := os.Stat("../" + strings.TrimPrefix(src, "./"))
+			require.NoError(t, err, "%s mounts %s", name, src)
+			mounts[dst] = strings.TrimPrefix(src, "./")
+		}
+	}
+	require.Equal(t, "deploy/grafana/tierq.json", mounts["/var/lib/grafana/dashboards/tierq.json"])
+
+	raw, err = os.ReadFile("prometheus/prometheus.yml")
+	require.NoError(t, err)
+	var prom struct {
+		RuleFiles     []string `yaml:"rule_files"`
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+			DNSSDConfigs []struct {
+				Names []string `yaml:"names"`
+				Port  int      `yaml:"port"`
+			} `yaml:"dns_sd_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &prom))
+	for _, f := range prom.RuleFiles {
+		require.Equal(t, "deploy/prometheus/alerts.yml", mounts[f], "rule file %s", f)
+	}
+	require.Equal(t, "deploy/prometheus/prometheus.yml", mounts["/etc/prometheus/prometheus.yml"])
+
+	// Every tierq process is scraped on the port it serves metrics on.
+	scraped := map[string]string{} // service → port
+	for _, sc := range prom.ScrapeConfigs {
+		for _, s := range sc.StaticConfigs {
+			for _, target := range s.Targets {
+				host, port, err := net.SplitHostPort(target)
+				require.NoError(t, err)
+				scraped[host] = port
+			}
+		}
+		for _, s := range sc.DNSSDConfigs {
+			for _, n := range s.Names {
+				scraped[n] = strconv.Itoa(s.Port)
+			}
+		}
+	}
+	for service, addrVar := range map[string]string{
+		"worker-analyzer": "METRICS_ADDR", "worker-specgen": "METRICS_ADDR", "scheduler": "METRICS_ADDR", "api": "API_ADDR",
+	} {
+		_, port, err := net.SplitHostPort(compose.Services[service].Environment[addrVar])
+		require.NoError(t, err, "%s %s", service, addrVar)
+		require.Equal(t, port, scraped[service], "Prometheus scrapes %s on its %s port", service, addrVar)
+	}
+}

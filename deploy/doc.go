@@ -1,0 +1,6 @@
+// Package deploy holds tierq's deployment files that are not Go: the Grafana
+// dashboard and its provisioning (grafana/), and Prometheus' scrape
+// configuration and alert rules (prometheus/), used by the compose
+// "observability" profile. Its tests check them against the metrics the
+// processes really export.
+package deploy
