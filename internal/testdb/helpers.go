@@ -11,6 +11,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/internal/seed"
 )
 
 // Producer returns an insert-only River client on the test's schema, as an
@@ -78,49 +80,18 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// SeedFinished fills river_job with n finished loadtest jobs spread over the
-// service queues (as a busy installation's table is mostly completed work),
-// then ANALYZEs it.
+// SeedFinished fills river_job with n finished jobs (seed.Finished).
 func SeedFinished(t testing.TB, db *DB, n int) {
 	t.Helper()
-	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, `
-		INSERT INTO river_job (state, queue, priority, kind, args, max_attempts, attempt, attempted_at,
-		                       created_at, scheduled_at, finalized_at)
-		SELECT 'completed', (ARRAY['analysis_priority','analysis_default','analysis_scheduled',
-		                           'specview_priority','specview_default','specview_scheduled'])[1 + i % 6],
-		       1 + i % 4, 'loadtest', '{}', 10, 1, now() - interval '1 hour',
-		       now() - interval '2 hours', now() - interval '2 hours', now() - interval '1 hour'
-		FROM generate_series(1, $1) AS i`, n)
-	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `ANALYZE river_job`)
-	require.NoError(t, err)
+	require.NoError(t, seed.Finished(context.Background(), db.Pool, n))
 }
 
-// SeedDiscarded inserts n jobs as River leaves a job whose last attempt
-// failed: state discarded, attempt = max_attempts = 2, two attempt errors
-// ("attempt 1 of job <i>", "attempt 2 of job <i>"), finalized now, created an
-// hour (plus i seconds) ago. They cycle through the six service queues, with
-// each service's kind and real args. It returns their ids.
+// SeedDiscarded inserts n discarded jobs and returns their ids
+// (seed.Discarded: attempt = max_attempts = 2, errors "attempt 1 of job
+// <i>" and "attempt 2 of job <i>", cycling through the six service queues).
 func SeedDiscarded(t testing.TB, db *DB, n int) []int64 {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), `
-		INSERT INTO river_job (state, queue, priority, kind, args, metadata, max_attempts, attempt, attempted_at,
-		                       created_at, scheduled_at, finalized_at, errors)
-		SELECT 'discarded', q.queue, 1 + i % 4,
-		       CASE WHEN q.queue LIKE 'analysis%' THEN 'analysis' ELSE 'specview' END,
-		       CASE WHEN q.queue LIKE 'analysis%' THEN jsonb_build_object('target', '/srv/t' || i, 'tier', 'pro')
-		            ELSE jsonb_build_object('analysis_result_id', i, 'tier', 'pro') END,
-		       jsonb_build_object('tierq_base_priority', 4), 2, 2, now() - interval '1 minute',
-		       now() - interval '1 hour' - make_interval(secs => i), now() - interval '1 hour', now(),
-		       ARRAY[jsonb_build_object('at', now() - interval '2 minutes', 'attempt', 1, 'error', 'attempt 1 of job ' || i, 'trace', ''),
-		             jsonb_build_object('at', now() - interval '1 minute', 'attempt', 2, 'error', 'attempt 2 of job ' || i, 'trace', '')]
-		FROM generate_series(1, $1) AS i,
-		     LATERAL (SELECT (ARRAY['analysis_priority','analysis_default','analysis_scheduled',
-		                            'specview_priority','specview_default','specview_scheduled'])[1 + i % 6] AS queue) AS q
-		RETURNING id`, n)
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	ids, err := seed.Discarded(context.Background(), db.Pool, n)
 	require.NoError(t, err)
 	return ids
 }

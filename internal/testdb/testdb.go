@@ -10,12 +10,8 @@ package testdb
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/url"
 	"os"
 	"sync"
@@ -26,8 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-
-	"github.com/tierq/tierq/migrate"
+	"github.com/tierq/tierq/internal/scratch"
 )
 
 // DefaultURL is used when TEST_DATABASE_URL is not set.
@@ -67,37 +62,16 @@ func New(t testing.TB) *DB {
 	ensureOnce.Do(func() { ensureErr = ensureDatabase(ctx, baseURL) })
 	require.NoError(t, ensureErr, "test database %s", redacted(baseURL))
 
-	schema := "test_" + randomHex(6)
-	poolConfig, err := pgxpool.ParseConfig(baseURL)
+	s, err := scratch.New(ctx, baseURL, "test", 8)
 	require.NoError(t, err)
-	poolConfig.ConnConfig.RuntimeParams["search_path"] = schema
-	poolConfig.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
-	require.NoError(t, err)
-
 	t.Cleanup(func() {
-		pool.Close()
-		dropCtx, dropCancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer dropCancel()
-		conn, err := pgx.Connect(dropCtx, baseURL)
-		if err != nil {
-			t.Logf("testdb: drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(dropCtx)
-		if _, err := conn.Exec(dropCtx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Logf("testdb: drop schema %s: %v", schema, err)
+		if err := s.Drop(context.Background()); err != nil {
+			t.Logf("testdb: %v", err)
 		}
 	})
-
-	_, err = migrate.Up(ctx, pool, schema, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.NoError(t, err)
-
-	return &DB{Pool: pool, Schema: schema, URL: baseURL}
+	return &DB{Pool: s.Pool, Schema: s.Name, URL: baseURL}
 }
 
-// ensureDatabase creates the database named in rawURL when it does not exist,
-// connecting to the server's `postgres` database to do it.
 func ensureDatabase(ctx context.Context, rawURL string) error {
 	conn, err := pgx.Connect(ctx, rawURL)
 	if err == nil {
@@ -124,12 +98,6 @@ func ensureDatabase(ctx context.Context, rawURL string) error {
 		return nil // created by a test binary running beside this one
 	}
 	return err
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func redacted(rawURL string) string {
