@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"regexp"
@@ -9,8 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"text/template"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
@@ -76,8 +79,8 @@ var slaVar = regexp.MustCompile(`\$sla_[a-z_]+`)
 
 // checkExpr parses expr with Prometheus' parser and checks that it selects
 // only exported metrics, matches and groups only by their labels (or the
-// target labels Prometheus adds), and returns the metric names and labels it
-// uses.
+// target labels Prometheus adds), and returns the metric names it uses and
+// the labels its result keeps.
 func checkExpr(t *testing.T, known map[string][]string, where, expr string) (names, labels []string) {
 	t.Helper()
 	parsed, err := parser.NewParser(parser.Options{}).ParseExpr(slaVar.ReplaceAllString(grafanaVars.Replace(expr), "1"))
@@ -108,7 +111,43 @@ func checkExpr(t *testing.T, known map[string][]string, where, expr string) (nam
 	for _, l := range grouped {
 		require.Contains(t, available, l, "%s: grouping by %q, which no selected metric has (%s)", where, l, expr)
 	}
-	return names, available
+	return names, outputLabels(t, where, parsed, available)
+}
+
+// outputLabels is what labels the result of e keeps (all of the selected
+// metrics' labels when nothing aggregates them away), checking on the way
+// that histogram_quantile aggregates its buckets by le.
+func outputLabels(t *testing.T, where string, e parser.Expr, all []string) []string {
+	t.Helper()
+	switch n := e.(type) {
+	case *parser.ParenExpr:
+		return outputLabels(t, where, n.Expr, all)
+	case *parser.BinaryExpr:
+		if _, ok := n.LHS.(*parser.NumberLiteral); ok {
+			return outputLabels(t, where, n.RHS, all)
+		}
+		return outputLabels(t, where, n.LHS, all)
+	case *parser.AggregateExpr:
+		if n.Without {
+			return all
+		}
+		return n.Grouping
+	case *parser.Call:
+		switch n.Func.Name {
+		case "histogram_quantile":
+			inner := outputLabels(t, where, n.Args[1], all)
+			require.Contains(t, inner, "le", "%s: histogram_quantile needs its buckets by le", where)
+			return slices.DeleteFunc(slices.Clone(inner), func(l string) bool { return l == "le" })
+		case "vector", "absent":
+			return nil
+		}
+		for _, arg := range n.Args {
+			if arg.Type() == parser.ValueTypeVector || arg.Type() == parser.ValueTypeMatrix {
+				return outputLabels(t, where, arg, all)
+			}
+		}
+	}
+	return all
 }
 
 // familyOf maps a series name to its metric family (a histogram's _bucket,
@@ -176,10 +215,7 @@ func TestDashboardUsesOnlyExportedMetrics(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &d))
 	require.Equal(t, "tierq", d.UID)
 
-	vars := map[string]string{}
-	for _, v := range d.Templating.List {
-		vars[v.Name] = v.Query
-	}
+	vars := dashboardVars(t)
 	require.Equal(t, "prometheus", vars["datasource"], "the data source is a variable, chosen at import")
 
 	var all []panel
@@ -240,6 +276,28 @@ func TestDashboardUsesOnlyExportedMetrics(t *testing.T) {
 	}
 }
 
+var tierAlert = regexp.MustCompile(`tierq_job_wait_seconds_bucket\{tier="([a-z_]+)"\}.* > ([0-9]+)$`)
+
+// alertTemplateFuncs stands in for the functions Prometheus adds to alert
+// templates, so that the annotations parse as Go templates.
+var alertTemplateFuncs = template.FuncMap{
+	"humanize": fmt.Sprint, "humanizeDuration": fmt.Sprint, "humanizePercentage": fmt.Sprint,
+}
+
+// dashboardVars are the dashboard's template variables and their values.
+func dashboardVars(t *testing.T) map[string]string {
+	t.Helper()
+	raw, err := os.ReadFile("grafana/tierq.json")
+	require.NoError(t, err)
+	var d dashboard
+	require.NoError(t, json.Unmarshal(raw, &d))
+	vars := map[string]string{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = v.Query
+	}
+	return vars
+}
+
 // TestAlertRulesUseOnlyExportedMetrics checks deploy/prometheus/alerts.yml
 // the same way, and that each rule says how bad it is and what happened.
 func TestAlertRulesUseOnlyExportedMetrics(t *testing.T) {
@@ -262,6 +320,8 @@ func TestAlertRulesUseOnlyExportedMetrics(t *testing.T) {
 	}
 	require.NoError(t, yaml.Unmarshal(raw, &file))
 	require.Len(t, file.Groups, 1)
+	sla := dashboardVars(t)
+	var slaAlerts []string
 	alerts := map[string]bool{}
 	used := map[string]bool{}
 	for _, r := range file.Groups[0].Rules {
@@ -273,7 +333,24 @@ func TestAlertRulesUseOnlyExportedMetrics(t *testing.T) {
 		}
 		require.Contains(t, []string{"page", "ticket"}, r.Labels["severity"], r.Alert)
 		require.NotEmpty(t, r.Annotations["summary"], r.Alert)
+		if r.For != "" {
+			_, err := model.ParseDuration(r.For)
+			require.NoError(t, err, "%s: for", r.Alert)
+		}
+		for name, text := range r.Annotations {
+			// Prometheus defines these variables before the text.
+			_, err := template.New(name).Funcs(alertTemplateFuncs).Parse(
+				"{{$labels := .}}{{$externalLabels := .}}{{$value := .}}" + text)
+			require.NoError(t, err, "%s: annotation %s", r.Alert, name)
+		}
+		// A tier's wait alert fires at the target the dashboard draws.
+		if m := tierAlert.FindStringSubmatch(r.Expr); m != nil {
+			require.Equal(t, sla["sla_"+m[1]], m[2], "%s: threshold vs the dashboard's sla_%s", r.Alert, m[1])
+			require.Contains(t, r.Annotations["summary"], "target "+m[2]+"s", r.Alert)
+			slaAlerts = append(slaAlerts, m[1])
+		}
 	}
+	require.ElementsMatch(t, []string{"enterprise", "pro_plus", "pro"}, slaAlerts, "a wait alert per paid tier")
 	for _, name := range []string{"tierq_leader", "tierq_dlq_depth", "tierq_job_wait_seconds", "tierq_oldest_available_seconds", "tierq_tier_fallbacks_total"} {
 		require.True(t, used[name], "no alert on %s", name)
 	}

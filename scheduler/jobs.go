@@ -45,11 +45,13 @@ type AgingSweepWorker struct {
 
 func (w *AgingSweepWorker) Work(ctx context.Context, _ *river.Job[AgingSweepArgs]) error {
 	res, err := aging.Sweep(ctx, w.pool, w.settings)
-	if err != nil {
-		return err
-	}
+	// Promotions of the batches that committed are counted even when a
+	// later batch failed.
 	for queue, n := range res.Promoted {
 		w.metrics.Promoted(queue, n)
+	}
+	if err != nil {
+		return err
 	}
 	logResult(ctx, w.logger, "aging sweep", res.Total, res.Promoted)
 	return nil

@@ -32,8 +32,9 @@ FROM river_leader`
 // leadership, recording it in m's tierq_leader gauge, and wakes River's
 // followers when the lease has expired, until ctx ends. With River's 15s
 // lease this bounds failover after a crashed leader to about 15s plus
-// interval, rather than up to 21s. When the database cannot be read the
-// gauge reads 0: a replica that cannot reach PostgreSQL loses its lease too.
+// interval, rather than up to 21s. When the database cannot be read within
+// interval the gauge reads 0: a replica that cannot reach PostgreSQL loses
+// its lease too.
 func WatchLeader(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, interval time.Duration, clientID string, m *metrics.Scheduler) {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
@@ -43,12 +44,16 @@ func WatchLeader(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, i
 			return
 		case <-ticker.C:
 		}
-		m.SetLeader(watchOnce(ctx, pool, logger, clientID))
+		m.SetLeader(watchOnce(ctx, pool, logger, clientID, interval))
 	}
 }
 
-// watchOnce runs watchSQL once and reports whether clientID leads.
-func watchOnce(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, clientID string) bool {
+// watchOnce runs watchSQL once and reports whether clientID leads. A check
+// that takes longer than timeout (the database does not answer) counts as
+// not leading: River's own lease renewal cannot get through either.
+func watchOnce(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, clientID string, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	rows, err := pool.Query(ctx, watchSQL, clientID)
 	if err != nil {
 		if ctx.Err() == nil {

@@ -372,12 +372,10 @@ func TestStarvationBound(t *testing.T) {
 // TestSweepMetricsMatchTheDatabase runs the scheduler over a known mix of
 // waiting jobs and checks that tierq_aging_promotions_total and the
 // scheduler's tierq_escalations_total agree with what the database shows
-// changed, and that WatchLeader's tierq_leader is 1 for the leading client
-// only.
+// changed.
 func TestSweepMetricsMatchTheDatabase(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	ctx := context.Background()
 
 	// Five jobs that waited 10 minutes at priority 4: with a 1m step one
 	// sweep lifts each to the cap (2) at once, and later sweeps leave them.
@@ -393,7 +391,7 @@ func TestSweepMetricsMatchTheDatabase(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg)
-	client := db.Start(t, scheduler.RiverConfig(schedulerConfig(t, db,
+	db.Start(t, scheduler.RiverConfig(schedulerConfig(t, db,
 		"AGING_INTERVAL=1s", "AGING_STEP=1m", "AGING_MAX_PRIORITY=2",
 		"ESCALATION_INTERVAL=1s", "ESCALATE_SCHEDULED_AFTER=2s", "ESCALATE_DEFAULT_AFTER=1h",
 	), db.Pool, discard, m))
@@ -418,22 +416,37 @@ func TestSweepMetricsMatchTheDatabase(t *testing.T) {
 	require.Equal(t, 3, audited)
 	want["tierq_escalations_total{actor_kind=scheduler,from=analysis_scheduled,to=analysis_default}"] = float64(audited)
 	require.Equal(t, want, promtest.Values(t, reg, "tierq_"))
+}
 
-	// The leader gauge: this client leads (it is the only one); a watcher
-	// with another client's ID reads 0.
+// TestLeaderGauge checks WatchLeader's tierq_leader: 1 for the client that
+// holds river_leader, 0 for another client's ID, and 0 while the database
+// does not answer (river_leader locked by another transaction) until it
+// answers again.
+func TestLeaderGauge(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	client := startScheduler(t, db, schedulerConfig(t, db))
 	testdb.WaitFor(t, 20*time.Second, "the client to lead", func() bool {
 		return db.Count(t, `SELECT count(*) FROM river_leader WHERE leader_id = $1`, client.ID()) == 1
 	})
-	watchCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	otherReg := prometheus.NewRegistry()
-	other := newMetrics(otherReg)
-	go scheduler.WatchLeader(watchCtx, db.Pool, discard, 50*time.Millisecond, client.ID(), m)
-	go scheduler.WatchLeader(watchCtx, db.Pool, discard, 50*time.Millisecond, "scheduler_elsewhere_1_1", other)
-	gauge := func(reg *prometheus.Registry) float64 {
-		return promtest.Values(t, reg, "tierq_leader")["tierq_leader{}"]
-	}
+	reg, otherReg := prometheus.NewRegistry(), prometheus.NewRegistry()
+	leader, other := newMetrics(reg), newMetrics(otherReg)
+	other.SetLeader(true) // the watcher must correct it
+	const interval = 100 * time.Millisecond
+	go scheduler.WatchLeader(ctx, db.Pool, discard, interval, client.ID(), leader)
+	go scheduler.WatchLeader(ctx, db.Pool, discard, interval, "scheduler_elsewhere_1_1", other)
+	gauge := func(reg *prometheus.Registry) float64 { return promtest.Values(t, reg, "tierq_leader")["tierq_leader{}"] }
 	testdb.WaitFor(t, 5*time.Second, "tierq_leader 1 on the leader", func() bool { return gauge(reg) == 1 })
-	time.Sleep(200 * time.Millisecond) // several watches of the other
-	require.InDelta(t, 0, gauge(otherReg), 0)
+	testdb.WaitFor(t, 5*time.Second, "tierq_leader 0 on the other", func() bool { return gauge(otherReg) == 0 })
+
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `LOCK TABLE river_leader IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	testdb.WaitFor(t, 5*time.Second, "tierq_leader 0 while the database does not answer", func() bool { return gauge(reg) == 0 })
+	require.NoError(t, tx.Rollback(ctx))
+	testdb.WaitFor(t, 5*time.Second, "tierq_leader 1 again", func() bool { return gauge(reg) == 1 })
 }
