@@ -438,7 +438,9 @@ func TestLeaderGauge(t *testing.T) {
 	const interval = 100 * time.Millisecond
 	go scheduler.WatchLeader(ctx, db.Pool, discard, interval, client.ID(), leader)
 	go scheduler.WatchLeader(ctx, db.Pool, discard, interval, "scheduler_elsewhere_1_1", other)
-	gauge := func(reg *prometheus.Registry) float64 { return promtest.Values(t, reg, "tierq_leader")["tierq_leader{}"] }
+	gauge := func(reg *prometheus.Registry) float64 {
+		return promtest.Values(t, reg, "tierq_leader")["tierq_leader{}"]
+	}
 	testdb.WaitFor(t, 5*time.Second, "tierq_leader 1 on the leader", func() bool { return gauge(reg) == 1 })
 	testdb.WaitFor(t, 5*time.Second, "tierq_leader 0 on the other", func() bool { return gauge(otherReg) == 0 })
 
