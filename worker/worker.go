@@ -13,6 +13,7 @@ import (
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
 )
 
@@ -40,6 +41,10 @@ func RiverConfig(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger) *ri
 	}
 
 	return &river.Config{
+		// Client-level: rate limit of the insert notifications this client
+		// sends (the analyzer chains specview jobs); each queue has its own
+		// cooldown below.
+		FetchCooldown:       producer.NotifyCooldown,
 		FetchOnlyKnownKinds: true,
 		JobTimeout:          cfg.JobTimeout,
 		// Only the scheduler deployment leads: a leader's rescuer discards

@@ -21,11 +21,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/process"
+	"github.com/tierq/tierq/producer"
 )
 
 func main() {
@@ -51,7 +51,7 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 	}
 	defer pool.Close()
 	// Insert-only: no queues, never a leader.
-	client, err := process.NewClient(pool, &river.Config{Schema: cfg.Schema, Logger: logger})
+	client, err := process.NewClient(pool, producer.ClientConfig(cfg.Schema, logger))
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/internal/process"
+	"github.com/tierq/tierq/producer"
 )
 
 func (a *app) dlqCommand() *cobra.Command {
@@ -463,7 +464,7 @@ It is safe next to a running scheduler: concurrent drains never copy a job twice
 
 // insertClient is an insert-only River client (no queues, never a leader).
 func insertClient(cfg config.CLI, pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
-	return process.NewClient(pool, &river.Config{Schema: cfg.Schema})
+	return process.NewClient(pool, producer.ClientConfig(cfg.Schema, nil))
 }
 
 // checkRange is a usage error unless lo <= n <= hi.

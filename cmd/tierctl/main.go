@@ -58,7 +58,7 @@ func run(ctx context.Context, args, environ []string, stdout io.Writer) error {
 	root.SetOut(stdout)
 	root.SetErr(stdout)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(app.migrateCommand(), app.enqueueCommand(), app.watchCommand(), app.escalateCommand(), app.dlqCommand(), app.subscriptionsCommand())
+	root.AddCommand(app.migrateCommand(), app.enqueueCommand(), app.watchCommand(), app.escalateCommand(), app.dlqCommand(), app.subscriptionsCommand(), app.benchCommand())
 	root.SetArgs(args[1:])
 	err := root.ExecuteContext(ctx)
 	if err != nil && strings.HasPrefix(err.Error(), "unknown command") {

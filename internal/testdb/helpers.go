@@ -13,13 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/internal/seed"
+	"github.com/tierq/tierq/producer"
 )
 
 // Producer returns an insert-only River client on the test's schema, as an
 // API service would hold: no workers, no queues, never a leader.
 func (db *DB) Producer(t testing.TB) *river.Client[pgx.Tx] {
 	t.Helper()
-	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})
+	client, err := river.NewClient(riverpgxv5.New(db.Pool), producer.ClientConfig(db.Schema, nil))
 	require.NoError(t, err)
 	return client
 }

@@ -1,0 +1,173 @@
+// Package bench is tierctl bench: measurements of tierq against bare River
+// and PostgreSQL that anyone can rerun (docs/benchmarks.md). Each scenario
+// creates a schema of its own in the target database (internal/scratch),
+// works only there, and drops it at the end; production tables of the target
+// database are never touched.
+//
+// The workload is River's own `loadtest` kind with a sleep of 0: the
+// load-test workload of package jobs, a job that does nothing, so that what
+// is measured is the queue, not the work.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/tierq/tierq/internal/scratch"
+)
+
+// Options are what every scenario takes.
+type Options struct {
+	// DatabaseURL is the server and database to work in (in a schema of
+	// the bench's own).
+	DatabaseURL string
+	// Quick runs each scenario small: about a minute each.
+	Quick bool
+	// Runs is how many times a scenario repeats its measurement; results
+	// are medians. 0 means 3 (1 with Quick).
+	Runs int
+	// Progress shows what the bench is doing; nil shows nothing.
+	Progress Progress
+	// Logger receives River's own logs; nil discards them.
+	Logger *slog.Logger
+	// WorkerEnv are extra NAME=value settings for tierq's worker
+	// configuration (as the worker process reads them), to measure other
+	// fetch tuning than the defaults.
+	WorkerEnv []string
+}
+
+// Progress is told about each stage of a scenario.
+type Progress interface {
+	// Stage starts a stage of total steps (0: unknown).
+	Stage(name string, total int)
+	// Add records n steps done in the current stage.
+	Add(n int)
+}
+
+type noProgress struct{}
+
+func (noProgress) Stage(string, int) {}
+func (noProgress) Add(int)           {}
+
+func (o Options) runs() int {
+	switch {
+	case o.Runs > 0:
+		return o.Runs
+	case o.Quick:
+		return 1
+	}
+	return 3
+}
+
+func (o Options) progress() Progress {
+	if o.Progress == nil {
+		return noProgress{}
+	}
+	return o.Progress
+}
+
+func (o Options) logger() *slog.Logger {
+	if o.Logger == nil {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return o.Logger
+}
+
+// env is one scenario's schema.
+type env struct {
+	*scratch.Schema
+	opts Options
+}
+
+// newEnv creates the scenario's schema; the caller drops it with close.
+func newEnv(ctx context.Context, opts Options) (*env, error) {
+	s, err := scratch.New(ctx, opts.DatabaseURL, "tierq_bench", 20)
+	if err != nil {
+		return nil, err
+	}
+	return &env{Schema: s, opts: opts}, nil
+}
+
+func (e *env) close() {
+	if err := e.Drop(context.Background()); err != nil {
+		e.opts.logger().Warn("bench: drop schema", slog.String("error", err.Error()))
+	}
+}
+
+// pool opens another pool on the schema, as a separate process would have.
+func (e *env) pool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	cfg := e.PoolConfig.Copy()
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return pool, nil
+}
+
+// reset empties the job tables between measurements.
+func (e *env) reset(ctx context.Context) error {
+	_, err := e.Pool.Exec(ctx, `TRUNCATE river_job, dead_letter_jobs, job_escalations`)
+	if err != nil {
+		return fmt.Errorf("reset tables: %w", err)
+	}
+	return nil
+}
+
+func riverDriver(pool *pgxpool.Pool) *riverpgxv5.Driver { return riverpgxv5.New(pool) }
+
+// startClient builds and starts a River client with cfg on pool.
+func startClient(ctx context.Context, pool *pgxpool.Pool, cfg *river.Config) (*river.Client[pgx.Tx], error) {
+	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("new river client: %w", err)
+	}
+	if err := client.Start(ctx); err != nil {
+		return nil, fmt.Errorf("start river client: %w", err)
+	}
+	return client, nil
+}
+
+func stopClient(client *river.Client[pgx.Tx]) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = client.Stop(ctx)
+}
+
+// percentile is the nearest-rank p-th percentile (0 < p <= 100) of sorted.
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	return sorted[max(rank, 1)-1]
+}
+
+// median of xs (NaN for none).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// round keeps d decimals, for readable JSON.
+func round(x float64, d int) float64 {
+	p := math.Pow(10, float64(d))
+	return math.Round(x*p) / p
+}

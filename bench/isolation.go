@@ -1,0 +1,267 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/seed"
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/producer"
+	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/tiers"
+)
+
+// IsolationResult is the isolation scenario: insert→start latency of a
+// steady stream of enterprise jobs (one per 50ms into analysis_priority),
+// without and with a free-tier backlog in analysis_default being worked, on
+// tierq's analyzer worker; and the same stream on a River client with River's
+// default fetch settings. Medians over runs.
+type IsolationResult struct {
+	P50Ms     float64 `json:"p50_ms"`
+	P95Ms     float64 `json:"p95_ms"`
+	P99Ms     float64 `json:"p99_ms"`
+	P50IdleMs float64 `json:"p50_idle_ms"`
+	P95IdleMs float64 `json:"p95_idle_ms"`
+	P99IdleMs float64 `json:"p99_idle_ms"`
+	// Ratio is P99Ms / P99IdleMs: what the backlog costs paying work.
+	Ratio float64 `json:"ratio"`
+	// RiverDefaults* are the same stream (with the backlog) on River's
+	// default fetch settings, producer and worker.
+	RiverDefaultsP50Ms float64 `json:"river_defaults_p50_ms"`
+	RiverDefaultsP99Ms float64 `json:"river_defaults_p99_ms"`
+	// VsRiverDefaults is P99Ms / RiverDefaultsP99Ms.
+	VsRiverDefaults float64 `json:"vs_river_defaults"`
+	// Jobs is the stream's length per phase; Backlog the free jobs queued
+	// at the start of a backlog phase, BacklogWorked how many of them the
+	// worker finished during it (median), BacklogLeft how many were still
+	// queued at its end (never 0: the backlog lasted the whole stream).
+	Jobs          int     `json:"jobs"`
+	Backlog       int     `json:"backlog"`
+	BacklogWorked float64 `json:"backlog_worked"`
+	BacklogLeft   float64 `json:"backlog_left"`
+	Runs          int     `json:"runs"`
+	// Samples are the latencies (ms) of the last run, per phase, for plots.
+	Samples map[string][]float64 `json:"-"`
+}
+
+// streamInterval is the gap between two jobs of the measured stream.
+const streamInterval = 50 * time.Millisecond
+
+// isolationPhase is one measured stream.
+type isolationPhase struct {
+	name     string
+	backlog  bool
+	producer func(schema string) *river.Config
+	worker   func(pool *pgxpool.Pool) (*river.Config, error)
+}
+
+// Isolation runs the isolation scenario.
+func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
+	e, err := newEnv(ctx, opts)
+	if err != nil {
+		return IsolationResult{}, err
+	}
+	defer e.close()
+
+	duration, backlog := 30*time.Second, 50_000
+	if opts.Quick {
+		duration = 8 * time.Second
+	}
+	res := IsolationResult{Jobs: int(duration / streamInterval), Backlog: backlog, Runs: opts.runs(), Samples: map[string][]float64{}}
+
+	tierq := func(pool *pgxpool.Pool) (*river.Config, error) {
+		cfg, err := e.workerConfig(opts.WorkerEnv...)
+		if err != nil {
+			return nil, err
+		}
+		return tierqWorker(cfg, pool, opts), nil
+	}
+	riverWorker := func(*pgxpool.Pool) (*river.Config, error) {
+		cfg, err := e.workerConfig(opts.WorkerEnv...)
+		if err != nil {
+			return nil, err
+		}
+		return riverDefaults(e.Name, cfg, opts), nil
+	}
+	tierqProducer := func(schema string) *river.Config { return producer.ClientConfig(schema, opts.logger()) }
+	riverProducer := func(schema string) *river.Config { return &river.Config{Schema: schema, Logger: opts.logger()} }
+	phases := []isolationPhase{
+		{name: "tierq idle", producer: tierqProducer, worker: tierq},
+		{name: "tierq backlog", backlog: true, producer: tierqProducer, worker: tierq},
+		{name: "river defaults backlog", backlog: true, producer: riverProducer, worker: riverWorker},
+	}
+
+	p99 := map[string][]float64{}
+	p95 := map[string][]float64{}
+	p50 := map[string][]float64{}
+	var worked, left []float64
+	for run := range res.Runs {
+		for _, ph := range phases {
+			opts.progress().Stage(fmt.Sprintf("isolation run %d/%d: %s", run+1, res.Runs, ph.name), res.Jobs)
+			n := 0
+			if ph.backlog {
+				n = backlog
+			}
+			lat, done, remaining, err := e.stream(ctx, ph, n, duration)
+			if err != nil {
+				return res, fmt.Errorf("isolation %s: %w", ph.name, err)
+			}
+			slices.Sort(lat)
+			p50[ph.name] = append(p50[ph.name], percentile(lat, 50))
+			p95[ph.name] = append(p95[ph.name], percentile(lat, 95))
+			p99[ph.name] = append(p99[ph.name], percentile(lat, 99))
+			res.Samples[ph.name] = lat
+			if ph.name == "tierq backlog" {
+				worked = append(worked, float64(done))
+				left = append(left, float64(remaining))
+			}
+		}
+	}
+	res.P50Ms, res.P95Ms, res.P99Ms = round(median(p50["tierq backlog"]), 2), round(median(p95["tierq backlog"]), 2), round(median(p99["tierq backlog"]), 2)
+	res.P50IdleMs, res.P95IdleMs, res.P99IdleMs = round(median(p50["tierq idle"]), 2), round(median(p95["tierq idle"]), 2), round(median(p99["tierq idle"]), 2)
+	res.RiverDefaultsP50Ms, res.RiverDefaultsP99Ms = round(median(p50["river defaults backlog"]), 2), round(median(p99["river defaults backlog"]), 2)
+	res.Ratio = round(res.P99Ms/res.P99IdleMs, 3)
+	res.VsRiverDefaults = round(res.P99Ms/res.RiverDefaultsP99Ms, 3)
+	res.BacklogWorked, res.BacklogLeft = median(worked), median(left)
+	return res, nil
+}
+
+// workerConfig is the analyzer worker's configuration as the worker process
+// loads it (defaults, plus env), with the load-test workload registered.
+func (e *env) workerConfig(env ...string) (config.Worker, error) {
+	return config.Load[config.Worker](append([]string{
+		"DATABASE_URL=" + e.opts.DatabaseURL, "DATABASE_SCHEMA=" + e.Name,
+		"WORKER_SERVICE=analyzer", "LOAD_TEST_WORKLOAD=true",
+	}, env...))
+}
+
+// riverDefaults is a River client for the same queues and worker counts as
+// cfg with everything else at River's defaults (fetch cooldown 100ms, poll
+// interval 1s), working the load-test workload.
+func riverDefaults(schema string, cfg config.Worker, opts Options) *river.Config {
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &jobs.LoadTestWorker{})
+	queues := map[string]river.QueueConfig{}
+	for name, qc := range cfg.Queues() {
+		queues[name] = river.QueueConfig{MaxWorkers: qc.Workers}
+	}
+	return &river.Config{Schema: schema, Logger: opts.logger(), Queues: queues, Workers: workers}
+}
+
+// stream runs one phase: a fresh table (with backlog free jobs queued in
+// analysis_default if asked), the phase's worker started, then one
+// enterprise job every streamInterval for duration through the phase's
+// producer. It returns the stream's insert→start latencies in ms (created_at
+// to attempted_at, both the database's clock), and how many backlog jobs were
+// worked during the phase and how many were left.
+func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, duration time.Duration) (lat []float64, worked, left int, err error) {
+	if err := e.reset(ctx); err != nil {
+		return nil, 0, 0, err
+	}
+	if backlog > 0 {
+		if err := seed.Available(ctx, e.Pool, jobs.KindLoadTest, "analysis_default", routing.StartingPriority(tiers.Free), backlog, 0, 0, 0); err != nil {
+			return nil, 0, 0, err
+		}
+		if err := seed.Analyze(ctx, e.Pool); err != nil {
+			return nil, 0, 0, err
+		}
+	}
+
+	workerPool, err := e.pool(ctx, 10)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer workerPool.Close()
+	workerCfg, err := ph.worker(workerPool)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	client, err := startClient(ctx, workerPool, workerCfg)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer stopClient(client)
+
+	producerPool, err := e.pool(ctx, 4)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer producerPool.Close()
+	producerClient, err := river.NewClient(riverDriver(producerPool), ph.producer(e.Name))
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("producer client: %w", err)
+	}
+
+	time.Sleep(time.Second) // the worker's producers and listener are up
+	ids, err := e.insertStream(ctx, producerClient, duration)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if err := waitStarted(ctx, e.Pool, ids, 60*time.Second); err != nil {
+		return nil, 0, 0, err
+	}
+	if backlog > 0 {
+		if err := e.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state <> 'available'), count(*) FILTER (WHERE state = 'available')
+			FROM river_job WHERE queue = 'analysis_default'`).Scan(&worked, &left); err != nil {
+			return nil, 0, 0, fmt.Errorf("count backlog: %w", err)
+		}
+	}
+	rows, err := e.Pool.Query(ctx, `SELECT extract(epoch FROM attempted_at - created_at)::float8 * 1000
+		FROM river_job WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("read latencies: %w", err)
+	}
+	lat, err = pgx.CollectRows(rows, pgx.RowTo[float64])
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("read latencies: %w", err)
+	}
+	return lat, worked, left, nil
+}
+
+// insertStream inserts one enterprise analyzer job per streamInterval for
+// duration, routed by routing.InsertOpts as a producer does.
+func (e *env) insertStream(ctx context.Context, client *river.Client[pgx.Tx], duration time.Duration) ([]int64, error) {
+	ticker := time.NewTicker(streamInterval)
+	defer ticker.Stop()
+	deadline := time.Now().Add(duration)
+	var ids []int64
+	for time.Now().Before(deadline) {
+		res, err := client.Insert(ctx, jobs.LoadTestArgs{}, routing.InsertOpts(routing.Analyzer, tiers.Enterprise, false))
+		if err != nil {
+			return nil, fmt.Errorf("insert: %w", err)
+		}
+		ids = append(ids, res.Job.ID)
+		e.opts.progress().Add(1)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-ticker.C:
+		}
+	}
+	return ids, nil
+}
+
+// waitStarted waits until every job of ids has started.
+func waitStarted(ctx context.Context, pool *pgxpool.Pool, ids []int64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var waiting int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE id = ANY($1) AND attempted_at IS NULL`, ids).Scan(&waiting); err != nil {
+			return fmt.Errorf("wait for jobs to start: %w", err)
+		}
+		if waiting == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d jobs not started after %s", waiting, len(ids), timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

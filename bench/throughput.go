@@ -1,0 +1,218 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/seed"
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/metrics"
+	"github.com/tierq/tierq/worker"
+)
+
+// ThroughputResult is the throughput scenario: no-op jobs drained through
+// tierq's analyzer worker (its River configuration, hooks and all) and
+// through a bare River client with the same queues, worker counts and fetch
+// settings, alternating in one run; and the jobs/s tierq's default worker
+// counts (the ADR's 5/3/2) reach against the fetch-cadence bound, Σ
+// workers/cooldown over the three queues: each queue fetches at most once per
+// cooldown, at most its worker count each time. Medians over runs.
+type ThroughputResult struct {
+	TierqJobsPerS float64 `json:"tierq_jobs_per_s"`
+	BareJobsPerS  float64 `json:"bare_jobs_per_s"`
+	// Ratio is TierqJobsPerS / BareJobsPerS.
+	Ratio           float64 `json:"ratio"`
+	Jobs            int     `json:"jobs"`
+	WorkersPerQueue int     `json:"workers_per_queue"`
+
+	ADRJobsPerS      float64 `json:"adr_jobs_per_s"`
+	ADRBoundJobsPerS float64 `json:"adr_bound_jobs_per_s"`
+	// ADRBoundRatio is ADRJobsPerS / ADRBoundJobsPerS.
+	ADRBoundRatio float64 `json:"adr_bound_ratio"`
+	ADRSeconds    float64 `json:"adr_seconds"`
+	Runs          int     `json:"runs"`
+}
+
+// drainWorkers is the worker count per queue of the drain comparison.
+const drainWorkers = 100
+
+// Throughput runs the throughput scenario.
+func Throughput(ctx context.Context, opts Options) (ThroughputResult, error) {
+	e, err := newEnv(ctx, opts)
+	if err != nil {
+		return ThroughputResult{}, err
+	}
+	defer e.close()
+
+	res := ThroughputResult{Jobs: 30_000, WorkersPerQueue: drainWorkers, Runs: opts.runs(), ADRSeconds: 10}
+	if opts.Quick {
+		res.Jobs, res.ADRSeconds = 10_000, 5
+	}
+	big := fmt.Sprint(drainWorkers)
+	cfg, err := e.workerConfig(append(opts.WorkerEnv,
+		"ANALYZER_QUEUE_PRIORITY_WORKERS="+big, "ANALYZER_QUEUE_DEFAULT_WORKERS="+big, "ANALYZER_QUEUE_SCHEDULED_WORKERS="+big)...)
+	if err != nil {
+		return res, err
+	}
+	variants := map[string]func(*pgxpool.Pool) *river.Config{
+		"tierq": func(pool *pgxpool.Pool) *river.Config { return tierqWorker(cfg, pool, opts) },
+		"bare":  func(*pgxpool.Pool) *river.Config { return bareRiver(e.Name, cfg, opts) },
+	}
+	rates := map[string][]float64{}
+	for run := range res.Runs {
+		order := []string{"tierq", "bare"}
+		if run%2 == 1 {
+			order = []string{"bare", "tierq"}
+		}
+		for _, name := range order {
+			opts.progress().Stage(fmt.Sprintf("throughput run %d/%d: %s drains %d jobs", run+1, res.Runs, name, res.Jobs), res.Jobs)
+			rate, err := e.drain(ctx, cfg, variants[name], res.Jobs)
+			if err != nil {
+				return res, fmt.Errorf("throughput %s: %w", name, err)
+			}
+			rates[name] = append(rates[name], rate)
+		}
+	}
+	res.TierqJobsPerS, res.BareJobsPerS = round(median(rates["tierq"]), 0), round(median(rates["bare"]), 0)
+	res.Ratio = round(median(rates["tierq"])/median(rates["bare"]), 3)
+
+	adr, err := e.workerConfig(opts.WorkerEnv...)
+	if err != nil {
+		return res, err
+	}
+	var adrRates []float64
+	for run := range res.Runs {
+		opts.progress().Stage(fmt.Sprintf("throughput run %d/%d: ADR worker counts for %gs", run+1, res.Runs, res.ADRSeconds), 0)
+		rate, bound, err := e.cadence(ctx, adr, time.Duration(res.ADRSeconds*float64(time.Second)))
+		if err != nil {
+			return res, fmt.Errorf("throughput ADR counts: %w", err)
+		}
+		adrRates = append(adrRates, rate)
+		res.ADRBoundJobsPerS = round(bound, 1)
+	}
+	res.ADRJobsPerS = round(median(adrRates), 1)
+	res.ADRBoundRatio = round(median(adrRates)/res.ADRBoundJobsPerS, 3)
+	return res, nil
+}
+
+// tierqWorker is the River configuration the worker process runs for cfg,
+// with its metrics hook.
+func tierqWorker(cfg config.Worker, pool *pgxpool.Pool, opts Options) *river.Config {
+	rc := worker.RiverConfig(cfg, pool, opts.logger())
+	rc.Hooks = append(rc.Hooks, metrics.NewJobs(prometheus.NewRegistry()))
+	return rc
+}
+
+// bareRiver is a River client with exactly cfg's queues (worker counts and
+// fetch settings) and nothing else of tierq's: no hooks, every other setting
+// at River's default.
+func bareRiver(schema string, cfg config.Worker, opts Options) *river.Config {
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &jobs.LoadTestWorker{})
+	queues := map[string]river.QueueConfig{}
+	for name, qc := range cfg.Queues() {
+		queues[name] = river.QueueConfig{MaxWorkers: qc.Workers, FetchCooldown: qc.FetchCooldown, FetchPollInterval: qc.PollInterval}
+	}
+	return &river.Config{Schema: schema, Logger: opts.logger(), Queues: queues, Workers: workers}
+}
+
+// drain seeds n no-op jobs spread over cfg's queues, starts the client
+// riverConfig builds, and returns jobs/s from its start to its n-th
+// completion.
+func (e *env) drain(ctx context.Context, cfg config.Worker, riverConfig func(*pgxpool.Pool) *river.Config, n int) (float64, error) {
+	if err := e.reset(ctx); err != nil {
+		return 0, err
+	}
+	queues := cfg.Queues()
+	per := n / len(queues)
+	total := 0
+	for name := range queues {
+		if err := seed.Available(ctx, e.Pool, jobs.KindLoadTest, name, 0, per, 0, 0, 0); err != nil {
+			return 0, err
+		}
+		total += per
+	}
+	if err := seed.Analyze(ctx, e.Pool); err != nil {
+		return 0, err
+	}
+	pool, err := e.pool(ctx, 20)
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	client, err := river.NewClient(riverDriver(pool), riverConfig(pool))
+	if err != nil {
+		return 0, fmt.Errorf("new river client: %w", err)
+	}
+	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: total + 100, Kinds: []river.EventKind{river.EventKindJobCompleted}})
+	defer cancel()
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return 0, fmt.Errorf("start river client: %w", err)
+	}
+	defer stopClient(client)
+	timeout := time.After(5 * time.Minute)
+	for done := 0; done < total; {
+		select {
+		case <-events:
+			done++
+			if done%1000 == 0 {
+				e.opts.progress().Add(1000)
+			}
+		case <-timeout:
+			return 0, fmt.Errorf("%d of %d jobs completed after 5 minutes", done, total)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return float64(total) / time.Since(start).Seconds(), nil
+}
+
+// cadence runs tierq's worker with cfg over queues seeded with more no-op
+// jobs than it can fetch in d, and returns the jobs/s it started during d
+// (after a second of warm-up, by the database's attempted_at) and the
+// fetch-cadence bound Σ workers/cooldown.
+func (e *env) cadence(ctx context.Context, cfg config.Worker, d time.Duration) (rate, bound float64, err error) {
+	if err := e.reset(ctx); err != nil {
+		return 0, 0, err
+	}
+	for name, qc := range cfg.Queues() {
+		perSecond := float64(qc.Workers) / qc.FetchCooldown.Seconds()
+		bound += perSecond
+		n := int(perSecond*(d.Seconds()+5)*1.5) + 100
+		if err := seed.Available(ctx, e.Pool, jobs.KindLoadTest, name, 0, n, 0, 0, 0); err != nil {
+			return 0, 0, err
+		}
+	}
+	if err := seed.Analyze(ctx, e.Pool); err != nil {
+		return 0, 0, err
+	}
+	pool, err := e.pool(ctx, 10)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer pool.Close()
+	client, err := startClient(ctx, pool, tierqWorker(cfg, pool, e.opts))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer stopClient(client)
+	time.Sleep(time.Second)
+	var t0, t1 time.Time
+	if err := e.Pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t0); err != nil {
+		return 0, 0, fmt.Errorf("read clock: %w", err)
+	}
+	time.Sleep(d)
+	var started int
+	if err := e.Pool.QueryRow(ctx, `SELECT clock_timestamp(), (SELECT count(*) FROM river_job WHERE attempted_at >= $1 AND attempted_at < clock_timestamp())`,
+		t0).Scan(&t1, &started); err != nil {
+		return 0, 0, fmt.Errorf("count started jobs: %w", err)
+	}
+	return float64(started) / t1.Sub(t0).Seconds(), bound, nil
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/tierq/tierq/bench"
+	"github.com/tierq/tierq/config"
+)
+
+// benchScenarios are tierctl bench's scenarios, in the order "all" runs them.
+var benchScenarios = []string{"isolation", "throughput", "sweeps", "dlq", "insert"}
+
+func (a *app) benchCommand() *cobra.Command {
+	var (
+		quick, asJSON bool
+		runs          int
+		set           []string
+	)
+	cmd := &cobra.Command{
+		Use:   "bench SCENARIO|all",
+		Short: "Measure tierq against bare River and PostgreSQL (in a schema of its own)",
+		Long: `Runs a benchmark scenario against DATABASE_URL, in a schema it creates and
+drops (tierq_bench_<random>); no other table of the database is touched.
+
+Scenarios:
+  isolation   insert→start latency of paying work, with and without a 50,000-job
+              free backlog, and against River's default fetch settings
+  throughput  jobs/s of tierq's worker against a bare River client, and at the
+              ADR's worker counts against the fetch-cadence bound
+  sweeps      aging, escalation and dead-letter drain with 10k and 1M rows
+  dlq         dead-letter drain and replay rates
+  insert      producer inserts through the routing helper against raw River
+
+Each prints a table with every target met or not; --json adds one JSON object
+as the last line. See docs/benchmarks.md.`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			scenarios := []string{args[0]}
+			if args[0] == "all" {
+				scenarios = benchScenarios
+			} else if !slices.Contains(benchScenarios, args[0]) {
+				return &usageError{fmt.Errorf("unknown scenario %q (want one of %s, or all)", args[0], strings.Join(benchScenarios, ", "))}
+			}
+			if runs < 0 || runs > 100 {
+				return &usageError{fmt.Errorf("--runs must be between 0 and 100, not %d", runs)}
+			}
+			for _, kv := range set {
+				if !strings.Contains(kv, "=") {
+					return &usageError{fmt.Errorf("--set wants NAME=value, not %q", kv)}
+				}
+			}
+			cfg, err := config.Load[config.CLI](a.environ)
+			if err != nil {
+				return err
+			}
+			opts := bench.Options{
+				DatabaseURL: cfg.URL, Quick: quick, Runs: runs, WorkerEnv: set,
+				Progress: &benchProgress{app: a},
+			}
+			report := bench.Report{}
+			for _, s := range scenarios {
+				if err := bench.Run(cmd.Context(), s, opts, &report); err != nil {
+					return err
+				}
+			}
+			a.printBenchTable(report)
+			if asJSON {
+				line, err := json.Marshal(report)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(a.stdout, string(line))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&quick, "quick", false, "small runs: about a minute per scenario")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object with every result as the last line")
+	cmd.Flags().IntVar(&runs, "runs", 0, "repetitions per scenario, results are medians (0: 3, or 1 with --quick)")
+	cmd.Flags().StringArrayVar(&set, "set", nil, "NAME=value for tierq's worker configuration (e.g. QUEUE_PRIORITY_FETCH_COOLDOWN=10ms), to measure other tuning")
+	return cmd
+}
+
+// benchProgress draws one progress bar per stage.
+type benchProgress struct {
+	app *app
+	bar *progressbar.ProgressBar
+}
+
+func (p *benchProgress) Stage(name string, total int) {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+	}
+	if total <= 0 {
+		total = -1 // a spinner
+	}
+	p.bar = progressbar.NewOptions(total,
+		progressbar.OptionSetWriter(p.app.stdout),
+		progressbar.OptionSetDescription(name),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(time.Second), // few lines when stdout is a file
+		progressbar.OptionOnCompletion(func() { fmt.Fprintln(p.app.stdout) }),
+	)
+}
+
+func (p *benchProgress) Add(n int) {
+	if p.bar != nil {
+		_ = p.bar.Add(n)
+	}
+}
+
+func (a *app) printBenchTable(r bench.Report) {
+	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "\nSCENARIO\tMEASURE\tVALUE\tTARGET\tMET")
+	for _, row := range r.Rows() {
+		met := ""
+		if row.Target != "" {
+			met = "no"
+			if row.Met {
+				met = "yes"
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", row.Scenario, row.Measure, row.Value, row.Target, met)
+	}
+	_ = w.Flush()
+}
