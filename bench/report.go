@@ -51,6 +51,29 @@ func Run(ctx context.Context, scenario string, opts Options, r *Report) error {
 		r.Throughput = &res
 		r.atLeast("throughput", "ratio", res.Ratio, 0.95)
 		r.atLeast("throughput", "adr_bound_ratio", res.ADRBoundRatio, 0.9)
+	case "sweeps":
+		res, err := Sweeps(ctx, opts)
+		if err != nil {
+			return err
+		}
+		r.Sweeps = &res
+		r.atMost("sweeps", "aging_ratio", res.AgingRatio, 2)
+		r.atMost("sweeps", "escalation_ratio", res.EscalationRatio, 2)
+		r.atMost("sweeps", "dlq_ratio", res.DLQRatio, 2)
+	case "dlq":
+		res, err := DLQ(ctx, opts)
+		if err != nil {
+			return err
+		}
+		r.DLQ = &res
+		r.atLeast("dlq", "drain_rows_per_s", res.DrainRowsPerS, 20_000)
+	case "insert":
+		res, err := Insert(ctx, opts)
+		if err != nil {
+			return err
+		}
+		r.Insert = &res
+		r.atMost("insert", "select_queue_allocs", float64(res.SelectQueueAllocs), 0)
 	default:
 		return fmt.Errorf("unknown scenario %q", scenario)
 	}
@@ -89,6 +112,34 @@ func (r Report) Rows() []Row {
 		add("isolation", "vs_river_defaults", i.VsRiverDefaults, "")
 		add("isolation", "backlog_left", i.BacklogLeft, " jobs")
 	}
+	if s := r.Sweeps; s != nil {
+		add("sweeps", "aging_small_ms", s.AgingSmallMs, " ms")
+		add("sweeps", "aging_large_ms", s.AgingLargeMs, " ms")
+		add("sweeps", "aging_ratio", s.AgingRatio, "")
+		add("sweeps", "escalation_small_ms", s.EscalationSmallMs, " ms")
+		add("sweeps", "escalation_large_ms", s.EscalationLargeMs, " ms")
+		add("sweeps", "escalation_ratio", s.EscalationRatio, "")
+		add("sweeps", "dlq_small_ms", s.DLQSmallMs, " ms")
+		add("sweeps", "dlq_large_ms", s.DLQLargeMs, " ms")
+		add("sweeps", "dlq_ratio", s.DLQRatio, "")
+	}
+	if d := r.DLQ; d != nil {
+		add("dlq", "drain_rows_per_s", d.DrainRowsPerS, "")
+		add("dlq", "replay_rows_per_s", d.ReplayRowsPerS, "")
+	}
+	if in := r.Insert; in != nil {
+		add("insert", "raw_one_per_s", in.RawOnePerS, "")
+		add("insert", "routed_one_per_s", in.RoutedOnePerS, "")
+		add("insert", "one_ratio", in.OneRatio, "")
+		add("insert", "producer_one_per_s", in.ProducerOnePerS, "")
+		add("insert", "producer_ratio", in.ProducerRatio, "")
+		add("insert", "river_defaults_one_per_s", in.RiverDefaultsOnePerS, "")
+		add("insert", "raw_batch_per_s", in.RawBatchPerS, "")
+		add("insert", "routed_batch_per_s", in.RoutedBatchPerS, "")
+		add("insert", "batch_ratio", in.BatchRatio, "")
+		add("insert", "select_queue_ns", in.SelectQueueNs, " ns")
+		add("insert", "select_queue_allocs", float64(in.SelectQueueAllocs), "")
+	}
 	if t := r.Throughput; t != nil {
 		add("throughput", "tierq_jobs_per_s", t.TierqJobsPerS, "")
 		add("throughput", "bare_jobs_per_s", t.BareJobsPerS, "")
@@ -99,10 +150,3 @@ func (r Report) Rows() []Row {
 	}
 	return rows
 }
-
-// Placeholders until each scenario lands.
-type (
-	SweepsResult     struct{}
-	DLQResult        struct{}
-	InsertResult     struct{}
-)

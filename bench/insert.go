@@ -1,0 +1,177 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/producer"
+	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/tiers"
+)
+
+// InsertResult is the insert scenario: jobs/s a producer inserts one by one
+// and in batches (InsertMany) with the queue and priority from the routing
+// helper (routing.InsertOpts, from the tier), against raw River inserts with
+// a fixed queue and priority, on the same client, alternating; and
+// producer.Insert (routing plus dedup by target, one transaction each).
+// Medians over runs. SelectQueue's cost is measured in-process with
+// testing.Benchmark.
+type InsertResult struct {
+	OneByOne        int     `json:"one_by_one_jobs"`
+	Batched         int     `json:"batched_jobs"`
+	BatchSize       int     `json:"batch_size"`
+	RawOnePerS      float64 `json:"raw_one_per_s"`
+	RoutedOnePerS   float64 `json:"routed_one_per_s"`
+	OneRatio        float64 `json:"one_ratio"`
+	ProducerOnePerS float64 `json:"producer_one_per_s"`
+	ProducerRatio   float64 `json:"producer_ratio"`
+	RawBatchPerS    float64 `json:"raw_batch_per_s"`
+	RoutedBatchPerS float64 `json:"routed_batch_per_s"`
+	BatchRatio      float64 `json:"batch_ratio"`
+	// RiverDefaultsOnePerS is raw one-by-one inserts on a client with
+	// River's default configuration (insert notifications at most every
+	// 100ms per queue, not producer.NotifyCooldown).
+	RiverDefaultsOnePerS float64 `json:"river_defaults_one_per_s"`
+	SelectQueueNs        float64 `json:"select_queue_ns"`
+	SelectQueueAllocs    int64   `json:"select_queue_allocs"`
+	Runs                 int     `json:"runs"`
+}
+
+// Insert runs the insert scenario.
+func Insert(ctx context.Context, opts Options) (InsertResult, error) {
+	res := InsertResult{OneByOne: 5000, Batched: 100_000, BatchSize: 1000, Runs: opts.runs()}
+	if opts.Quick {
+		res.OneByOne, res.Batched = 2000, 20_000
+	}
+	e, err := newEnv(ctx, opts)
+	if err != nil {
+		return res, err
+	}
+	defer e.close()
+	client, err := river.NewClient(riverDriver(e.Pool), producer.ClientConfig(e.Name, opts.logger()))
+	if err != nil {
+		return res, fmt.Errorf("new river client: %w", err)
+	}
+	defaults, err := river.NewClient(riverDriver(e.Pool), &river.Config{Schema: e.Name, Logger: opts.logger()})
+	if err != nil {
+		return res, fmt.Errorf("new river client: %w", err)
+	}
+
+	allTiers := tiers.All()
+	fixed := &river.InsertOpts{Queue: routing.Analyzer.Queue(routing.Priority), Priority: 2}
+	variants := []struct {
+		name string
+		n    int
+		run  func(run int) error
+	}{
+		{"raw one", res.OneByOne, func(int) error {
+			for range res.OneByOne {
+				if _, err := client.Insert(ctx, jobs.LoadTestArgs{}, fixed); err != nil {
+					return err
+				}
+				opts.progress().Add(1)
+			}
+			return nil
+		}},
+		{"routed one", res.OneByOne, func(int) error {
+			for i := range res.OneByOne {
+				if _, err := client.Insert(ctx, jobs.LoadTestArgs{}, routing.InsertOpts(routing.Analyzer, allTiers[i%len(allTiers)], false)); err != nil {
+					return err
+				}
+				opts.progress().Add(1)
+			}
+			return nil
+		}},
+		{"producer one", res.OneByOne, func(run int) error {
+			for i := range res.OneByOne {
+				tier := allTiers[i%len(allTiers)]
+				err := pgx.BeginFunc(ctx, e.Pool, func(tx pgx.Tx) error {
+					_, err := producer.Insert(ctx, client, tx, producer.Job{
+						Args:    jobs.AnalysisArgs{Target: fmt.Sprintf("/bench/%d/%d", run, i), UserID: "bench", Tier: tier.String()},
+						Service: routing.Analyzer, Tier: tier,
+					})
+					return err
+				})
+				if err != nil {
+					return err
+				}
+				opts.progress().Add(1)
+			}
+			return nil
+		}},
+		{"river defaults one", res.OneByOne, func(int) error {
+			for range res.OneByOne {
+				if _, err := defaults.Insert(ctx, jobs.LoadTestArgs{}, fixed); err != nil {
+					return err
+				}
+				opts.progress().Add(1)
+			}
+			return nil
+		}},
+		{"raw batch", res.Batched, func(int) error {
+			return insertBatches(ctx, client, res.Batched, res.BatchSize, opts, func(int) *river.InsertOpts { return fixed })
+		}},
+		{"routed batch", res.Batched, func(int) error {
+			return insertBatches(ctx, client, res.Batched, res.BatchSize, opts, func(i int) *river.InsertOpts {
+				return routing.InsertOpts(routing.Analyzer, allTiers[i%len(allTiers)], false)
+			})
+		}},
+	}
+	rates := map[string][]float64{}
+	for run := range res.Runs {
+		for k := range variants {
+			v := variants[(k+run)%len(variants)] // rotate the order each run
+			if err := e.reset(ctx); err != nil {
+				return res, err
+			}
+			opts.progress().Stage(fmt.Sprintf("insert run %d/%d: %s", run+1, res.Runs, v.name), v.n)
+			start := time.Now()
+			if err := v.run(run); err != nil {
+				return res, fmt.Errorf("insert %s: %w", v.name, err)
+			}
+			rates[v.name] = append(rates[v.name], float64(v.n)/time.Since(start).Seconds())
+		}
+	}
+	m := func(name string) float64 { return median(rates[name]) }
+	res.RawOnePerS, res.RoutedOnePerS, res.ProducerOnePerS = round(m("raw one"), 0), round(m("routed one"), 0), round(m("producer one"), 0)
+	res.RiverDefaultsOnePerS = round(m("river defaults one"), 0)
+	res.RawBatchPerS, res.RoutedBatchPerS = round(m("raw batch"), 0), round(m("routed batch"), 0)
+	res.OneRatio = round(m("routed one")/m("raw one"), 3)
+	res.ProducerRatio = round(m("producer one")/m("raw one"), 3)
+	res.BatchRatio = round(m("routed batch")/m("raw batch"), 3)
+
+	bench := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for i := range b.N {
+			_ = routing.SelectQueue("analysis", allTiers[i%len(allTiers)], i%7 == 0)
+		}
+	})
+	res.SelectQueueNs = round(float64(bench.NsPerOp()), 1)
+	if bench.N > 0 {
+		res.SelectQueueNs = round(float64(bench.T.Nanoseconds())/float64(bench.N), 2)
+	}
+	res.SelectQueueAllocs = bench.AllocsPerOp()
+	return res, nil
+}
+
+// insertBatches inserts n load-test jobs with InsertMany, size per call,
+// each with opts(i).
+func insertBatches(ctx context.Context, client *river.Client[pgx.Tx], n, size int, o Options, opts func(i int) *river.InsertOpts) error {
+	for i := 0; i < n; i += size {
+		params := make([]river.InsertManyParams, 0, size)
+		for j := i; j < min(i+size, n); j++ {
+			params = append(params, river.InsertManyParams{Args: jobs.LoadTestArgs{}, InsertOpts: opts(j)})
+		}
+		if _, err := client.InsertMany(ctx, params); err != nil {
+			return err
+		}
+		o.progress().Add(len(params))
+	}
+	return nil
+}
