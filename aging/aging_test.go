@@ -151,3 +151,14 @@ func TestPriorityImprovesWithWaitAndStopsAtTheMax(t *testing.T) {
 	}
 	require.Equal(t, []int{4, 3, 2}, distinct, "4 → 3 → 2 and no further: %+v", seen)
 }
+
+// BenchmarkEffective is the aging formula for a spread of waits
+// (go test -run '^$' -bench Effective -benchmem ./aging/).
+func BenchmarkEffective(b *testing.B) {
+	b.ReportAllocs()
+	var i int
+	for b.Loop() {
+		_ = aging.Effective(4, time.Duration(i%3600)*time.Second, 5*time.Minute, 2)
+		i++
+	}
+}

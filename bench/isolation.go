@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,6 +37,12 @@ type IsolationResult struct {
 	// default fetch settings, producer and worker.
 	RiverDefaultsP50Ms float64 `json:"river_defaults_p50_ms"`
 	RiverDefaultsP99Ms float64 `json:"river_defaults_p99_ms"`
+	// RiverProducer* are the same stream (with the backlog) on tierq's
+	// worker, inserted by a producer client with River's default
+	// configuration instead of producer.ClientConfig: what a producer that
+	// keeps River's 100ms insert-notification limit gets.
+	RiverProducerP50Ms float64 `json:"river_producer_p50_ms"`
+	RiverProducerP99Ms float64 `json:"river_producer_p99_ms"`
 	// VsRiverDefaults is P99Ms / RiverDefaultsP99Ms.
 	VsRiverDefaults float64 `json:"vs_river_defaults"`
 	// Jobs is the stream's length per phase; Backlog the free jobs queued
@@ -47,6 +54,12 @@ type IsolationResult struct {
 	BacklogWorked float64 `json:"backlog_worked"`
 	BacklogLeft   float64 `json:"backlog_left"`
 	Runs          int     `json:"runs"`
+	// IdleQueriesPerS is the statements per second an idle analyzer worker
+	// (tierq's defaults, nothing queued) sends to PostgreSQL, counted on its
+	// connections; RiverDefaultsIdleQueriesPerS the same for a River client
+	// with River's defaults and the same queues.
+	IdleQueriesPerS              float64 `json:"idle_queries_per_s"`
+	RiverDefaultsIdleQueriesPerS float64 `json:"river_defaults_idle_queries_per_s"`
 	// Samples are the latencies (ms) of the last run, per phase, for plots.
 	Samples map[string][]float64 `json:"-"`
 }
@@ -96,6 +109,7 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 		{name: "tierq idle", producer: tierqProducer, worker: tierq},
 		{name: "tierq backlog", backlog: true, producer: tierqProducer, worker: tierq},
 		{name: "river defaults backlog", backlog: true, producer: riverProducer, worker: riverWorker},
+		{name: "tierq with a river-default producer", backlog: true, producer: riverProducer, worker: tierq},
 	}
 
 	p99 := map[string][]float64{}
@@ -126,11 +140,69 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	}
 	res.P50Ms, res.P95Ms, res.P99Ms = round(median(p50["tierq backlog"]), 2), round(median(p95["tierq backlog"]), 2), round(median(p99["tierq backlog"]), 2)
 	res.P50IdleMs, res.P95IdleMs, res.P99IdleMs = round(median(p50["tierq idle"]), 2), round(median(p95["tierq idle"]), 2), round(median(p99["tierq idle"]), 2)
+	res.RiverProducerP50Ms, res.RiverProducerP99Ms = round(median(p50[phases[3].name]), 2), round(median(p99[phases[3].name]), 2)
 	res.RiverDefaultsP50Ms, res.RiverDefaultsP99Ms = round(median(p50["river defaults backlog"]), 2), round(median(p99["river defaults backlog"]), 2)
 	res.Ratio = round(res.P99Ms/res.P99IdleMs, 3)
 	res.VsRiverDefaults = round(res.P99Ms/res.RiverDefaultsP99Ms, 3)
 	res.BacklogWorked, res.BacklogLeft = median(worked), median(left)
+
+	idleFor := 10 * time.Second
+	if opts.Quick {
+		idleFor = 5 * time.Second
+	}
+	for _, ph := range []isolationPhase{phases[0], phases[2]} {
+		opts.progress().Stage(fmt.Sprintf("isolation: idle %s for %s", ph.name, idleFor), 0)
+		qps, err := e.idleQueries(ctx, ph, idleFor)
+		if err != nil {
+			return res, fmt.Errorf("isolation idle %s: %w", ph.name, err)
+		}
+		if ph.name == phases[0].name {
+			res.IdleQueriesPerS = round(qps, 2)
+		} else {
+			res.RiverDefaultsIdleQueriesPerS = round(qps, 2)
+		}
+	}
 	return res, nil
+}
+
+// queryCounter counts the statements sent on a pool's connections.
+type queryCounter struct{ n atomic.Int64 }
+
+func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// idleQueries starts the phase's worker on empty queues and counts the
+// statements it sends per second over d, after a warm-up.
+func (e *env) idleQueries(ctx context.Context, ph isolationPhase, d time.Duration) (float64, error) {
+	if err := e.reset(ctx); err != nil {
+		return 0, err
+	}
+	counter := &queryCounter{}
+	cfg := e.PoolConfig.Copy()
+	cfg.MaxConns = 10
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("connect: %w", err)
+	}
+	defer pool.Close()
+	workerCfg, err := ph.worker(pool)
+	if err != nil {
+		return 0, err
+	}
+	client, err := startClient(ctx, pool, workerCfg)
+	if err != nil {
+		return 0, err
+	}
+	defer stopClient(client)
+	time.Sleep(2 * time.Second)
+	before := counter.n.Load()
+	time.Sleep(d)
+	return float64(counter.n.Load()-before) / d.Seconds(), nil
 }
 
 // workerConfig is the analyzer worker's configuration as the worker process

@@ -110,7 +110,11 @@ func (r Report) Rows() []Row {
 		add("isolation", "river_defaults_p50_ms", i.RiverDefaultsP50Ms, " ms")
 		add("isolation", "river_defaults_p99_ms", i.RiverDefaultsP99Ms, " ms")
 		add("isolation", "vs_river_defaults", i.VsRiverDefaults, "")
+		add("isolation", "river_producer_p50_ms", i.RiverProducerP50Ms, " ms")
+		add("isolation", "river_producer_p99_ms", i.RiverProducerP99Ms, " ms")
 		add("isolation", "backlog_left", i.BacklogLeft, " jobs")
+		add("isolation", "idle_queries_per_s", i.IdleQueriesPerS, "")
+		add("isolation", "river_defaults_idle_queries_per_s", i.RiverDefaultsIdleQueriesPerS, "")
 	}
 	if s := r.Sweeps; s != nil {
 		add("sweeps", "aging_small_ms", s.AgingSmallMs, " ms")

@@ -37,9 +37,13 @@ type Worker struct {
 	// two fetches of a queue (it bounds throughput: at most MaxWorkers jobs per
 	// cooldown); the poll interval is how often an idle queue looks for work
 	// when no LISTEN/NOTIFY wake-up came. Priority queues want low pickup
-	// latency; scheduled queues can wait.
-	PriorityFetchCooldown      time.Duration `env:"QUEUE_PRIORITY_FETCH_COOLDOWN" envDefault:"50ms"`
-	PriorityFetchPollInterval  time.Duration `env:"QUEUE_PRIORITY_FETCH_POLL_INTERVAL" envDefault:"1s"`
+	// latency; scheduled queues can wait. The priority defaults come from
+	// tierctl bench isolation (docs/benchmarks.md): 10ms keeps the pickup
+	// p99 of a paid stream in single-digit milliseconds, and a 250ms poll
+	// caps the wait of a job whose insert sent no wake-up, for about 3 more
+	// idle queries per second per process.
+	PriorityFetchCooldown      time.Duration `env:"QUEUE_PRIORITY_FETCH_COOLDOWN" envDefault:"10ms"`
+	PriorityFetchPollInterval  time.Duration `env:"QUEUE_PRIORITY_FETCH_POLL_INTERVAL" envDefault:"250ms"`
 	DefaultFetchCooldown       time.Duration `env:"QUEUE_DEFAULT_FETCH_COOLDOWN" envDefault:"100ms"`
 	DefaultFetchPollInterval   time.Duration `env:"QUEUE_DEFAULT_FETCH_POLL_INTERVAL" envDefault:"1s"`
 	ScheduledFetchCooldown     time.Duration `env:"QUEUE_SCHEDULED_FETCH_COOLDOWN" envDefault:"250ms"`

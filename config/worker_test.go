@@ -36,7 +36,7 @@ func TestWorkerDefaults(t *testing.T) {
 	require.Equal(t, "text", cfg.Format)
 
 	require.Equal(t, map[string]config.QueueClass{
-		"analysis_priority":  {Workers: 5, FetchCooldown: 50 * time.Millisecond, PollInterval: time.Second},
+		"analysis_priority":  {Workers: 5, FetchCooldown: 10 * time.Millisecond, PollInterval: 250 * time.Millisecond},
 		"analysis_default":   {Workers: 3, FetchCooldown: 100 * time.Millisecond, PollInterval: time.Second},
 		"analysis_scheduled": {Workers: 2, FetchCooldown: 250 * time.Millisecond, PollInterval: 2 * time.Second},
 	}, cfg.Queues())
@@ -52,7 +52,7 @@ func TestWorkerZeroWorkersLeavesQueueOut(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, map[string]config.QueueClass{
-		"specview_priority": {Workers: 7, FetchCooldown: 50 * time.Millisecond, PollInterval: time.Second},
+		"specview_priority": {Workers: 7, FetchCooldown: 10 * time.Millisecond, PollInterval: 250 * time.Millisecond},
 	}, cfg.Queues())
 }
 

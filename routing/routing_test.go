@@ -198,3 +198,15 @@ func BenchmarkSelectQueue(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkInsertOpts is a producer's per-insert routing: queue and starting
+// priority for a tier.
+func BenchmarkInsertOpts(b *testing.B) {
+	all := tiers.All()
+	b.ReportAllocs()
+	var i int
+	for b.Loop() {
+		_ = routing.InsertOpts(routing.Analyzer, all[i%len(all)], i%7 == 0)
+		i++
+	}
+}

@@ -93,3 +93,15 @@ func TestJSON(t *testing.T) {
 	_, err = json.Marshal(payload{})
 	require.ErrorIs(t, err, tiers.ErrUnknownTier)
 }
+
+// BenchmarkParse parses every tier name, a differently cased one and an
+// unknown one (go test -run '^$' -bench . -benchmem ./tiers/).
+func BenchmarkParse(b *testing.B) {
+	names := []string{"free", "pro", "pro_plus", "enterprise", "Enterprise", "platinum"}
+	b.ReportAllocs()
+	var i int
+	for b.Loop() {
+		_, _ = tiers.Parse(names[i%len(names)])
+		i++
+	}
+}
