@@ -44,6 +44,36 @@ type Options struct {
 	// configuration (as the worker process reads them), to measure other
 	// fetch tuning than the defaults.
 	WorkerEnv []string
+
+	tiny bool // the tests' sizes: every code path, no meaningful numbers
+}
+
+// sizes are the dimensions of the scenarios.
+type sizes struct {
+	stream, idle  time.Duration // isolation: stream length, idle count
+	warmup        time.Duration // a started client's time to settle before measuring
+	backlog       int
+	drainJobs     int // throughput: jobs drained per variant
+	adr           time.Duration
+	sweepSmall    int // sweeps: rows in river_job, and repetitions
+	sweepLarge    int
+	sweepReps     int
+	dlqRows       int
+	insertOne     int // insert: jobs one by one, and batched
+	insertBatched int
+}
+
+func (o Options) sizes() sizes {
+	switch {
+	case o.tiny:
+		return sizes{stream: time.Second, idle: time.Second, warmup: 200 * time.Millisecond, backlog: 200, drainJobs: 600, adr: time.Second,
+			sweepSmall: 2_000, sweepLarge: 4_000, sweepReps: 2, dlqRows: 500, insertOne: 20, insertBatched: 2_000}
+	case o.Quick:
+		return sizes{stream: 8 * time.Second, idle: 5 * time.Second, warmup: time.Second, backlog: 50_000, drainJobs: 10_000, adr: 5 * time.Second,
+			sweepSmall: 10_000, sweepLarge: 1_000_000, sweepReps: 5, dlqRows: 20_000, insertOne: 2_000, insertBatched: 20_000}
+	}
+	return sizes{stream: 30 * time.Second, idle: 10 * time.Second, warmup: time.Second, backlog: 50_000, drainJobs: 30_000, adr: 10 * time.Second,
+		sweepSmall: 10_000, sweepLarge: 1_000_000, sweepReps: 10, dlqRows: 100_000, insertOne: 5_000, insertBatched: 100_000}
 }
 
 // Progress is told about each stage of a scenario.

@@ -36,10 +36,7 @@ const (
 
 // DLQ runs the dlq scenario.
 func DLQ(ctx context.Context, opts Options) (DLQResult, error) {
-	res := DLQResult{Rows: 100_000, DrainBatch: dlqDrainBatch, ReplayBatch: dlqReplayBatch, Runs: opts.runs()}
-	if opts.Quick {
-		res.Rows = 20_000
-	}
+	res := DLQResult{Rows: opts.sizes().dlqRows, DrainBatch: dlqDrainBatch, ReplayBatch: dlqReplayBatch, Runs: opts.runs()}
 	e, err := newEnv(ctx, opts)
 	if err != nil {
 		return res, err

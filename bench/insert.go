@@ -45,10 +45,7 @@ type InsertResult struct {
 
 // Insert runs the insert scenario.
 func Insert(ctx context.Context, opts Options) (InsertResult, error) {
-	res := InsertResult{OneByOne: 5000, Batched: 100_000, BatchSize: 1000, Runs: opts.runs()}
-	if opts.Quick {
-		res.OneByOne, res.Batched = 2000, 20_000
-	}
+	res := InsertResult{OneByOne: opts.sizes().insertOne, Batched: opts.sizes().insertBatched, BatchSize: 1000, Runs: opts.runs()}
 	e, err := newEnv(ctx, opts)
 	if err != nil {
 		return res, err

@@ -83,10 +83,7 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	}
 	defer e.close()
 
-	duration, backlog := 30*time.Second, 50_000
-	if opts.Quick {
-		duration = 8 * time.Second
-	}
+	duration, backlog := opts.sizes().stream, opts.sizes().backlog
 	res := IsolationResult{Jobs: int(duration / streamInterval), Backlog: backlog, Runs: opts.runs(), Samples: map[string][]float64{}}
 
 	tierq := func(pool *pgxpool.Pool) (*river.Config, error) {
@@ -146,10 +143,7 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	res.VsRiverDefaults = round(res.P99Ms/res.RiverDefaultsP99Ms, 3)
 	res.BacklogWorked, res.BacklogLeft = median(worked), median(left)
 
-	idleFor := 10 * time.Second
-	if opts.Quick {
-		idleFor = 5 * time.Second
-	}
+	idleFor := opts.sizes().idle
 	for _, ph := range []isolationPhase{phases[0], phases[2]} {
 		opts.progress().Stage(fmt.Sprintf("isolation: idle %s for %s", ph.name, idleFor), 0)
 		qps, err := e.idleQueries(ctx, ph, idleFor)
@@ -199,7 +193,7 @@ func (e *env) idleQueries(ctx context.Context, ph isolationPhase, d time.Duratio
 		return 0, err
 	}
 	defer stopClient(client)
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * e.opts.sizes().warmup)
 	before := counter.n.Load()
 	time.Sleep(d)
 	return float64(counter.n.Load()-before) / d.Seconds(), nil
@@ -271,7 +265,7 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 		return nil, 0, 0, fmt.Errorf("producer client: %w", err)
 	}
 
-	time.Sleep(time.Second) // the worker's producers and listener are up
+	time.Sleep(e.opts.sizes().warmup) // the worker's producers and listener are up
 	ids, err := e.insertStream(ctx, producerClient, duration)
 	if err != nil {
 		return nil, 0, 0, err

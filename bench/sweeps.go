@@ -44,10 +44,7 @@ const (
 
 // Sweeps runs the sweeps scenario.
 func Sweeps(ctx context.Context, opts Options) (SweepsResult, error) {
-	res := SweepsResult{Small: 10_000, Large: 1_000_000, Repetitions: 10}
-	if opts.Quick {
-		res.Repetitions = 5
-	}
+	res := SweepsResult{Small: opts.sizes().sweepSmall, Large: opts.sizes().sweepLarge, Repetitions: opts.sizes().sweepReps}
 	for _, total := range []int{res.Small, res.Large} {
 		agingMs, escalationMs, dlqMs, err := sweepTimes(ctx, opts, total, res.Repetitions)
 		if err != nil {

@@ -50,10 +50,7 @@ func Throughput(ctx context.Context, opts Options) (ThroughputResult, error) {
 	}
 	defer e.close()
 
-	res := ThroughputResult{Jobs: 30_000, WorkersPerQueue: drainWorkers, Runs: opts.runs(), ADRSeconds: 10}
-	if opts.Quick {
-		res.Jobs, res.ADRSeconds = 10_000, 5
-	}
+	res := ThroughputResult{Jobs: opts.sizes().drainJobs, WorkersPerQueue: drainWorkers, Runs: opts.runs(), ADRSeconds: opts.sizes().adr.Seconds()}
 	big := fmt.Sprint(drainWorkers)
 	cfg, err := e.workerConfig(append(opts.WorkerEnv,
 		"ANALYZER_QUEUE_PRIORITY_WORKERS="+big, "ANALYZER_QUEUE_DEFAULT_WORKERS="+big, "ANALYZER_QUEUE_SCHEDULED_WORKERS="+big)...)
@@ -203,7 +200,7 @@ func (e *env) cadence(ctx context.Context, cfg config.Worker, d time.Duration) (
 		return 0, 0, err
 	}
 	defer stopClient(client)
-	time.Sleep(time.Second)
+	time.Sleep(e.opts.sizes().warmup)
 	var t0, t1 time.Time
 	if err := e.Pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t0); err != nil {
 		return 0, 0, fmt.Errorf("read clock: %w", err)

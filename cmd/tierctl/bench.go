@@ -61,6 +61,11 @@ as the last line. See docs/benchmarks.md.`,
 			if err != nil {
 				return err
 			}
+			// --set values are checked as the worker process would check
+			// them, before anything is created.
+			if _, err := config.Load[config.Worker](append([]string{"DATABASE_URL=" + cfg.URL, "WORKER_SERVICE=analyzer"}, set...)); err != nil {
+				return err
+			}
 			opts := bench.Options{
 				DatabaseURL: cfg.URL, Quick: quick, Runs: runs, WorkerEnv: set,
 				Progress: &benchProgress{app: a},

@@ -137,6 +137,10 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{name: "subscription bad tier", args: []string{"subscriptions", "set", "u1", "gold"}, want: "unknown tier"},
 		{name: "subscription empty user", args: []string{"subscriptions", "set", "", "pro"}, want: "invalid user id"},
 		{name: "dlq delete nothing", args: []string{"dlq", "delete"}, want: "accepts between 1 and 1000 arg(s)"},
+		{name: "bench unknown scenario", args: []string{"bench", "latency"}, want: `unknown scenario "latency"`},
+		{name: "bench no scenario", args: []string{"bench"}, want: "accepts 1 arg"},
+		{name: "bench runs", args: []string{"bench", "insert", "--runs", "1000"}, want: "--runs must be between 0 and 100"},
+		{name: "bench bad set", args: []string{"bench", "isolation", "--set", "QUEUE_PRIORITY_FETCH_COOLDOWN"}, want: "--set wants NAME=value"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,98 @@
+package bench_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/bench"
+	"github.com/tierq/tierq/internal/testdb"
+)
+
+// TestEveryScenarioRunsAndCleansUp runs each scenario at tiny sizes against
+// the test server: every code path (clients, seeds, sweeps, drains, replays,
+// inserts, the report) works, the results are consistent, and the bench's
+// schemas are gone afterwards. It checks no speed: that is what tierctl bench
+// is for.
+func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
+	db := testdb.New(t) // creates the test database if needed
+	ctx := context.Background()
+	benchSchemas := func() int {
+		return db.Count(t, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'tierq\_bench\_%'`)
+	}
+	before := benchSchemas()
+
+	opts := bench.Tiny(bench.Options{DatabaseURL: testdb.URL()})
+	scenarios := []string{"isolation", "throughput", "sweeps", "dlq", "insert"}
+	reports := make([]bench.Report, len(scenarios))
+	t.Run("scenarios", func(t *testing.T) {
+		for k, s := range scenarios {
+			t.Run(s, func(t *testing.T) {
+				t.Parallel() // each in a schema of its own
+				require.NoError(t, bench.Run(ctx, s, opts, &reports[k]))
+			})
+		}
+	})
+	require.Equal(t, before, benchSchemas(), "every scenario drops its schema")
+	r := bench.Report{
+		Isolation: reports[0].Isolation, Throughput: reports[1].Throughput, Sweeps: reports[2].Sweeps,
+		DLQ: reports[3].DLQ, Insert: reports[4].Insert,
+	}
+	for _, rep := range reports {
+		r.Targets = append(r.Targets, rep.Targets...)
+	}
+
+	i := r.Isolation
+	require.Equal(t, 20, i.Jobs, "one job per 50ms for 1s")
+	for phase, samples := range i.Samples {
+		require.Len(t, samples, i.Jobs, phase)
+		require.Positive(t, samples[0], phase)
+	}
+	require.Positive(t, i.P50Ms)
+	require.GreaterOrEqual(t, i.P99Ms, i.P50Ms)
+	require.InDelta(t, i.P99Ms/i.P99IdleMs, i.Ratio, 0.01)
+	require.Positive(t, i.BacklogLeft, "the backlog lasted the whole stream")
+	require.Positive(t, i.BacklogWorked, "and was being worked")
+	require.Positive(t, i.IdleQueriesPerS)
+	require.Positive(t, i.RiverDefaultsIdleQueriesPerS)
+
+	tp := r.Throughput
+	require.Positive(t, tp.TierqJobsPerS)
+	require.Positive(t, tp.BareJobsPerS)
+	require.InDelta(t, 538, tp.ADRBoundJobsPerS, 0.01, "5/10ms + 3/100ms + 2/250ms with the default tuning")
+	require.Positive(t, tp.ADRJobsPerS)
+
+	s := r.Sweeps
+	for _, v := range []float64{s.AgingSmallMs, s.AgingLargeMs, s.EscalationSmallMs, s.EscalationLargeMs, s.DLQSmallMs, s.DLQLargeMs} {
+		require.Positive(t, v)
+	}
+
+	require.Positive(t, r.DLQ.DrainRowsPerS)
+	require.Positive(t, r.DLQ.ReplayRowsPerS)
+
+	in := r.Insert
+	require.Zero(t, in.SelectQueueAllocs, "SelectQueue allocates nothing")
+	for _, v := range []float64{in.RawOnePerS, in.RoutedOnePerS, in.ProducerOnePerS, in.RiverDefaultsOnePerS, in.RawBatchPerS, in.RoutedBatchPerS} {
+		require.Positive(t, v)
+	}
+
+	require.Len(t, r.Targets, 9)
+	raw, err := json.Marshal(r)
+	require.NoError(t, err)
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	for scenario, want := range map[string][]string{
+		"isolation":  {"p50_ms", "p95_ms", "p99_ms", "p99_idle_ms", "ratio", "vs_river_defaults"},
+		"throughput": {"tierq_jobs_per_s", "bare_jobs_per_s", "ratio", "adr_jobs_per_s", "adr_bound_ratio"},
+		"sweeps":     {"aging_ratio", "escalation_ratio", "dlq_ratio", "aging_small_ms", "aging_large_ms"},
+	} {
+		section, ok := doc[scenario].(map[string]any)
+		require.True(t, ok, scenario)
+		for _, k := range want {
+			require.Contains(t, section, k, scenario)
+		}
+	}
+	require.NotEmpty(t, r.Rows())
+}
