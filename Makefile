@@ -4,7 +4,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := .tierq/bin
 
-.PHONY: run test build lint bench-routing pg-stop
+.PHONY: run test build lint bench bench-routing pg-stop
 
 ## run: migrate, start both workers and the scheduler, enqueue a demo mix, watch progress (Ctrl-C stops everything)
 run:
@@ -19,6 +19,14 @@ test:
 ## build: the binaries (worker, scheduler, tierctl) into .tierq/bin
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
+
+## bench: micro-benchmarks (-benchmem), then every tierctl bench scenario; BENCH_FLAGS=--quick for about a minute each
+BENCH_FLAGS ?=
+bench:
+	$(GO) test -run '^$$' -bench 'SelectQueue|InsertOpts|Parse|Effective' -benchmem ./routing/ ./tiers/ ./aging/
+	@eval "$$(scripts/pg.sh bench)" && \
+	  { $(GO) run ./cmd/tierctl bench all $(BENCH_FLAGS); status=$$?; \
+	    if [ "$${TIERQ_PG_STARTED:-}" = 1 ]; then scripts/pg.sh stop; fi; exit $$status; }
 
 ## bench-routing: SelectQueue ns/op and allocations
 bench-routing:

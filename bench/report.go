@@ -116,6 +116,14 @@ func (r Report) Rows() []Row {
 		add("isolation", "idle_queries_per_s", i.IdleQueriesPerS, "")
 		add("isolation", "river_defaults_idle_queries_per_s", i.RiverDefaultsIdleQueriesPerS, "")
 	}
+	if t := r.Throughput; t != nil {
+		add("throughput", "tierq_jobs_per_s", t.TierqJobsPerS, "")
+		add("throughput", "bare_jobs_per_s", t.BareJobsPerS, "")
+		add("throughput", "ratio", t.Ratio, "")
+		add("throughput", "adr_jobs_per_s", t.ADRJobsPerS, "")
+		add("throughput", "adr_bound_jobs_per_s", t.ADRBoundJobsPerS, "")
+		add("throughput", "adr_bound_ratio", t.ADRBoundRatio, "")
+	}
 	if s := r.Sweeps; s != nil {
 		add("sweeps", "aging_small_ms", s.AgingSmallMs, " ms")
 		add("sweeps", "aging_large_ms", s.AgingLargeMs, " ms")
@@ -143,14 +151,6 @@ func (r Report) Rows() []Row {
 		add("insert", "batch_ratio", in.BatchRatio, "")
 		add("insert", "select_queue_ns", in.SelectQueueNs, " ns")
 		add("insert", "select_queue_allocs", float64(in.SelectQueueAllocs), "")
-	}
-	if t := r.Throughput; t != nil {
-		add("throughput", "tierq_jobs_per_s", t.TierqJobsPerS, "")
-		add("throughput", "bare_jobs_per_s", t.BareJobsPerS, "")
-		add("throughput", "ratio", t.Ratio, "")
-		add("throughput", "adr_jobs_per_s", t.ADRJobsPerS, "")
-		add("throughput", "adr_bound_jobs_per_s", t.ADRBoundJobsPerS, "")
-		add("throughput", "adr_bound_ratio", t.ADRBoundRatio, "")
 	}
 	return rows
 }

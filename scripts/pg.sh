@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pg.sh MODE — find or start a PostgreSQL server for tierq and print the shell
-# exports that point at it. MODE is "run" (database tierq, DATABASE_URL) or
-# "test" (database tierq_test, TEST_DATABASE_URL).
+# exports that point at it. MODE is "run" (database tierq, DATABASE_URL),
+# "test" (database tierq_test, TEST_DATABASE_URL) or "bench" (database
+# tierq_bench, DATABASE_URL; tierctl bench works in schemas of its own there).
 #
 #   eval "$(scripts/pg.sh test)"
 #
@@ -25,13 +26,14 @@ pguser=tierq-pg
 case "$mode" in
   run)  var=DATABASE_URL;      dbname=tierq ;;
   test) var=TEST_DATABASE_URL; dbname=tierq_test ;;
+  bench) var=DATABASE_URL;     dbname=tierq_bench ;;
   stop)
     bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
     [ -f "$pgdir/data/postmaster.pid" ] || { echo "no throwaway cluster running" >&2; exit 0; }
     as_pg() { if [ "$(id -u)" = 0 ]; then su -s /bin/sh "$pguser" -c "$*"; else sh -c "$*"; fi; }
     as_pg "'$bindir/pg_ctl' -D '$pgdir/data' stop -m fast" >&2
     exit 0 ;;
-  *) echo "usage: $0 run|test|stop" >&2; exit 2 ;;
+  *) echo "usage: $0 run|test|bench|stop" >&2; exit 2 ;;
 esac
 
 log() { echo "pg.sh: $*" >&2; }

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -23,6 +28,7 @@ func (a *app) benchCommand() *cobra.Command {
 		quick, asJSON bool
 		runs          int
 		set           []string
+		samples       string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench SCENARIO|all",
@@ -77,6 +83,11 @@ as the last line. See docs/benchmarks.md.`,
 				}
 			}
 			a.printBenchTable(report)
+			if samples != "" && report.Isolation != nil {
+				if err := writeSamples(samples, report.Isolation.Samples); err != nil {
+					return err
+				}
+			}
 			if asJSON {
 				line, err := json.Marshal(report)
 				if err != nil {
@@ -90,6 +101,7 @@ as the last line. See docs/benchmarks.md.`,
 	cmd.Flags().BoolVar(&quick, "quick", false, "small runs: about a minute per scenario")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object with every result as the last line")
 	cmd.Flags().IntVar(&runs, "runs", 0, "repetitions per scenario, results are medians (0: 3, or 1 with --quick)")
+	cmd.Flags().StringVar(&samples, "samples", "", "write the isolation scenario's latencies (last run, ms per job and phase) to this CSV file, for scripts/plot-latency.sh")
 	cmd.Flags().StringArrayVar(&set, "set", nil, "NAME=value for tierq's worker configuration (e.g. QUEUE_PRIORITY_FETCH_COOLDOWN=10ms), to measure other tuning")
 	return cmd
 }
@@ -137,4 +149,25 @@ func (a *app) printBenchTable(r bench.Report) {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", row.Scenario, row.Measure, row.Value, row.Target, met)
 	}
 	_ = w.Flush()
+}
+
+// writeSamples writes latencies as CSV: phase,latency_ms.
+func writeSamples(path string, samples map[string][]float64) error {
+	f, err := os.Create(path) //nolint:gosec // the operator's own output file
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write([]string{"phase", "latency_ms"})
+	phases := slices.Sorted(maps.Keys(samples))
+	for _, phase := range phases {
+		for _, v := range samples[phase] {
+			_ = w.Write([]string{phase, strconv.FormatFloat(v, 'f', 3, 64)})
+		}
+	}
+	w.Flush()
+	if err := errors.Join(w.Error(), f.Close()); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }
