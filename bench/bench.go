@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -200,4 +201,32 @@ func median(xs []float64) float64 {
 func round(x float64, d int) float64 {
 	p := math.Pow(10, float64(d))
 	return math.Round(x*p) / p
+}
+
+// sleep waits d or until ctx ends (Ctrl-C), whichever is first.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// CheckWorkerEnv accepts only the worker settings a bench may vary: worker
+// counts and fetch tuning (QUEUE_*, ANALYZER_QUEUE_*, SPECGEN_QUEUE_*). The
+// database, schema and service are the bench's own.
+func CheckWorkerEnv(env []string) error {
+	for _, kv := range env {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Errorf("--set wants NAME=value, not %q", kv)
+		}
+		if !strings.HasPrefix(name, "QUEUE_") && !strings.HasPrefix(name, "ANALYZER_QUEUE_") && !strings.HasPrefix(name, "SPECGEN_QUEUE_") {
+			return fmt.Errorf("--set %s: only worker counts and fetch tuning (QUEUE_*, ANALYZER_QUEUE_*, SPECGEN_QUEUE_*) can be set", name)
+		}
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/producer"
@@ -17,8 +18,9 @@ import (
 
 // InsertResult is the insert scenario: jobs/s a producer inserts one by one
 // and in batches (InsertMany) with the queue and priority from the routing
-// helper (routing.InsertOpts, from the tier), against raw River inserts with
-// a fixed queue and priority, on the same client, alternating; and
+// helper (routing.InsertOpts, from the tier), against raw River inserts of
+// the same queues and priorities written out literally, on the same client,
+// alternating; and
 // producer.Insert (routing plus dedup by target, one transaction each).
 // Medians over runs. SelectQueue's cost is measured in-process with
 // testing.Benchmark.
@@ -38,9 +40,16 @@ type InsertResult struct {
 	// River's default configuration (insert notifications at most every
 	// 100ms per queue, not producer.NotifyCooldown).
 	RiverDefaultsOnePerS float64 `json:"river_defaults_one_per_s"`
-	SelectQueueNs        float64 `json:"select_queue_ns"`
-	SelectQueueAllocs    int64   `json:"select_queue_allocs"`
-	Runs                 int     `json:"runs"`
+	// Concurrent* are raw inserts from 16 goroutines at once, on
+	// producer.ClientConfig and on River's defaults: what the 5ms insert
+	// notification cooldown costs when many producers commit at once
+	// (PostgreSQL serialises the commits of transactions that NOTIFY).
+	ConcurrentPerS              float64 `json:"concurrent_per_s"`
+	RiverDefaultsConcurrentPerS float64 `json:"river_defaults_concurrent_per_s"`
+	ConcurrentRatio             float64 `json:"concurrent_ratio"`
+	SelectQueueNs               float64 `json:"select_queue_ns"`
+	SelectQueueAllocs           int64   `json:"select_queue_allocs"`
+	Runs                        int     `json:"runs"`
 }
 
 // Insert runs the insert scenario.
@@ -60,16 +69,46 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 		return res, fmt.Errorf("new river client: %w", err)
 	}
 
-	allTiers := tiers.All()
-	fixed := &river.InsertOpts{Queue: routing.Analyzer.Queue(routing.Priority), Priority: 2}
+	// The raw variants insert the same queues and priorities as the routed
+	// ones, in the same order, written out literally: the difference is the
+	// routing helper, not the mix of queues.
+	allTiers := tiers.All() // free, pro, pro_plus, enterprise
+	literal := []*river.InsertOpts{
+		{Queue: "analysis_default", Priority: 4}, {Queue: "analysis_priority", Priority: 4},
+		{Queue: "analysis_priority", Priority: 3}, {Queue: "analysis_priority", Priority: 2},
+	}
+	for k, tier := range allTiers {
+		routed := routing.InsertOpts(routing.Analyzer, tier, false)
+		if routed.Queue != literal[k].Queue || routed.Priority != literal[k].Priority {
+			return res, fmt.Errorf("insert: literal options for %s (%s, %d) differ from routing's (%s, %d)",
+				tier, literal[k].Queue, literal[k].Priority, routed.Queue, routed.Priority)
+		}
+	}
+	raw := func(i int) *river.InsertOpts { return literal[i%len(literal)] }
+	concurrent := func(c *river.Client[pgx.Tx], n int) error {
+		const producers = 16
+		g, gctx := errgroup.WithContext(ctx)
+		for p := range producers {
+			g.Go(func() error {
+				for i := p; i < n; i += producers {
+					if _, err := c.Insert(gctx, jobs.LoadTestArgs{}, raw(i)); err != nil {
+						return err
+					}
+					opts.progress().Add(1)
+				}
+				return nil
+			})
+		}
+		return g.Wait()
+	}
 	variants := []struct {
 		name string
 		n    int
 		run  func(run int) error
 	}{
 		{"raw one", res.OneByOne, func(int) error {
-			for range res.OneByOne {
-				if _, err := client.Insert(ctx, jobs.LoadTestArgs{}, fixed); err != nil {
+			for i := range res.OneByOne {
+				if _, err := client.Insert(ctx, jobs.LoadTestArgs{}, raw(i)); err != nil {
 					return err
 				}
 				opts.progress().Add(1)
@@ -103,8 +142,8 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 			return nil
 		}},
 		{"river defaults one", res.OneByOne, func(int) error {
-			for range res.OneByOne {
-				if _, err := defaults.Insert(ctx, jobs.LoadTestArgs{}, fixed); err != nil {
+			for i := range res.OneByOne {
+				if _, err := defaults.Insert(ctx, jobs.LoadTestArgs{}, raw(i)); err != nil {
 					return err
 				}
 				opts.progress().Add(1)
@@ -112,8 +151,10 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 			return nil
 		}},
 		{"raw batch", res.Batched, func(int) error {
-			return insertBatches(ctx, client, res.Batched, res.BatchSize, opts, func(int) *river.InsertOpts { return fixed })
+			return insertBatches(ctx, client, res.Batched, res.BatchSize, opts, raw)
 		}},
+		{"concurrent", 2 * res.OneByOne, func(int) error { return concurrent(client, 2*res.OneByOne) }},
+		{"river defaults concurrent", 2 * res.OneByOne, func(int) error { return concurrent(defaults, 2*res.OneByOne) }},
 		{"routed batch", res.Batched, func(int) error {
 			return insertBatches(ctx, client, res.Batched, res.BatchSize, opts, func(i int) *river.InsertOpts {
 				return routing.InsertOpts(routing.Analyzer, allTiers[i%len(allTiers)], false)
@@ -142,6 +183,8 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 	res.OneRatio = round(m("routed one")/m("raw one"), 3)
 	res.ProducerRatio = round(m("producer one")/m("raw one"), 3)
 	res.BatchRatio = round(m("routed batch")/m("raw batch"), 3)
+	res.ConcurrentPerS, res.RiverDefaultsConcurrentPerS = round(m("concurrent"), 0), round(m("river defaults concurrent"), 0)
+	res.ConcurrentRatio = round(m("concurrent")/m("river defaults concurrent"), 3)
 
 	bench := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
@@ -149,7 +192,6 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 			_ = routing.SelectQueue("analysis", allTiers[i%len(allTiers)], i%7 == 0)
 		}
 	})
-	res.SelectQueueNs = round(float64(bench.NsPerOp()), 1)
 	if bench.N > 0 {
 		res.SelectQueueNs = round(float64(bench.T.Nanoseconds())/float64(bench.N), 2)
 	}

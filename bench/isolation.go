@@ -54,6 +54,13 @@ type IsolationResult struct {
 	BacklogWorked float64 `json:"backlog_worked"`
 	BacklogLeft   float64 `json:"backlog_left"`
 	Runs          int     `json:"runs"`
+	// P99HeavyMs is the stream's p99 while the backlog is drained as hard
+	// as the machine allows (50 free workers fetching every 10ms, about
+	// HeavyBacklogWorked jobs during the phase): isolation when the
+	// database itself is busy. HeavyRatio is P99HeavyMs / P99IdleMs.
+	P99HeavyMs         float64 `json:"p99_heavy_ms"`
+	HeavyRatio         float64 `json:"heavy_ratio"`
+	HeavyBacklogWorked float64 `json:"heavy_backlog_worked"`
 	// IdleQueriesPerS is the statements per second an idle analyzer worker
 	// (tierq's defaults, nothing queued) sends to PostgreSQL, counted on its
 	// connections; RiverDefaultsIdleQueriesPerS the same for a River client
@@ -93,6 +100,16 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 		}
 		return tierqWorker(cfg, pool, opts), nil
 	}
+	// The same worker, but the free queue drained as hard as the machine
+	// allows: 50 workers fetching every 10ms.
+	tierqHeavy := func(pool *pgxpool.Pool) (*river.Config, error) {
+		cfg, err := e.workerConfig(append(slices.Clone(opts.WorkerEnv),
+			"ANALYZER_QUEUE_DEFAULT_WORKERS=50", "QUEUE_DEFAULT_FETCH_COOLDOWN=10ms")...)
+		if err != nil {
+			return nil, err
+		}
+		return tierqWorker(cfg, pool, opts), nil
+	}
 	riverWorker := func(*pgxpool.Pool) (*river.Config, error) {
 		cfg, err := e.workerConfig(opts.WorkerEnv...)
 		if err != nil {
@@ -107,12 +124,13 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 		{name: "tierq backlog", backlog: true, producer: tierqProducer, worker: tierq},
 		{name: "river defaults backlog", backlog: true, producer: riverProducer, worker: riverWorker},
 		{name: "tierq with a river-default producer", backlog: true, producer: riverProducer, worker: tierq},
+		{name: "tierq heavy backlog", backlog: true, producer: tierqProducer, worker: tierqHeavy},
 	}
 
 	p99 := map[string][]float64{}
 	p95 := map[string][]float64{}
 	p50 := map[string][]float64{}
-	var worked, left []float64
+	var worked, left, heavyWorked []float64
 	for run := range res.Runs {
 		for _, ph := range phases {
 			opts.progress().Stage(fmt.Sprintf("isolation run %d/%d: %s", run+1, res.Runs, ph.name), res.Jobs)
@@ -129,9 +147,12 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 			p95[ph.name] = append(p95[ph.name], percentile(lat, 95))
 			p99[ph.name] = append(p99[ph.name], percentile(lat, 99))
 			res.Samples[ph.name] = lat
-			if ph.name == "tierq backlog" {
+			switch ph.name {
+			case "tierq backlog":
 				worked = append(worked, float64(done))
 				left = append(left, float64(remaining))
+			case "tierq heavy backlog":
+				heavyWorked = append(heavyWorked, float64(done))
 			}
 		}
 	}
@@ -142,6 +163,9 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	res.Ratio = round(res.P99Ms/res.P99IdleMs, 3)
 	res.VsRiverDefaults = round(res.P99Ms/res.RiverDefaultsP99Ms, 3)
 	res.BacklogWorked, res.BacklogLeft = median(worked), median(left)
+	res.P99HeavyMs = round(median(p99["tierq heavy backlog"]), 2)
+	res.HeavyRatio = round(res.P99HeavyMs/res.P99IdleMs, 3)
+	res.HeavyBacklogWorked = median(heavyWorked)
 
 	idleFor := opts.sizes().idle
 	for _, ph := range []isolationPhase{phases[0], phases[2]} {
@@ -193,24 +217,31 @@ func (e *env) idleQueries(ctx context.Context, ph isolationPhase, d time.Duratio
 		return 0, err
 	}
 	defer stopClient(client)
-	time.Sleep(2 * e.opts.sizes().warmup)
+	if err := sleep(ctx, 2*e.opts.sizes().warmup); err != nil {
+		return 0, err
+	}
 	before := counter.n.Load()
-	time.Sleep(d)
+	if err := sleep(ctx, d); err != nil {
+		return 0, err
+	}
 	return float64(counter.n.Load()-before) / d.Seconds(), nil
 }
 
 // workerConfig is the analyzer worker's configuration as the worker process
-// loads it (defaults, plus env), with the load-test workload registered.
+// loads it (defaults, then env), with the load-test workload registered. The
+// bench's own settings come last, so that nothing in env can point the
+// worker at another schema or service (CheckWorkerEnv refuses them anyway).
 func (e *env) workerConfig(env ...string) (config.Worker, error) {
-	return config.Load[config.Worker](append([]string{
-		"DATABASE_URL=" + e.opts.DatabaseURL, "DATABASE_SCHEMA=" + e.Name,
+	return config.Load[config.Worker](append(slices.Clone(env),
+		"DATABASE_URL="+e.opts.DatabaseURL, "DATABASE_SCHEMA="+e.Name,
 		"WORKER_SERVICE=analyzer", "LOAD_TEST_WORKLOAD=true",
-	}, env...))
+	))
 }
 
 // riverDefaults is a River client for the same queues and worker counts as
 // cfg with everything else at River's defaults (fetch cooldown 100ms, poll
-// interval 1s), working the load-test workload.
+// interval 1s), working the load-test workload. Like tierq's workers it never
+// leads, so that neither side runs River's maintenance.
 func riverDefaults(schema string, cfg config.Worker, opts Options) *river.Config {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &jobs.LoadTestWorker{})
@@ -218,7 +249,7 @@ func riverDefaults(schema string, cfg config.Worker, opts Options) *river.Config
 	for name, qc := range cfg.Queues() {
 		queues[name] = river.QueueConfig{MaxWorkers: qc.Workers}
 	}
-	return &river.Config{Schema: schema, Logger: opts.logger(), Queues: queues, Workers: workers}
+	return &river.Config{Schema: schema, Logger: opts.logger(), Queues: queues, Workers: workers, LeaderElectionDisabled: true}
 }
 
 // stream runs one phase: a fresh table (with backlog free jobs queued in
@@ -265,7 +296,9 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 		return nil, 0, 0, fmt.Errorf("producer client: %w", err)
 	}
 
-	time.Sleep(e.opts.sizes().warmup) // the worker's producers and listener are up
+	if err := sleep(ctx, e.opts.sizes().warmup); err != nil { // the worker's producers and listener are up
+		return nil, 0, 0, err
+	}
 	ids, err := e.insertStream(ctx, producerClient, duration)
 	if err != nil {
 		return nil, 0, 0, err
@@ -291,14 +324,13 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 	return lat, worked, left, nil
 }
 
-// insertStream inserts one enterprise analyzer job per streamInterval for
-// duration, routed by routing.InsertOpts as a producer does.
+// insertStream inserts duration/streamInterval enterprise analyzer jobs, one
+// per streamInterval, routed by routing.InsertOpts as a producer does.
 func (e *env) insertStream(ctx context.Context, client *river.Client[pgx.Tx], duration time.Duration) ([]int64, error) {
 	ticker := time.NewTicker(streamInterval)
 	defer ticker.Stop()
-	deadline := time.Now().Add(duration)
 	var ids []int64
-	for time.Now().Before(deadline) {
+	for range int(duration / streamInterval) {
 		res, err := client.Insert(ctx, jobs.LoadTestArgs{}, routing.InsertOpts(routing.Analyzer, tiers.Enterprise, false))
 		if err != nil {
 			return nil, fmt.Errorf("insert: %w", err)
@@ -328,6 +360,8 @@ func waitStarted(ctx context.Context, pool *pgxpool.Pool, ids []int64, timeout t
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%d of %d jobs not started after %s", waiting, len(ids), timeout)
 		}
-		time.Sleep(100 * time.Millisecond)
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
 	}
 }

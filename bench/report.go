@@ -113,10 +113,14 @@ func (r Report) Rows() []Row {
 		add("isolation", "river_producer_p50_ms", i.RiverProducerP50Ms, " ms")
 		add("isolation", "river_producer_p99_ms", i.RiverProducerP99Ms, " ms")
 		add("isolation", "backlog_left", i.BacklogLeft, " jobs")
+		add("isolation", "p99_heavy_ms", i.P99HeavyMs, " ms")
+		add("isolation", "heavy_ratio", i.HeavyRatio, "")
+		add("isolation", "heavy_backlog_worked", i.HeavyBacklogWorked, " jobs")
 		add("isolation", "idle_queries_per_s", i.IdleQueriesPerS, "")
 		add("isolation", "river_defaults_idle_queries_per_s", i.RiverDefaultsIdleQueriesPerS, "")
 	}
 	if t := r.Throughput; t != nil {
+		add("throughput", "drain_bound_jobs_per_s", t.DrainBoundJobsPerS, "")
 		add("throughput", "tierq_jobs_per_s", t.TierqJobsPerS, "")
 		add("throughput", "bare_jobs_per_s", t.BareJobsPerS, "")
 		add("throughput", "ratio", t.Ratio, "")
@@ -149,6 +153,9 @@ func (r Report) Rows() []Row {
 		add("insert", "raw_batch_per_s", in.RawBatchPerS, "")
 		add("insert", "routed_batch_per_s", in.RoutedBatchPerS, "")
 		add("insert", "batch_ratio", in.BatchRatio, "")
+		add("insert", "concurrent_per_s", in.ConcurrentPerS, "")
+		add("insert", "river_defaults_concurrent_per_s", in.RiverDefaultsConcurrentPerS, "")
+		add("insert", "concurrent_ratio", in.ConcurrentRatio, "")
 		add("insert", "select_queue_ns", in.SelectQueueNs, " ns")
 		add("insert", "select_queue_allocs", float64(in.SelectQueueAllocs), "")
 	}

@@ -92,8 +92,11 @@ func sweepTimes(ctx context.Context, opts Options, total, reps int) (agingMs, es
 	agingSettings := aging.Settings{Step: 5 * time.Minute, MaxPriority: 2, Batch: 1000}
 	rules := escalation.Rules(3*time.Hour, 0)
 	var ag, es, dl []float64
-	opts.progress().Stage(fmt.Sprintf("sweeps: %d rows, %d repetitions", total, reps), reps)
-	for range reps {
+	opts.progress().Stage(fmt.Sprintf("sweeps: %d rows, %d repetitions", total, reps), reps+1)
+	for rep := range reps + 1 { // the first warms the caches and is not counted
+		if rep == 1 {
+			ag, es, dl = nil, nil, nil
+		}
 		if _, err := e.Pool.Exec(ctx, `UPDATE river_job SET priority = 4, metadata = '{}'
 			WHERE state = 'available' AND queue = 'analysis_default' AND priority < 4 AND kind = $1`, jobs.KindLoadTest); err != nil {
 			return 0, 0, 0, fmt.Errorf("reset aging: %w", err)

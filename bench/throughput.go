@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,6 +31,9 @@ type ThroughputResult struct {
 	Ratio           float64 `json:"ratio"`
 	Jobs            int     `json:"jobs"`
 	WorkersPerQueue int     `json:"workers_per_queue"`
+	// DrainBoundJobsPerS is the drains' fetch-cadence bound; the drains
+	// must stay well below it (the scenario fails above half).
+	DrainBoundJobsPerS float64 `json:"drain_bound_jobs_per_s"`
 
 	ADRJobsPerS      float64 `json:"adr_jobs_per_s"`
 	ADRBoundJobsPerS float64 `json:"adr_bound_jobs_per_s"`
@@ -51,11 +55,19 @@ func Throughput(ctx context.Context, opts Options) (ThroughputResult, error) {
 	defer e.close()
 
 	res := ThroughputResult{Jobs: opts.sizes().drainJobs, WorkersPerQueue: drainWorkers, Runs: opts.runs(), ADRSeconds: opts.sizes().adr.Seconds()}
+	// Every queue at the priority class's 10ms cooldown, so that the
+	// fetch cadence (100 workers per 10ms per queue) is far above what the
+	// database can do and the drain measures the job loop, not River's
+	// fetch timer.
 	big := fmt.Sprint(drainWorkers)
-	cfg, err := e.workerConfig(append(opts.WorkerEnv,
-		"ANALYZER_QUEUE_PRIORITY_WORKERS="+big, "ANALYZER_QUEUE_DEFAULT_WORKERS="+big, "ANALYZER_QUEUE_SCHEDULED_WORKERS="+big)...)
+	cfg, err := e.workerConfig(append(slices.Clone(opts.WorkerEnv),
+		"ANALYZER_QUEUE_PRIORITY_WORKERS="+big, "ANALYZER_QUEUE_DEFAULT_WORKERS="+big, "ANALYZER_QUEUE_SCHEDULED_WORKERS="+big,
+		"QUEUE_DEFAULT_FETCH_COOLDOWN=10ms", "QUEUE_SCHEDULED_FETCH_COOLDOWN=10ms")...)
 	if err != nil {
 		return res, err
+	}
+	for _, qc := range cfg.Queues() {
+		res.DrainBoundJobsPerS += float64(qc.Workers) / qc.FetchCooldown.Seconds()
 	}
 	variants := map[string]func(*pgxpool.Pool) *river.Config{
 		"tierq": func(pool *pgxpool.Pool) *river.Config { return tierqWorker(cfg, pool, opts) },
@@ -78,6 +90,10 @@ func Throughput(ctx context.Context, opts Options) (ThroughputResult, error) {
 	}
 	res.TierqJobsPerS, res.BareJobsPerS = round(median(rates["tierq"]), 0), round(median(rates["bare"]), 0)
 	res.Ratio = round(median(rates["tierq"])/median(rates["bare"]), 3)
+	if res.TierqJobsPerS > res.DrainBoundJobsPerS/2 || res.BareJobsPerS > res.DrainBoundJobsPerS/2 {
+		return res, fmt.Errorf("throughput: drains reached %g and %g jobs/s, over half the fetch-cadence bound %g: the comparison would measure River's fetch timer",
+			res.TierqJobsPerS, res.BareJobsPerS, res.DrainBoundJobsPerS)
+	}
 
 	adr, err := e.workerConfig(opts.WorkerEnv...)
 	if err != nil {
@@ -108,7 +124,8 @@ func tierqWorker(cfg config.Worker, pool *pgxpool.Pool, opts Options) *river.Con
 
 // bareRiver is a River client with exactly cfg's queues (worker counts and
 // fetch settings) and nothing else of tierq's: no hooks, every other setting
-// at River's default.
+// at River's default, except that it never leads (as tierq's workers), so
+// that neither side runs River's maintenance.
 func bareRiver(schema string, cfg config.Worker, opts Options) *river.Config {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &jobs.LoadTestWorker{})
@@ -116,7 +133,7 @@ func bareRiver(schema string, cfg config.Worker, opts Options) *river.Config {
 	for name, qc := range cfg.Queues() {
 		queues[name] = river.QueueConfig{MaxWorkers: qc.Workers, FetchCooldown: qc.FetchCooldown, FetchPollInterval: qc.PollInterval}
 	}
-	return &river.Config{Schema: schema, Logger: opts.logger(), Queues: queues, Workers: workers}
+	return &river.Config{Schema: schema, Logger: opts.logger(), Queues: queues, Workers: workers, LeaderElectionDisabled: true}
 }
 
 // drain seeds n no-op jobs spread over cfg's queues, starts the client
@@ -200,12 +217,16 @@ func (e *env) cadence(ctx context.Context, cfg config.Worker, d time.Duration) (
 		return 0, 0, err
 	}
 	defer stopClient(client)
-	time.Sleep(e.opts.sizes().warmup)
+	if err := sleep(ctx, e.opts.sizes().warmup); err != nil {
+		return 0, 0, err
+	}
 	var t0, t1 time.Time
 	if err := e.Pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t0); err != nil {
 		return 0, 0, fmt.Errorf("read clock: %w", err)
 	}
-	time.Sleep(d)
+	if err := sleep(ctx, d); err != nil {
+		return 0, 0, err
+	}
 	var started int
 	if err := e.Pool.QueryRow(ctx, `SELECT clock_timestamp(), (SELECT count(*) FROM river_job WHERE attempted_at >= $1 AND attempted_at < clock_timestamp())`,
 		t0).Scan(&t1, &started); err != nil {

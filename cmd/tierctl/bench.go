@@ -58,10 +58,8 @@ as the last line. See docs/benchmarks.md.`,
 			if runs < 0 || runs > 100 {
 				return &usageError{fmt.Errorf("--runs must be between 0 and 100, not %d", runs)}
 			}
-			for _, kv := range set {
-				if !strings.Contains(kv, "=") {
-					return &usageError{fmt.Errorf("--set wants NAME=value, not %q", kv)}
-				}
+			if err := bench.CheckWorkerEnv(set); err != nil {
+				return &usageError{err}
 			}
 			cfg, err := config.Load[config.CLI](a.environ)
 			if err != nil {
@@ -72,16 +70,16 @@ as the last line. See docs/benchmarks.md.`,
 			if _, err := config.Load[config.Worker](append([]string{"DATABASE_URL=" + cfg.URL, "WORKER_SERVICE=analyzer"}, set...)); err != nil {
 				return err
 			}
-			opts := bench.Options{
-				DatabaseURL: cfg.URL, Quick: quick, Runs: runs, WorkerEnv: set,
-				Progress: &benchProgress{app: a},
-			}
+			progress := &benchProgress{app: a}
+			opts := bench.Options{DatabaseURL: cfg.URL, Quick: quick, Runs: runs, WorkerEnv: set, Progress: progress}
 			report := bench.Report{}
 			for _, s := range scenarios {
 				if err := bench.Run(cmd.Context(), s, opts, &report); err != nil {
+					progress.finish()
 					return err
 				}
 			}
+			progress.finish() // nothing draws after this: the JSON stays the last line
 			a.printBenchTable(report)
 			if samples != "" && report.Isolation != nil {
 				if err := writeSamples(samples, report.Isolation.Samples); err != nil {
@@ -113,9 +111,7 @@ type benchProgress struct {
 }
 
 func (p *benchProgress) Stage(name string, total int) {
-	if p.bar != nil {
-		_ = p.bar.Finish()
-	}
+	p.finish()
 	if total <= 0 {
 		total = -1 // a spinner
 	}
@@ -127,6 +123,15 @@ func (p *benchProgress) Stage(name string, total int) {
 		progressbar.OptionThrottle(time.Second), // few lines when stdout is a file
 		progressbar.OptionOnCompletion(func() { fmt.Fprintln(p.app.stdout) }),
 	)
+}
+
+// finish ends the current bar (a spinner's redraws too).
+func (p *benchProgress) finish() {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+		_ = p.bar.Exit()
+		p.bar = nil
+	}
 }
 
 func (p *benchProgress) Add(n int) {

@@ -141,6 +141,8 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{name: "bench no scenario", args: []string{"bench"}, want: "accepts 1 arg"},
 		{name: "bench runs", args: []string{"bench", "insert", "--runs", "1000"}, want: "--runs must be between 0 and 100"},
 		{name: "bench bad set", args: []string{"bench", "isolation", "--set", "QUEUE_PRIORITY_FETCH_COOLDOWN"}, want: "--set wants NAME=value"},
+		{name: "bench set schema", args: []string{"bench", "isolation", "--set", "DATABASE_SCHEMA=public"}, want: "only worker counts and fetch tuning"},
+		{name: "bench set service", args: []string{"bench", "isolation", "--set", "WORKER_SERVICE=specgen"}, want: "only worker counts and fetch tuning"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
