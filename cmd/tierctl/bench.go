@@ -73,14 +73,17 @@ as the last line. See docs/benchmarks.md.`,
 			progress := &benchProgress{app: a}
 			opts := bench.Options{DatabaseURL: cfg.URL, Quick: quick, Runs: runs, WorkerEnv: set, Progress: progress}
 			report := bench.Report{}
+			var runErr error
 			for _, s := range scenarios {
-				if err := bench.Run(cmd.Context(), s, opts, &report); err != nil {
-					progress.finish()
-					return err
+				if runErr = bench.Run(cmd.Context(), s, opts, &report); runErr != nil {
+					break
 				}
 			}
 			progress.finish() // nothing draws after this: the JSON stays the last line
-			a.printBenchTable(report)
+			a.printBenchTable(report) // what finished, even when a scenario failed
+			if runErr != nil {
+				return runErr
+			}
 			if samples != "" && report.Isolation != nil {
 				if err := writeSamples(samples, report.Isolation.Samples); err != nil {
 					return err
