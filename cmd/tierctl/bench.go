@@ -79,7 +79,7 @@ as the last line. See docs/benchmarks.md.`,
 					break
 				}
 			}
-			progress.finish() // nothing draws after this: the JSON stays the last line
+			progress.finish()         // nothing draws after this: the JSON stays the last line
 			a.printBenchTable(report) // what finished, even when a scenario failed
 			if runErr != nil {
 				return runErr
