@@ -40,7 +40,7 @@ type ThroughputResult struct {
 	// ADRBoundRatio is ADRJobsPerS / ADRBoundJobsPerS.
 	ADRBoundRatio float64 `json:"adr_bound_ratio"`
 	ADRSeconds    float64 `json:"adr_seconds"`
-	Runs          int     `json:"runs"`
+	Runs          int     `json:"runs"` // of the ADR measurement; the drains alternate max(Runs, 3) pairs
 }
 
 // drainWorkers is the worker count per queue of the drain comparison.
@@ -74,14 +74,17 @@ func Throughput(ctx context.Context, opts Options) (ThroughputResult, error) {
 		"tierq": func(pool *pgxpool.Pool) *river.Config { return tierqWorker(cfg, pool, opts) },
 		"bare":  func(*pgxpool.Pool) *river.Config { return bareRiver(e.Name, cfg, opts) },
 	}
+	// The drains are short (seconds) and noisy: at least three alternating
+	// pairs even with --quick.
+	pairs := max(res.Runs, 3)
 	rates := map[string][]float64{}
-	for run := range res.Runs {
+	for run := range pairs {
 		order := []string{"tierq", "bare"}
 		if run%2 == 1 {
 			order = []string{"bare", "tierq"}
 		}
 		for _, name := range order {
-			opts.progress().Stage(fmt.Sprintf("throughput run %d/%d: %s drains %d jobs", run+1, res.Runs, name, res.Jobs), res.Jobs)
+			opts.progress().Stage(fmt.Sprintf("throughput pair %d/%d: %s drains %d jobs", run+1, pairs, name, res.Jobs), res.Jobs)
 			rate, err := e.drain(ctx, cfg, variants[name], res.Jobs)
 			if err != nil {
 				return res, fmt.Errorf("throughput %s: %w", name, err)
