@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/aging"
+	"github.com/tierq/tierq/internal/seed"
 	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/routing"
 )
 
@@ -29,14 +31,8 @@ func BenchmarkSweep(b *testing.B) {
 			const due = 500
 			waiting := total / 100
 			testdb.SeedFinished(b, db, total-waiting-due)
-			_, err := db.Pool.Exec(ctx, `
-				INSERT INTO river_job (state, queue, priority, kind, args, max_attempts, scheduled_at)
-				SELECT 'available', 'analysis_default', 4, 'loadtest', '{}', 10,
-				       CASE WHEN i <= $2 THEN now() - interval '12 minutes' ELSE now() - interval '1 minute' END
-				FROM generate_series(1, $1) AS i`, waiting+due, due)
-			require.NoError(b, err)
-			_, err = db.Pool.Exec(ctx, `ANALYZE river_job`)
-			require.NoError(b, err)
+			require.NoError(b, seed.Available(ctx, db.Pool, jobs.KindLoadTest, "analysis_default", 4, waiting+due, time.Minute, due, 12*time.Minute))
+			require.NoError(b, seed.Analyze(ctx, db.Pool))
 
 			settings := aging.Settings{Step: 5 * time.Minute, MaxPriority: 2, Batch: 1000}
 			reset := func() {

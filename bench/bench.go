@@ -155,8 +155,6 @@ func (e *env) reset(ctx context.Context) error {
 	return nil
 }
 
-func riverDriver(pool *pgxpool.Pool) *riverpgxv5.Driver { return riverpgxv5.New(pool) }
-
 // startClient builds and starts a River client with cfg on pool.
 func startClient(ctx context.Context, pool *pgxpool.Pool, cfg *river.Config) (*river.Client[pgx.Tx], error) {
 	client, err := river.NewClient(riverpgxv5.New(pool), cfg)

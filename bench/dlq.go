@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/internal/seed"
@@ -42,7 +43,7 @@ func DLQ(ctx context.Context, opts Options) (DLQResult, error) {
 		return res, err
 	}
 	defer e.close()
-	client, err := river.NewClient(riverDriver(e.Pool), producer.ClientConfig(e.Name, opts.logger()))
+	client, err := river.NewClient(riverpgxv5.New(e.Pool), producer.ClientConfig(e.Name, opts.logger()))
 	if err != nil {
 		return res, fmt.Errorf("new river client: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tierq/tierq/jobs"
@@ -60,11 +61,11 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 		return res, err
 	}
 	defer e.close()
-	client, err := river.NewClient(riverDriver(e.Pool), producer.ClientConfig(e.Name, opts.logger()))
+	client, err := river.NewClient(riverpgxv5.New(e.Pool), producer.ClientConfig(e.Name, opts.logger()))
 	if err != nil {
 		return res, fmt.Errorf("new river client: %w", err)
 	}
-	defaults, err := river.NewClient(riverDriver(e.Pool), &river.Config{Schema: e.Name, Logger: opts.logger()})
+	defaults, err := river.NewClient(riverpgxv5.New(e.Pool), &river.Config{Schema: e.Name, Logger: opts.logger()})
 	if err != nil {
 		return res, fmt.Errorf("new river client: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/seed"
@@ -115,7 +116,7 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		return riverDefaults(e.Name, cfg, opts), nil
+		return bareRiver(e.Name, cfg, false, opts), nil
 	}
 	tierqProducer := func(schema string) *river.Config { return producer.ClientConfig(schema, opts.logger()) }
 	riverProducer := func(schema string) *river.Config { return &river.Config{Schema: schema, Logger: opts.logger()} }
@@ -238,20 +239,6 @@ func (e *env) workerConfig(env ...string) (config.Worker, error) {
 	))
 }
 
-// riverDefaults is a River client for the same queues and worker counts as
-// cfg with everything else at River's defaults (fetch cooldown 100ms, poll
-// interval 1s), working the load-test workload. Like tierq's workers it never
-// leads, so that neither side runs River's maintenance.
-func riverDefaults(schema string, cfg config.Worker, opts Options) *river.Config {
-	workers := river.NewWorkers()
-	river.AddWorker(workers, &jobs.LoadTestWorker{})
-	queues := map[string]river.QueueConfig{}
-	for name, qc := range cfg.Queues() {
-		queues[name] = river.QueueConfig{MaxWorkers: qc.Workers}
-	}
-	return &river.Config{Schema: schema, Logger: opts.logger(), Queues: queues, Workers: workers, LeaderElectionDisabled: true}
-}
-
 // stream runs one phase: a fresh table (with backlog free jobs queued in
 // analysis_default if asked), the phase's worker started, then one
 // enterprise job every streamInterval for duration through the phase's
@@ -291,7 +278,7 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 		return nil, 0, 0, err
 	}
 	defer producerPool.Close()
-	producerClient, err := river.NewClient(riverDriver(producerPool), ph.producer(e.Name))
+	producerClient, err := river.NewClient(riverpgxv5.New(producerPool), ph.producer(e.Name))
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("producer client: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/seed"
@@ -72,7 +73,7 @@ func Throughput(ctx context.Context, opts Options) (ThroughputResult, error) {
 	}
 	variants := map[string]func(*pgxpool.Pool) *river.Config{
 		"tierq": func(pool *pgxpool.Pool) *river.Config { return tierqWorker(cfg, pool, opts) },
-		"bare":  func(*pgxpool.Pool) *river.Config { return bareRiver(e.Name, cfg, opts) },
+		"bare":  func(*pgxpool.Pool) *river.Config { return bareRiver(e.Name, cfg, true, opts) },
 	}
 	// The drains are short (seconds) and noisy: at least three alternating
 	// pairs even with --quick.
@@ -126,16 +127,21 @@ func tierqWorker(cfg config.Worker, pool *pgxpool.Pool, opts Options) *river.Con
 	return rc
 }
 
-// bareRiver is a River client with exactly cfg's queues (worker counts and
-// fetch settings) and nothing else of tierq's: no hooks, every other setting
-// at River's default, except that it never leads (as tierq's workers), so
-// that neither side runs River's maintenance.
-func bareRiver(schema string, cfg config.Worker, opts Options) *river.Config {
+// bareRiver is a River client with cfg's queues and worker counts and
+// nothing else of tierq's (no hooks, every other setting at River's
+// default), working the load-test workload; with fetch, also cfg's fetch
+// cooldowns and poll intervals, else River's (100ms, 1s). Like tierq's
+// workers it never leads, so that neither side runs River's maintenance.
+func bareRiver(schema string, cfg config.Worker, fetch bool, opts Options) *river.Config {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &jobs.LoadTestWorker{})
 	queues := map[string]river.QueueConfig{}
 	for name, qc := range cfg.Queues() {
-		queues[name] = river.QueueConfig{MaxWorkers: qc.Workers, FetchCooldown: qc.FetchCooldown, FetchPollInterval: qc.PollInterval}
+		q := river.QueueConfig{MaxWorkers: qc.Workers}
+		if fetch {
+			q.FetchCooldown, q.FetchPollInterval = qc.FetchCooldown, qc.PollInterval
+		}
+		queues[name] = q
 	}
 	return &river.Config{Schema: schema, Logger: opts.logger(), Queues: queues, Workers: workers, LeaderElectionDisabled: true}
 }
@@ -164,7 +170,7 @@ func (e *env) drain(ctx context.Context, cfg config.Worker, riverConfig func(*pg
 		return 0, err
 	}
 	defer pool.Close()
-	client, err := river.NewClient(riverDriver(pool), riverConfig(pool))
+	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(pool))
 	if err != nil {
 		return 0, fmt.Errorf("new river client: %w", err)
 	}

@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/escalation"
+	"github.com/tierq/tierq/internal/seed"
 	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/jobs"
 )
 
 // BenchmarkSweep times one escalation sweep that moves the same 500 jobs
@@ -28,14 +30,8 @@ func BenchmarkSweep(b *testing.B) {
 			const due = 500
 			waiting := total / 100
 			testdb.SeedFinished(b, db, total-waiting-due)
-			_, err := db.Pool.Exec(ctx, `
-				INSERT INTO river_job (state, queue, priority, kind, args, max_attempts, scheduled_at)
-				SELECT 'available', 'analysis_scheduled', 1 + i % 4, 'loadtest', '{}', 10,
-				       CASE WHEN i <= $2 THEN now() - interval '4 hours' ELSE now() - interval '1 hour' END
-				FROM generate_series(1, $1) AS i`, waiting+due, due)
-			require.NoError(b, err)
-			_, err = db.Pool.Exec(ctx, `ANALYZE river_job`)
-			require.NoError(b, err)
+			require.NoError(b, seed.Available(ctx, db.Pool, jobs.KindLoadTest, "analysis_scheduled", 0, waiting+due, time.Hour, due, 4*time.Hour))
+			require.NoError(b, seed.Analyze(ctx, db.Pool))
 
 			rules := escalation.Rules(3*time.Hour, 0)
 			reset := func() {
