@@ -134,7 +134,7 @@ func tierqWorker(cfg config.Worker, pool *pgxpool.Pool, opts Options) *river.Con
 // workers it never leads, so that neither side runs River's maintenance.
 func bareRiver(schema string, cfg config.Worker, fetch bool, opts Options) *river.Config {
 	workers := river.NewWorkers()
-	river.AddWorker(workers, &jobs.LoadTestWorker{})
+	river.AddWorker(workers, jobs.NewLoadTestWorker(nil))
 	queues := map[string]river.QueueConfig{}
 	for name, qc := range cfg.Queues() {
 		q := river.QueueConfig{MaxWorkers: qc.Workers}

@@ -3,9 +3,14 @@ package jobs
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
 // KindLoadTest is the kind of the load-test workload.
@@ -13,10 +18,18 @@ const KindLoadTest = "loadtest"
 
 // LoadTestArgs are the args of the load-test workload. JSON:
 //
-//	{"sleep_ms": 250}
+//	{"sleep_ms": 250, "record": true, "fail_until": "2026-11-21T12:00:00Z"}
 type LoadTestArgs struct {
 	// SleepMS is how long the job "works", in milliseconds (0 to 1 hour).
 	SleepMS int `json:"sleep_ms"`
+	// Record writes each attempt into load_test_executions (when it starts,
+	// and when it completes, in the completing transaction), so a test can
+	// count deliveries.
+	Record bool `json:"record,omitempty"`
+	// FailUntil makes every attempt that starts before this time fail with a
+	// transient error (retried with backoff, dead-lettered when attempts run
+	// out): an outage of whatever the job depends on.
+	FailUntil *time.Time `json:"fail_until,omitempty"`
 
 	decodeErr error
 }
@@ -30,30 +43,75 @@ func (a *LoadTestArgs) UnmarshalJSON(data []byte) error {
 }
 
 // LoadTestWorker is the load-test workload: it simulates work by sleeping for
-// SleepMS and does nothing else. It honours cancellation, so a stopping
+// SleepMS and does nothing else, except what its args ask for (recording its
+// executions, failing on purpose). It honours cancellation, so a stopping
 // worker's soft-stop timeout and JOB_TIMEOUT apply to it like to real work.
 // Registered only with LOAD_TEST_WORKLOAD=true.
 type LoadTestWorker struct {
 	river.WorkerDefaults[LoadTestArgs]
+
+	pool *pgxpool.Pool
 }
 
 var _ river.Worker[LoadTestArgs] = (*LoadTestWorker)(nil)
 
+// NewLoadTestWorker returns the load-test workload, recording executions
+// through pool (nil: jobs asking to be recorded fail).
+func NewLoadTestWorker(pool *pgxpool.Pool) *LoadTestWorker {
+	return &LoadTestWorker{pool: pool}
+}
+
+// ErrLoadTestFailure is the transient failure a load-test job asks for with
+// fail_until.
+var ErrLoadTestFailure = errors.New("load test: failing on purpose (fail_until)")
+
+const insertLoadTestExecution = `
+INSERT INTO load_test_executions (job_id, attempt, pid, client_id)
+VALUES ($1, $2, $3, $4)
+RETURNING id`
+
 func (w *LoadTestWorker) Work(ctx context.Context, job *river.Job[LoadTestArgs]) error {
-	if job.Args.decodeErr != nil {
-		return cancelBadArgs(KindLoadTest, job.Args.decodeErr)
+	args := job.Args
+	if args.decodeErr != nil {
+		return cancelBadArgs(KindLoadTest, args.decodeErr)
 	}
-	if job.Args.SleepMS < 0 || job.Args.SleepMS > int(time.Hour/time.Millisecond) {
+	if args.SleepMS < 0 || args.SleepMS > int(time.Hour/time.Millisecond) {
 		return cancelBadArgs(KindLoadTest, errSleepRange)
 	}
-	timer := time.NewTimer(time.Duration(job.Args.SleepMS) * time.Millisecond)
+	if args.Record && w.pool == nil {
+		return errors.New("load test: record asked, but this worker has no database pool")
+	}
+
+	var execution int64
+	if args.Record {
+		clientID := river.ClientFromContext[pgx.Tx](ctx).ID()
+		if err := w.pool.QueryRow(ctx, insertLoadTestExecution, job.ID, job.Attempt, os.Getpid(), clientID).Scan(&execution); err != nil {
+			return fmt.Errorf("record load-test execution: %w", err)
+		}
+	}
+	if args.FailUntil != nil && time.Now().Before(*args.FailUntil) {
+		return ErrLoadTestFailure
+	}
+
+	timer := time.NewTimer(time.Duration(args.SleepMS) * time.Millisecond)
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	if !args.Record {
+		return nil
+	}
+	return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE load_test_executions SET completed_at = now() WHERE id = $1`, execution); err != nil {
+			return fmt.Errorf("record load-test completion: %w", err)
+		}
+		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+			return fmt.Errorf("complete job: %w", err)
+		}
+		return nil
+	})
 }
 
 var errSleepRange = errors.New("sleep_ms must be between 0 and 3600000")

@@ -43,7 +43,7 @@ func RiverConfig(cfg config.Scheduler, pool *pgxpool.Pool, logger *slog.Logger, 
 	// so that the rescuer on this leader knows them.
 	river.AddWorker(workers, jobs.NewAnalysisWorker(pool, logger))
 	river.AddWorker(workers, jobs.NewSpecViewWorker(pool, logger))
-	river.AddWorker(workers, &jobs.LoadTestWorker{})
+	river.AddWorker(workers, jobs.NewLoadTestWorker(pool))
 
 	river.AddWorker(workers, &AgingSweepWorker{pool: pool, logger: logger, metrics: m, settings: aging.Settings{
 		Step: cfg.AgingStep, MaxPriority: cfg.AgingMaxPriority, Batch: cfg.SweepBatch,

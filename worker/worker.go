@@ -28,7 +28,7 @@ func RiverConfig(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger) *ri
 		river.AddWorker(workers, jobs.NewSpecViewWorker(pool, logger))
 	}
 	if cfg.LoadTestWorkload {
-		river.AddWorker(workers, &jobs.LoadTestWorker{})
+		river.AddWorker(workers, jobs.NewLoadTestWorker(pool))
 	}
 
 	queues := map[string]river.QueueConfig{}

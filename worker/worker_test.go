@@ -335,3 +335,49 @@ func TestConcurrencyPerQueueNeverExceedsConfiguredCount(t *testing.T) {
 		require.Equal(t, counts, bl.maxSeen())
 	}
 }
+
+func TestLoadTestWorkloadRecordsExecutionsAndFailsOnPurpose(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	client := b.start(t, b.workerConfig(t, routing.Analyzer, "LOAD_TEST_WORKLOAD=true"), nil)
+
+	// Recorded: one execution row, completed in the completing transaction.
+	ok, err := b.producer.Insert(ctx, jobs.LoadTestArgs{SleepMS: 5, Record: true}, &river.InsertOpts{Queue: "analysis_priority"})
+	require.NoError(t, err)
+	// Fails while fail_until is ahead, then succeeds on its retry.
+	until := time.Now().Add(500 * time.Millisecond)
+	flaky, err := b.producer.Insert(ctx, jobs.LoadTestArgs{Record: true, FailUntil: &until}, &river.InsertOpts{Queue: "analysis_priority"})
+	require.NoError(t, err)
+	// Fails every attempt: discarded after its only one.
+	never := time.Now().Add(time.Hour)
+	doomed, err := b.producer.Insert(ctx, jobs.LoadTestArgs{Record: true, FailUntil: &never}, &river.InsertOpts{Queue: "analysis_priority", MaxAttempts: 1})
+	require.NoError(t, err)
+
+	testdb.WaitFor(t, 20*time.Second, "the three jobs to finish", func() bool {
+		return b.db.Count(t, `SELECT count(*) FROM river_job WHERE id = ANY($1) AND state IN ('completed', 'discarded')`,
+			[]int64{ok.Job.ID, flaky.Job.ID, doomed.Job.ID}) == 3
+	})
+
+	type execution struct {
+		Attempt   int
+		ClientID  string
+		Completed bool
+	}
+	executions := func(id int64) []execution {
+		rows, err := b.db.Pool.Query(ctx, `SELECT attempt, client_id, completed_at IS NOT NULL FROM load_test_executions WHERE job_id = $1 ORDER BY id`, id)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[execution])
+		require.NoError(t, err)
+		return out
+	}
+	require.Equal(t, []execution{{1, client.ID(), true}}, executions(ok.Job.ID))
+	require.Equal(t, []execution{{1, client.ID(), false}, {2, client.ID(), true}}, executions(flaky.Job.ID))
+	require.Equal(t, []execution{{1, client.ID(), false}}, executions(doomed.Job.ID))
+
+	var state, lastError string
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT state, errors[array_length(errors, 1)]->>'error' FROM river_job WHERE id = $1`, doomed.Job.ID).Scan(&state, &lastError))
+	require.Equal(t, "discarded", state)
+	require.Contains(t, lastError, "failing on purpose")
+	require.Equal(t, "completed", b.db.Jobs(t, "id = $1", flaky.Job.ID)[0].State)
+}

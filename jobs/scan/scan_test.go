@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -185,6 +186,188 @@ func TestDirGitCommit(t *testing.T) {
 			res, err := scan.Dir(context.Background(), dir, scan.Options{})
 			require.NoError(t, err)
 			require.Equal(t, tt.want, res.Commit)
+		})
+	}
+}
+
+// mkfifo makes a named pipe at path. Its cleanup opens the pipe for writing
+// (O_RDWR never blocks on Linux), which releases a reader stuck opening it,
+// so a test that failed by hanging does not leak a blocked goroutine.
+func mkfifo(t *testing.T, path string) {
+	t.Helper()
+	require.NoError(t, syscall.Mkfifo(path, 0o600))
+	t.Cleanup(func() {
+		if f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NONBLOCK, 0); err == nil {
+			_ = f.Close()
+		}
+	})
+}
+
+// within runs fn and fails t if it has not returned after d: a read that
+// blocks (a FIFO) must fail fast instead. fn only stores its results; the
+// test checks them after within returns.
+func within(t *testing.T, d time.Duration, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("still blocked after %s", d)
+	}
+}
+
+const outsideTest = "package x\nimport \"testing\"\nfunc TestOutside(t *testing.T) {}\n"
+
+// TestReadBoundedRefusesAllButRegularFilesInside hands readBounded the
+// entries that the walk would skip, as if one had been swapped in after the
+// walk saw a regular file there: nothing outside the target is read, no
+// symlink is followed (not even to a file inside), and a FIFO neither
+// blocks nor is read.
+func TestReadBoundedRefusesAllButRegularFilesInside(t *testing.T) {
+	t.Parallel()
+
+	parent := t.TempDir()
+	target, outside := filepath.Join(parent, "target"), filepath.Join(parent, "outside")
+	require.NoError(t, os.Mkdir(target, 0o700))
+	require.NoError(t, os.Mkdir(outside, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "x_test.go"), []byte(outsideTest), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(target, "regular_test.go"), []byte("package x\n"), 0o600))
+	require.NoError(t, os.Symlink(filepath.Join(outside, "x_test.go"), filepath.Join(target, "abs_link_test.go")))
+	require.NoError(t, os.Symlink("../outside/x_test.go", filepath.Join(target, "rel_link_test.go")))
+	require.NoError(t, os.Symlink(outside, filepath.Join(target, "dir_link")))
+	require.NoError(t, os.Symlink("regular_test.go", filepath.Join(target, "inside_link_test.go")))
+	require.NoError(t, os.Mkdir(filepath.Join(target, "dir_test.go"), 0o700))
+	mkfifo(t, filepath.Join(target, "fifo_test.go"))
+
+	root, err := os.OpenRoot(target)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = root.Close() })
+
+	src, err := scan.ReadBounded(root, "regular_test.go", 1<<20)
+	require.NoError(t, err)
+	require.Equal(t, "package x\n", string(src))
+
+	for _, name := range []string{
+		"../outside/x_test.go",    // a .. component
+		"abs_link_test.go",        // a symlink to a file outside, absolute
+		"rel_link_test.go",        // a symlink to a file outside, through ..
+		"dir_link/x_test.go",      // through a symlink to a directory outside
+		"inside_link_test.go",     // a symlink, even to a file inside
+		"dir_test.go",             // a directory
+		"fifo_test.go",            // a FIFO: must neither block nor be read
+		"missing_test.go",         // gone since the walk
+		"regular_test.go/../x.go", // not a directory
+	} {
+		var (
+			src []byte
+			err error
+		)
+		within(t, 5*time.Second, func() { src, err = scan.ReadBounded(root, name, 1<<20) })
+		require.Error(t, err, name)
+		require.NotContains(t, string(src), "TestOutside", name)
+	}
+}
+
+// TestDirOutsideLinksAndFIFO scans a target holding a symlink to a file
+// x_test.go outside, a symlink to a directory outside holding one, a
+// symlink out through .., and a FIFO named like a test file: the scan ends,
+// finds only the inside test and reads nothing outside.
+func TestDirOutsideLinksAndFIFO(t *testing.T) {
+	t.Parallel()
+
+	parent := t.TempDir()
+	target, outside := filepath.Join(parent, "target"), filepath.Join(parent, "outside")
+	require.NoError(t, os.MkdirAll(filepath.Join(target, "pkg"), 0o700))
+	require.NoError(t, os.Mkdir(outside, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "x_test.go"), []byte(outsideTest), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(target, "pkg", "in_test.go"),
+		[]byte("package pkg\nimport \"testing\"\nfunc TestInside(t *testing.T) {}\n"), 0o600))
+	require.NoError(t, os.Symlink(filepath.Join(outside, "x_test.go"), filepath.Join(target, "x_test.go")))
+	require.NoError(t, os.Symlink(outside, filepath.Join(target, "pkg", "outside")))
+	require.NoError(t, os.Symlink("../../outside", filepath.Join(target, "pkg", "up")))
+	mkfifo(t, filepath.Join(target, "a_test.go"))
+
+	var (
+		res *scan.Result
+		err error
+	)
+	within(t, 10*time.Second, func() { res, err = scan.Dir(context.Background(), target, scan.Options{}) })
+	require.NoError(t, err)
+	require.Equal(t, []string{"TestInside"}, names(res, scan.Go))
+	require.Equal(t, 1, res.TestFiles)
+}
+
+// TestDirTargetSymlinkToDirectory: a target that is a symlink to a
+// directory is resolved, and that directory scanned (a caller could name it
+// directly); symlinks inside it are still not followed.
+func TestDirTargetSymlinkToDirectory(t *testing.T) {
+	t.Parallel()
+
+	parent := t.TempDir()
+	real, outside := filepath.Join(parent, "real"), filepath.Join(parent, "outside")
+	require.NoError(t, os.Mkdir(real, 0o700))
+	require.NoError(t, os.Mkdir(outside, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "x_test.go"), []byte(outsideTest), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(real, "in_test.go"),
+		[]byte("package x\nimport \"testing\"\nfunc TestInside(t *testing.T) {}\n"), 0o600))
+	require.NoError(t, os.Symlink(outside, filepath.Join(real, "outside")))
+	link := filepath.Join(parent, "link")
+	require.NoError(t, os.Symlink(real, link))
+
+	res, err := scan.Dir(context.Background(), link, scan.Options{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"TestInside"}, names(res, scan.Go))
+}
+
+// TestDirGitFilesBounded: .git/HEAD is read like a test file, so a FIFO
+// there cannot block the scan, and a symlink there (even to a file inside
+// the target) is not followed.
+func TestDirGitFilesBounded(t *testing.T) {
+	t.Parallel()
+
+	const sha = "0123456789abcdef0123456789abcdef01234567"
+	tests := []struct {
+		name string
+		make func(t *testing.T, dir string)
+	}{
+		{name: "HEAD is a FIFO", make: func(t *testing.T, dir string) {
+			mkfifo(t, filepath.Join(dir, ".git", "HEAD"))
+		}},
+		{name: "HEAD links outside", make: func(t *testing.T, dir string) {
+			outside := filepath.Join(t.TempDir(), "HEAD")
+			require.NoError(t, os.WriteFile(outside, []byte(sha+"\n"), 0o600))
+			require.NoError(t, os.Symlink(outside, filepath.Join(dir, ".git", "HEAD")))
+		}},
+		{name: "HEAD links inside", make: func(t *testing.T, dir string) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "commit"), []byte(sha+"\n"), 0o600))
+			require.NoError(t, os.Symlink("../commit", filepath.Join(dir, ".git", "HEAD")))
+		}},
+		{name: "loose ref is a FIFO", make: func(t *testing.T, dir string) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, ".git", "HEAD"), []byte("ref: refs/heads/main\n"), 0o600))
+			require.NoError(t, os.MkdirAll(filepath.Join(dir, ".git", "refs", "heads"), 0o700))
+			mkfifo(t, filepath.Join(dir, ".git", "refs", "heads", "main"))
+		}},
+		{name: "HEAD too large", make: func(t *testing.T, dir string) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, ".git", "HEAD"), []byte(sha+strings.Repeat(" ", 8192)), 0o600))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			require.NoError(t, os.Mkdir(filepath.Join(dir, ".git"), 0o700))
+			tt.make(t, dir)
+			var (
+				res *scan.Result
+				err error
+			)
+			within(t, 5*time.Second, func() { res, err = scan.Dir(context.Background(), dir, scan.Options{}) })
+			require.NoError(t, err)
+			require.Empty(t, res.Commit)
 		})
 	}
 }
