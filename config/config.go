@@ -211,7 +211,9 @@ func redactURL(value string) string {
 }
 
 // redact hides the password of a database URL (and anything that does not
-// parse as one), keeping enough to recognise which database it was.
+// parse as one), keeping enough to recognise which database it was. pgx
+// also reads a password from the query (?password=, ?sslpassword=), so every
+// query parameter whose name holds "password" is hidden too.
 func redact(value string) string {
 	u, err := url.Parse(value)
 	if err != nil || u.Scheme == "" {
@@ -219,6 +221,22 @@ func redact(value string) string {
 			return ""
 		}
 		return "[redacted]"
+	}
+	if u.RawQuery != "" {
+		query, err := url.ParseQuery(u.RawQuery)
+		if err != nil {
+			return "[redacted]"
+		}
+		changed := false
+		for key := range query {
+			if strings.Contains(strings.ToLower(key), "password") {
+				query[key] = []string{"xxxxx"}
+				changed = true
+			}
+		}
+		if changed {
+			u.RawQuery = query.Encode()
+		}
 	}
 	return u.Redacted()
 }

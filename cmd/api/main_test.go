@@ -44,13 +44,15 @@ func TestBadEnvironmentExitsTwo(t *testing.T) {
 		{name: "no admin token", environ: []string{db, tokens[0]}, want: `API_ADMIN_TOKEN="": required`},
 		{name: "short token", environ: []string{db, "API_TOKEN=short", tokens[1]}, want: `API_TOKEN="[redacted]": must be at least 16`},
 		{name: "bad address", environ: append([]string{db, "API_ADDR=nowhere"}, tokens...), want: `API_ADDR="nowhere"`},
+		{name: "database password in query", environ: append([]string{"DATABASE_URL=postgres://tierq@db/x?sslmode=nope&password=hunter2"}, tokens...),
+			want: `DATABASE_URL="postgres://tierq@db/x?password=xxxxx&sslmode=nope"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			out := proctest.RunExit(t, 2, tt.environ...)
 			require.Contains(t, out, tt.want)
-			for _, secret := range []string{"short", producerToken, adminToken} {
+			for _, secret := range []string{"short", producerToken, adminToken, "hunter2"} {
 				require.NotContains(t, out, secret, "tokens are never printed")
 			}
 		})

@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -173,4 +177,72 @@ func TestTwoSchedulersFailOver(t *testing.T) {
 	waitLeaderGauge(t, c, 1)
 	time.Sleep(3 * time.Second)
 	cronRuns(t, db)
+}
+
+// TestBadEnvironmentHidesSecrets: a refused DATABASE_URL or webhook URL is
+// named in the exit-2 message without its password, path or query.
+func TestBadEnvironmentHidesSecrets(t *testing.T) {
+	t.Parallel()
+
+	out := proctest.RunExit(t, 2,
+		"DATABASE_URL=postgres://tierq:hunter2@db/x?sslmode=nope&sslpassword=hunter3",
+		"DLQ_ALERT_WEBHOOK_URL=ftp://hooks.example.com/services/T0/B1/hook-secret?token=hook-token")
+	require.Contains(t, out, `DATABASE_URL="postgres://tierq:xxxxx@db/x?sslmode=nope&sslpassword=xxxxx"`)
+	require.Contains(t, out, `DLQ_ALERT_WEBHOOK_URL="ftp://hooks.example.com/[redacted]"`)
+	for _, secret := range []string{"hunter2", "hunter3", "hook-secret", "hook-token"} {
+		require.NotContains(t, out, secret)
+	}
+}
+
+// TestNeverLogsSecrets runs the real scheduler at LOG_LEVEL=debug with a
+// password in DATABASE_URL and a webhook URL whose path and query hold
+// secrets. It leads, drains dead letters, calls the webhook (which fails,
+// so the failure is logged too), runs the sweeps and stops on SIGTERM: no
+// secret appears in its output.
+func TestNeverLogsSecrets(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+
+	const (
+		password  = "db-password-9876"
+		hookPath  = "/services/T0/B1/hook-secret-path"
+		hookToken = "hook-secret-token"
+	)
+	var calls atomic.Int64
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == hookPath && r.URL.Query().Get("token") == hookToken {
+			calls.Add(1)
+		}
+		http.Error(w, "no", http.StatusInternalServerError)
+	}))
+	t.Cleanup(hook.Close)
+
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	u.User = url.UserPassword(u.User.Username(), password)
+	testdb.SeedDiscarded(t, db, 3)
+	cmd, out := proctest.Command(t,
+		"DATABASE_URL="+u.String(), "DATABASE_SCHEMA="+db.Schema, "DATABASE_MAX_CONNS=5", "LOG_LEVEL=debug",
+		"DLQ_ALERT_WEBHOOK_URL="+hook.URL+hookPath+"?token="+hookToken, "DLQ_DRAIN_INTERVAL=1s",
+		"DLQ_ALERT_INTERVAL=1s", "DLQ_ALERT_TIMEOUT=500ms",
+		"AGING_INTERVAL=1s", "ESCALATION_INTERVAL=1s", "SOFT_STOP_TIMEOUT=2s")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	proctest.WaitOutput(t, out, "scheduler started", 20*time.Second)
+
+	testdb.WaitFor(t, 30*time.Second, "the dead letters to drain", func() bool {
+		return db.Count(t, `SELECT count(*) FROM dead_letter_jobs`) == 3
+	})
+	testdb.WaitFor(t, 15*time.Second, "the webhook to be called", func() bool { return calls.Load() >= 1 })
+	testdb.WaitFor(t, 15*time.Second, "an aging sweep", func() bool {
+		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed'`, scheduler.KindAgingSweep) > 0
+	})
+	proctest.WaitOutput(t, out, "webhook failed", 10*time.Second)
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), out.String())
+	require.Contains(t, out.String(), "level=DEBUG", "debug logging was on")
+	for _, secret := range []string{password, "hook-secret"} {
+		require.NotContains(t, out.String(), secret)
+	}
 }

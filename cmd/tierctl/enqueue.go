@@ -16,6 +16,7 @@ import (
 
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/subscriptions"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -54,6 +55,9 @@ service does, and inserted in batches. A progress bar shows the inserts.`,
 			if err != nil {
 				return &usageError{err}
 			}
+			if err := checkUserPrefix(userID, cycle); err != nil {
+				return &usageError{err}
+			}
 
 			ctx := cmd.Context()
 			cfg, pool, err := a.connect(ctx)
@@ -88,7 +92,7 @@ service does, and inserted in batches. A progress bar shows the inserts.`,
 				opts := routing.InsertOpts(routing.Analyzer, tier, isScheduled)
 				args := jobs.AnalysisArgs{
 					Target: absTargets[i%len(absTargets)],
-					UserID: fmt.Sprintf("%s_%s_%d", userID, tier, i%7),
+					UserID: demoUserID(userID, tier, i),
 					Tier:   tier.String(),
 				}
 				batch = append(batch, river.InsertManyParams{Args: args, InsertOpts: opts})
@@ -159,4 +163,20 @@ func checkTargets(targets []string) ([]string, error) {
 		}
 	}
 	return abs, nil
+}
+
+// demoUserID is the user id of the i-th demo job: 7 users per tier.
+func demoUserID(prefix string, tier tiers.Tier, i int) string {
+	return fmt.Sprintf("%s_%s_%d", prefix, tier, i%7)
+}
+
+// checkUserPrefix checks that every user id enqueue makes from prefix is one
+// the API would accept (bounded, no control characters).
+func checkUserPrefix(prefix string, cycle []tiers.Tier) error {
+	for _, tier := range cycle {
+		if err := subscriptions.CheckUserID(demoUserID(prefix, tier, 6)); err != nil {
+			return fmt.Errorf("--user-prefix: %w", err)
+		}
+	}
+	return nil
 }

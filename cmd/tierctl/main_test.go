@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -38,8 +41,8 @@ func TestMigrateFreshSchemaThenIdempotent(t *testing.T) {
 
 	out, err := runTierctl(t, environ, "migrate")
 	require.NoError(t, err, out)
-	require.Contains(t, out, "tierq migrations applied: [1 2 3 4]")
-	require.Contains(t, out, "tierq schema version: 4")
+	require.Contains(t, out, "tierq migrations applied: [1 2 3 4 5]")
+	require.Contains(t, out, "tierq schema version: 5")
 
 	out, err = runTierctl(t, environ, "migrate")
 	require.NoError(t, err, out)
@@ -143,6 +146,17 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{name: "bench bad set", args: []string{"bench", "isolation", "--set", "QUEUE_PRIORITY_FETCH_COOLDOWN"}, want: "--set wants NAME=value"},
 		{name: "bench set schema", args: []string{"bench", "isolation", "--set", "DATABASE_SCHEMA=public"}, want: "only worker counts and fetch tuning"},
 		{name: "bench set service", args: []string{"bench", "isolation", "--set", "WORKER_SERVICE=specgen"}, want: "only worker counts and fetch tuning"},
+		{name: "user prefix too long", args: []string{"enqueue", "--user-prefix", strings.Repeat("u", 190)}, want: "--user-prefix: invalid user id: longer than 200"},
+		{name: "user prefix control character", args: []string{"enqueue", "--user-prefix", "a\nb"}, want: "--user-prefix: invalid user id: control characters"},
+		{name: "subscription user too long", args: []string{"subscriptions", "set", strings.Repeat("u", 201), "pro"}, want: "longer than 200"},
+		{name: "subscription list after too long", args: []string{"subscriptions", "list", "--after", strings.Repeat("u", 201)}, want: "--after is longer"},
+		{name: "subscription list limit", args: []string{"subscriptions", "list", "--limit", "10001"}, want: "--limit must be between 1 and 10000"},
+		{name: "dlq replay too many ids", args: append([]string{"dlq", "replay"}, manyIDs(1001)...), want: "at most 1000 IDs"},
+		{name: "dlq delete too many ids", args: append([]string{"dlq", "delete"}, manyIDs(1001)...), want: "accepts between 1 and 1000 arg(s)"},
+		{name: "dlq replay actor too long", args: []string{"dlq", "replay", "3", "--actor", strings.Repeat("a", 201)}, want: "actor"},
+		{name: "dlq list queue too long", args: []string{"dlq", "list", "--queue", strings.Repeat("q", 129)}, want: "at most 128 bytes"},
+		{name: "dlq purge batch", args: []string{"dlq", "purge", "--older-than", "1d", "--batch", "100001"}, want: "--batch must be"},
+		{name: "dlq replay batch", args: []string{"dlq", "replay", "--all", "--batch", "10001"}, want: "--batch must be"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -201,4 +215,50 @@ func TestSubscriptions(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Regexp(t, `(?s)USER\s+TIER.*u_a\s+enterprise.*u_b\s+pro_plus`, out)
 	require.NotContains(t, out, " pro ")
+}
+
+// manyIDs is n distinct ids as arguments.
+func manyIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = strconv.Itoa(i + 1)
+	}
+	return ids
+}
+
+// TestConnectErrorsHideThePassword runs commands against a database that
+// refuses the connection (nothing listens) and one that fails it (no such
+// database), with the password in the URL's user info and in its query:
+// pgx's errors name the host, user and database, never the password.
+func TestConnectErrorsHideThePassword(t *testing.T) {
+	t.Parallel()
+
+	const password = "hunter2-secret"
+	server, err := url.Parse(testdb.URL())
+	require.NoError(t, err)
+	urls := map[string]string{
+		"refused, user info": "postgres://tierq:" + password + "@127.0.0.1:1/x?sslmode=disable&connect_timeout=5",
+		"refused, query":     "postgres://tierq@127.0.0.1:1/x?sslmode=disable&connect_timeout=5&password=" + password,
+		"no database, user info": (&url.URL{Scheme: "postgres", User: url.UserPassword(server.User.Username(), password),
+			Host: server.Host, Path: "/tierq_no_such_db", RawQuery: "sslmode=disable"}).String(),
+		"no database, query": (&url.URL{Scheme: "postgres", User: url.User(server.User.Username()),
+			Host: server.Host, Path: "/tierq_no_such_db", RawQuery: "sslmode=disable&password=" + password}).String(),
+	}
+	commands := [][]string{
+		{"migrate"}, {"watch", "--once"}, {"enqueue", "--count", "1"}, {"escalate", "1", "--to", "priority", "--actor", "a", "--reason", "r"},
+		{"dlq", "list"}, {"dlq", "show", "1"}, {"dlq", "replay", "1"}, {"dlq", "replay", "--all"}, {"dlq", "purge", "--older-than", "1d"},
+		{"dlq", "delete", "1"}, {"dlq", "drain"}, {"subscriptions", "set", "u", "pro"}, {"subscriptions", "list"},
+	}
+	for name, u := range urls {
+		for _, args := range commands {
+			t.Run(name+"/"+strings.Join(args[:min(2, len(args))], " "), func(t *testing.T) {
+				t.Parallel()
+				out, err := runTierctl(t, []string{"DATABASE_URL=" + u, "LOG_LEVEL=debug"}, args...)
+				require.Error(t, err, out)
+				require.ErrorContains(t, err, "connect")
+				require.NotContains(t, err.Error(), password)
+				require.NotContains(t, out, password)
+			})
+		}
+	}
 }

@@ -59,6 +59,9 @@ func (a *app) subscriptionsCommand() *cobra.Command {
 			if err := checkRange("--limit", limit, 1, 10_000); err != nil {
 				return err
 			}
+			if len(after) > subscriptions.MaxUserIDLen {
+				return &usageError{fmt.Errorf("--after is longer than a user id (%d bytes)", subscriptions.MaxUserIDLen)}
+			}
 			ctx := cmd.Context()
 			_, pool, err := a.connect(ctx)
 			if err != nil {

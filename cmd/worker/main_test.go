@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/url"
 	"os"
 	"syscall"
 	"testing"
@@ -40,6 +41,9 @@ func TestBadEnvironmentExitsTwo(t *testing.T) {
 		{name: "password not echoed", environ: []string{
 			"DATABASE_URL=postgres://tierq:hunter2@db/x?sslmode=nope", "WORKER_SERVICE=analyzer",
 		}, want: []string{"DATABASE_URL="}},
+		{name: "password in query not echoed", environ: []string{
+			"DATABASE_URL=postgres://tierq@db/x?sslmode=nope&password=hunter2", "WORKER_SERVICE=analyzer",
+		}, want: []string{`DATABASE_URL="postgres://tierq@db/x?password=xxxxx&sslmode=nope"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,4 +146,37 @@ func TestServesMetrics(t *testing.T) {
 	body := proctest.Scrape(t, url)
 	require.Contains(t, body, `tierq_jobs_total{kind="loadtest",outcome="completed",queue="analysis_priority"} 1`)
 	require.Contains(t, body, `tierq_job_wait_seconds_count{queue="analysis_priority",tier="unknown"} 1`)
+}
+
+// TestNeverLogsTheDatabasePassword runs the real worker at LOG_LEVEL=debug
+// with a password in DATABASE_URL (the test server trusts any), through a
+// job and a SIGTERM: the password appears nowhere in its output.
+func TestNeverLogsTheDatabasePassword(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+
+	const password = "db-password-9876"
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	u.User = url.UserPassword(u.User.Username(), password)
+	cmd, out := proctest.Command(t,
+		"DATABASE_URL="+u.String(), "DATABASE_SCHEMA="+db.Schema, "WORKER_SERVICE=analyzer",
+		"LOAD_TEST_WORKLOAD=true", "LOG_LEVEL=debug", "METRICS_ADDR=127.0.0.1:0",
+		"QUEUE_PRIORITY_FETCH_COOLDOWN=10ms", "QUEUE_PRIORITY_FETCH_POLL_INTERVAL=100ms")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	proctest.WaitOutput(t, out, "worker started", 20*time.Second)
+
+	res, err := db.Producer(t).Insert(ctx, jobs.LoadTestArgs{}, &river.InsertOpts{Queue: "analysis_priority"})
+	require.NoError(t, err)
+	testdb.WaitFor(t, 20*time.Second, "the job to complete", func() bool {
+		return db.Jobs(t, "id = $1", res.Job.ID)[0].State == "completed"
+	})
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), out.String())
+	require.Contains(t, out.String(), "worker stopped")
+	require.Contains(t, out.String(), "level=DEBUG", "debug logging was on")
+	require.NotContains(t, out.String(), password)
 }

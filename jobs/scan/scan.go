@@ -6,7 +6,16 @@
 // The walk is confined to the target: it opens files through an os.Root, so
 // no path (`..`, a symlink) leads out of it; it follows no symlinks at all; it
 // skips `.git`, `node_modules` and `vendor` directories, files that are not
-// regular, and files over a size limit.
+// regular, and files over a size limit. A file is checked again when it is
+// opened (it may have been swapped since the walk listed it): it is opened
+// with O_NONBLOCK and read only if it is still the same regular file, so a
+// FIFO put in its place cannot block a worker.
+//
+// The target itself is resolved like any path: when it is a symlink to a
+// directory (or passes through one), the directory it leads to is scanned
+// and confinement starts there. That widens nothing, since a caller could
+// name that directory directly; symlinks below the target are never
+// followed.
 package scan
 
 import (
@@ -20,6 +29,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // Framework names the test framework a test belongs to.
@@ -171,18 +181,43 @@ func Dir(ctx context.Context, target string, opts Options) (*Result, error) {
 			res.JSTests++
 		}
 	}
-	res.Commit = gitCommit(root)
+	res.Commit = gitCommit(root, opts.MaxFileSize)
 	return res, nil
 }
 
-var errTooLarge = errors.New("file too large")
+var (
+	errTooLarge   = errors.New("file too large")
+	errNotRegular = errors.New("not a regular file")
+)
 
+// readBounded reads the regular file name under root, refusing anything
+// larger than limit bytes. It trusts nothing the walk saw: the entry may
+// have been swapped since (for a FIFO, a device, or a symlink). So it
+// lstats name and refuses anything but a regular file, opens it with
+// O_NONBLOCK (opening a FIFO then returns at once instead of waiting for a
+// writer forever), and refuses the open file unless it is a regular file
+// and the very file lstat saw. A symlink is never followed, not even to a
+// file inside root (os.Root would follow that one).
 func readBounded(root *os.Root, name string, limit int64) ([]byte, error) {
-	f, err := root.Open(name)
+	seen, err := root.Lstat(name)
+	if err != nil {
+		return nil, err
+	}
+	if !seen.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: %w", name, errNotRegular)
+	}
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	opened, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !opened.Mode().IsRegular() || !os.SameFile(seen, opened) {
+		return nil, fmt.Errorf("%s: %w", name, errNotRegular)
+	}
 	src, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, err
@@ -221,11 +256,17 @@ func parse(framework Framework, name string, src []byte) ([]Test, error) {
 	return nil, fmt.Errorf("unknown framework %q", framework)
 }
 
+// maxRefSize bounds .git/HEAD and a loose ref: both hold one line.
+const maxRefSize = 4096
+
 // gitCommit reads the commit checked out at the top of root, without running
-// git and without leaving root. It returns "" when there is no checkout or
-// HEAD cannot be resolved.
-func gitCommit(root *os.Root) string {
-	head, err := root.ReadFile(".git/HEAD")
+// git and without leaving root. Its files are read as the test files are
+// (readBounded: regular files only, no symlinks, bounded; packed-refs by
+// packedLimit), so a .git/HEAD that is a FIFO or a huge file cannot hang or
+// swell a worker. It returns "" when there is no checkout or HEAD cannot be
+// resolved.
+func gitCommit(root *os.Root, packedLimit int64) string {
+	head, err := readBounded(root, ".git/HEAD", maxRefSize)
 	if err != nil {
 		return ""
 	}
@@ -236,10 +277,10 @@ func gitCommit(root *os.Root) string {
 	if !strings.HasPrefix(ref, "refs/") || strings.Contains(ref, "..") {
 		return ""
 	}
-	if loose, err := root.ReadFile(".git/" + ref); err == nil {
+	if loose, err := readBounded(root, ".git/"+ref, maxRefSize); err == nil {
 		return validCommit(strings.TrimSpace(string(loose)))
 	}
-	packed, err := root.ReadFile(".git/packed-refs")
+	packed, err := readBounded(root, ".git/packed-refs", packedLimit)
 	if err != nil {
 		return ""
 	}
