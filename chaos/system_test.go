@@ -1,0 +1,506 @@
+//go:build chaos
+
+package chaos_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/internal/proctest"
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/producer"
+	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/tiers"
+)
+
+// Secrets every process gets; no log line of any process may contain them.
+const (
+	producerToken = "chaos-producer-token-6f1d2e9a"
+	adminToken    = "chaos-admin-token-b7c4a0e35d"
+	dbPassword    = "chaos-db-password-91ce"
+)
+
+// users, one per tier, subscribed with tierctl before the load starts.
+var users = map[tiers.Tier]string{
+	tiers.Free: "u_free", tiers.Pro: "u_pro", tiers.ProPlus: "u_pro_plus", tiers.Enterprise: "u_enterprise",
+}
+
+// baseEnv is every process's environment in the suite: short timeouts so
+// that faults resolve in seconds. JOB_TIMEOUT stays below the scheduler's
+// RESCUE_STUCK_JOBS_AFTER, so a live job is never rescued.
+var baseEnv = []string{
+	"LOG_LEVEL=info",
+	"JOB_TIMEOUT=4s",
+	"SOFT_STOP_TIMEOUT=2s",
+	"MAX_ATTEMPTS=5",
+}
+
+// schedulerEnv: every sweep each second, cron slots every 2 and 3 seconds,
+// stuck jobs rescued after 5 s (River's rescuer looks every 30 s).
+var schedulerEnv = []string{
+	"RESCUE_STUCK_JOBS_AFTER=5s",
+	"AGING_INTERVAL=1s", "AGING_STEP=3s",
+	"ESCALATION_INTERVAL=1s", "ESCALATE_SCHEDULED_AFTER=4s",
+	"DLQ_DRAIN_INTERVAL=1s", "DLQ_ALERT_THRESHOLD=0",
+	"REANALYZE_CRON=@every 2s", "REANALYZE_STALE_AFTER=1h",
+	"RETENTION_CRON=@every 3s",
+	"METRICS_ADDR=127.0.0.1:0",
+}
+
+// system is one scenario's installation: a database on the suite's cluster,
+// its processes, and the ledger of every job the scenario inserted.
+type system struct {
+	t      *testing.T
+	name   string
+	dir    string
+	url    string // with the password, as the processes get it
+	env    []string
+	pool   *pgxpool.Pool
+	client *river.Client[pgx.Tx] // insert-only: the routing helper's load
+	ledger *ledger
+	apiURL string
+
+	mu      sync.Mutex
+	procs   []*proc
+	counts  map[string]int
+	targets atomic.Int64
+}
+
+// newSystem creates the scenario's database, migrates it with tierctl and
+// subscribes one user per tier.
+func newSystem(t *testing.T, name string) *system {
+	t.Helper()
+	require.True(t, suite.cluster.running(), "the cluster is down (an earlier scenario left it stopped)")
+	ctx := context.Background()
+	db := "chaos_" + strings.ReplaceAll(name, "-", "_")
+	admin, err := pgx.Connect(ctx, suite.cluster.url("postgres"))
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize())
+	require.NoError(t, err)
+	require.NoError(t, admin.Close(ctx))
+
+	s := &system{
+		t: t, name: name, dir: filepath.Join(suite.base, name),
+		url:    strings.Replace(suite.cluster.url(db), "postgres@", "postgres:"+dbPassword+"@", 1),
+		ledger: newLedger(), counts: map[string]int{},
+	}
+	require.NoError(t, os.MkdirAll(filepath.Join(s.dir, "targets"), 0o755))
+	require.NoError(t, chown(filepath.Join(s.dir, "targets"), suite.cred))
+	s.env = append([]string{"DATABASE_URL=" + s.url}, baseEnv...)
+
+	s.tierctl("migrate")
+	for tier, user := range users {
+		s.tierctl("subscriptions", "set", user, tier.String())
+	}
+
+	s.pool, err = pgxpool.New(ctx, s.url)
+	require.NoError(t, err)
+	t.Cleanup(s.pool.Close)
+	s.client, err = river.NewClient(riverpgxv5.New(s.pool), producer.ClientConfig("", slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+
+	t.Cleanup(func() {
+		for _, p := range s.processes() {
+			p.kill()
+		}
+		if t.Failed() {
+			for _, p := range s.processes() {
+				t.Logf("--- last lines of %s (pid %d):\n%s", p.name, p.pid, tail(p.out.String(), 25))
+			}
+		}
+		s.checkNoSecretsLogged()
+	})
+	return s
+}
+
+// tierctl runs the real tierctl with args and returns its output, failing
+// the test unless it exits 0.
+func (s *system) tierctl(args ...string) string {
+	s.t.Helper()
+	out, err := s.tierctlErr(args...)
+	require.NoError(s.t, err, "tierctl %v:\n%s", args, out)
+	return out
+}
+
+// tierctlErr runs the real tierctl and returns its output and exit error.
+func (s *system) tierctlErr(args ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(suite.bin, "tierctl"), args...) //nolint:gosec // the suite's own binary
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "USER=chaos"}, s.env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: suite.cred}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// proc is one running tierq process.
+type proc struct {
+	name, binary string
+	pid          int
+	clientID     string // the River client's ID (workers, schedulers)
+	metricsURL   string // schedulers
+	cmd          *exec.Cmd
+	out          *proctest.Buffer
+	done         chan struct{}
+	exitErr      error
+}
+
+var clientIDPattern = regexp.MustCompile(`client_id=(\S+)`)
+
+// start starts binary with the scenario's environment plus extra and waits
+// until it says it started.
+func (s *system) start(binary string, extra ...string) *proc {
+	s.t.Helper()
+	s.mu.Lock()
+	s.counts[binary]++
+	name := fmt.Sprintf("%s-%d", binary, s.counts[binary])
+	s.mu.Unlock()
+	if binary == "worker" {
+		for _, kv := range extra {
+			if svc, ok := strings.CutPrefix(kv, "WORKER_SERVICE="); ok {
+				name = fmt.Sprintf("%s-%s-%d", binary, svc, s.counts[binary])
+			}
+		}
+	}
+
+	logFile, err := os.Create(filepath.Join(s.dir, name+".log"))
+	require.NoError(s.t, err)
+	p := &proc{name: name, binary: binary, out: &proctest.Buffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(filepath.Join(suite.bin, binary)) //nolint:gosec // the suite's own binary
+	p.cmd.Env = append(append([]string{"PATH=" + os.Getenv("PATH")}, s.env...), extra...)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: suite.cred}
+	w := io.MultiWriter(logFile, p.out)
+	p.cmd.Stdout, p.cmd.Stderr = w, w
+	require.NoError(s.t, p.cmd.Start())
+	p.pid = p.cmd.Process.Pid
+	go func() {
+		p.exitErr = p.cmd.Wait()
+		_ = logFile.Close()
+		close(p.done)
+	}()
+	s.mu.Lock()
+	s.procs = append(s.procs, p)
+	s.mu.Unlock()
+
+	switch binary {
+	case "api":
+		proctest.WaitOutput(s.t, p.out, "api listening", 30*time.Second)
+	default:
+		proctest.WaitOutput(s.t, p.out, binary+" started", 30*time.Second)
+		m := clientIDPattern.FindStringSubmatch(p.out.String())
+		require.NotNil(s.t, m, "no client_id in %s's output", name)
+		p.clientID = m[1]
+	}
+	if binary == "scheduler" {
+		p.metricsURL = proctest.MetricsURL(s.t, p.out)
+	}
+	return p
+}
+
+// worker starts a worker of svc with the load-test workload registered.
+func (s *system) worker(svc routing.Service, extra ...string) *proc {
+	return s.start("worker", append([]string{"WORKER_SERVICE=" + string(svc), "LOAD_TEST_WORKLOAD=true"}, extra...)...)
+}
+
+// scheduler starts a scheduler replica.
+func (s *system) scheduler(extra ...string) *proc {
+	return s.start("scheduler", append(append([]string{}, schedulerEnv...), extra...)...)
+}
+
+// api starts the API on a free port.
+func (s *system) api(extra ...string) *proc {
+	port, err := freePort()
+	require.NoError(s.t, err)
+	s.apiURL = fmt.Sprintf("http://127.0.0.1:%d", port)
+	return s.start("api", append([]string{
+		fmt.Sprintf("API_ADDR=127.0.0.1:%d", port), "API_TOKEN=" + producerToken, "API_ADMIN_TOKEN=" + adminToken,
+	}, extra...)...)
+}
+
+// fullTopology starts what every scenario runs unless it needs otherwise:
+// two workers per service, two schedulers, the API.
+func (s *system) fullTopology(workerEnv ...string) {
+	s.scheduler()
+	s.scheduler()
+	for range 2 {
+		s.worker(routing.Analyzer, workerEnv...)
+		s.worker(routing.SpecGen, workerEnv...)
+	}
+	s.api()
+}
+
+func (s *system) processes() []*proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*proc(nil), s.procs...)
+}
+
+// alive reports whether the process is still running.
+func (p *proc) alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *proc) kill() {
+	if p.alive() {
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	}
+	<-p.done
+}
+
+// terminate sends SIGTERM and returns how long the process took to exit,
+// failing t if it does not exit within limit or exits with an error.
+func (p *proc) terminate(t *testing.T, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-p.done:
+	case <-time.After(limit):
+		p.kill()
+		t.Fatalf("%s did not exit within %s of SIGTERM", p.name, limit)
+	}
+	require.NoError(t, p.exitErr, "%s's exit after SIGTERM", p.name)
+	return time.Since(start)
+}
+
+// checkNoSecretsLogged fails the test if any process's output contains a
+// token or the database password.
+func (s *system) checkNoSecretsLogged() {
+	for _, p := range s.processes() {
+		out := p.out.String()
+		for _, secret := range []string{producerToken, adminToken, dbPassword} {
+			if strings.Contains(out, secret) {
+				s.t.Errorf("%s logged a secret (%.12s…)", p.name, secret)
+			}
+		}
+	}
+}
+
+// call makes one API request and returns the status and body; err is a
+// transport error (including the client's 10 s timeout).
+func (s *system) call(ctx context.Context, method, path, token string, body any) (int, []byte, error) {
+	var reader io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		reader = bytes.NewReader(data)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, s.apiURL+path, reader)
+	if err != nil {
+		return 0, nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, data, err
+}
+
+// newTarget creates a small checkout with two Go tests for an analysis job.
+func (s *system) newTarget() string {
+	s.t.Helper()
+	dir := filepath.Join(s.dir, "targets", fmt.Sprintf("t%05d", s.targets.Add(1)))
+	require.NoError(s.t, os.Mkdir(dir, 0o755))
+	src := "package demo\n\nimport \"testing\"\n\nfunc TestOne(t *testing.T) {}\n\nfunc TestTwo(t *testing.T) {}\n"
+	require.NoError(s.t, os.WriteFile(filepath.Join(dir, "demo_test.go"), []byte(src), 0o644))
+	return dir
+}
+
+// enqueueAnalysis enqueues an analysis job through the API for tier's user;
+// on 201 the job goes into the ledger. It returns the status (0 on a
+// transport error) and how long the request took.
+func (s *system) enqueueAnalysis(ctx context.Context, tier tiers.Tier, scheduled bool) (int, time.Duration) {
+	target := s.newTarget()
+	start := time.Now()
+	status, body, err := s.call(ctx, http.MethodPost, "/v1/jobs", producerToken, map[string]any{
+		"kind": jobs.KindAnalysis, "user_id": users[tier], "args": map[string]string{"target": target}, "scheduled": scheduled,
+	})
+	took := time.Since(start)
+	if err != nil {
+		return 0, took
+	}
+	if status == http.StatusCreated {
+		var job struct {
+			ID    int64  `json:"id"`
+			Queue string `json:"queue"`
+		}
+		if err := json.Unmarshal(body, &job); err == nil && job.ID > 0 {
+			s.ledger.add(entry{id: job.ID, kind: jobs.KindAnalysis, queue: job.Queue, want: completed})
+		}
+	}
+	return status, took
+}
+
+// loadtestJob is one load-test job to insert through the routing helper.
+type loadtestJob struct {
+	args jobs.LoadTestArgs
+	opts *river.InsertOpts
+	want final
+}
+
+// routedLoadtest is a recorded load-test job routed for tier and service by
+// routing.InsertOpts, sleeping between minMS and maxMS.
+func routedLoadtest(r *rand.Rand, svc routing.Service, tier tiers.Tier, scheduled bool, minMS, maxMS int) loadtestJob {
+	return loadtestJob{
+		args: jobs.LoadTestArgs{SleepMS: minMS + r.IntN(maxMS-minMS+1), Record: true},
+		opts: routing.InsertOpts(svc, tier, scheduled),
+		want: completed,
+	}
+}
+
+// insert inserts the jobs in one transaction and adds them to the ledger.
+func (s *system) insert(ctx context.Context, batch []loadtestJob) error {
+	params := make([]river.InsertManyParams, len(batch))
+	for i, j := range batch {
+		params[i] = river.InsertManyParams{Args: j.args, InsertOpts: j.opts}
+	}
+	res, err := s.client.InsertMany(ctx, params)
+	if err != nil {
+		return err
+	}
+	for i, r := range res {
+		s.ledger.add(entry{
+			id: r.Job.ID, kind: jobs.KindLoadTest, queue: r.Job.Queue, priority: r.Job.Priority,
+			want: batch[i].want, recorded: batch[i].args.Record, flaky: batch[i].args.FailUntil != nil,
+		})
+	}
+	return nil
+}
+
+// load is steady work for a scenario: a batch of routed load-test jobs
+// every Every, and an analysis job through the API every APIEvery.
+type load struct {
+	Every            time.Duration
+	Batch            int
+	MinMS, MaxMS     int
+	Services         []routing.Service
+	ScheduledPercent int
+	APIEvery         time.Duration
+}
+
+// loadStats is what the load saw.
+type loadStats struct {
+	mu           sync.Mutex
+	insertErrors int
+	apiStatus    map[int]int
+}
+
+// run drives l until ctx ends; the returned wait blocks until it stopped.
+func (s *system) run(ctx context.Context, l load) (*loadStats, func()) {
+	stats := &loadStats{apiStatus: map[int]int{}}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		r := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
+		tick := time.NewTicker(l.Every)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			batch := make([]loadtestJob, l.Batch)
+			for k := range batch {
+				n := i*l.Batch + k
+				svc := l.Services[n%len(l.Services)]
+				tier := tiers.All()[n%4]
+				batch[k] = routedLoadtest(r, svc, tier, r.IntN(100) < l.ScheduledPercent, l.MinMS, l.MaxMS)
+			}
+			if err := s.insert(ctx, batch); err != nil && ctx.Err() == nil {
+				stats.mu.Lock()
+				stats.insertErrors++
+				stats.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	if l.APIEvery > 0 {
+		wg.Go(func() {
+			tick := time.NewTicker(l.APIEvery)
+			defer tick.Stop()
+			for i := 0; ; i++ {
+				status, _ := s.enqueueAnalysis(ctx, tiers.All()[i%4], i%5 == 4)
+				if ctx.Err() == nil {
+					stats.mu.Lock()
+					stats.apiStatus[status]++
+					stats.mu.Unlock()
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		})
+	}
+	return stats, wg.Wait
+}
+
+// leader returns the client ID holding River's leadership, or "".
+func (s *system) leader(ctx context.Context) string {
+	var id string
+	_ = s.pool.QueryRow(ctx, `SELECT leader_id FROM river_leader WHERE expires_at > now()`).Scan(&id)
+	return id
+}
+
+// waitLeader waits until one of the schedulers leads and returns it.
+func (s *system) waitLeader(ctx context.Context, among ...*proc) *proc {
+	s.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		id := s.leader(ctx)
+		for _, p := range among {
+			if p.clientID == id && p.alive() {
+				return p
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.t.Fatalf("no leader among the schedulers after 60s (river_leader: %q)", s.leader(ctx))
+	return nil
+}
+
+func tail(s string, lines int) string {
+	parts := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}
