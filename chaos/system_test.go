@@ -386,6 +386,17 @@ func routedLoadtest(r *rand.Rand, svc routing.Service, tier tiers.Tier, schedule
 	}
 }
 
+// failingLoadtest makes job fail every attempt until until, with
+// maxAttempts attempts; it should end dead-lettered.
+func failingLoadtest(job loadtestJob, until time.Time, maxAttempts int) loadtestJob {
+	job.args.FailUntil = &until
+	opts := *job.opts
+	opts.MaxAttempts = maxAttempts
+	job.opts = &opts
+	job.want = deadLettered
+	return job
+}
+
 // insert inserts the jobs in one transaction and adds them to the ledger.
 func (s *system) insert(ctx context.Context, batch []loadtestJob) error {
 	params := make([]river.InsertManyParams, len(batch))
@@ -413,7 +424,13 @@ type load struct {
 	MinMS, MaxMS     int
 	Services         []routing.Service
 	ScheduledPercent int
-	APIEvery         time.Duration
+	// LongPercent of the jobs sleep 2.5–3.5 s instead (longer than the
+	// soft-stop timeout, shorter than the job timeout).
+	LongPercent int
+	// FailPercent of the jobs fail every attempt (fail_until an hour ahead)
+	// with a single attempt: each must end in dead_letter_jobs.
+	FailPercent int
+	APIEvery    time.Duration
 }
 
 // loadStats is what the load saw.
@@ -437,7 +454,14 @@ func (s *system) run(ctx context.Context, l load) (*loadStats, func()) {
 				n := i*l.Batch + k
 				svc := l.Services[n%len(l.Services)]
 				tier := tiers.All()[n%4]
-				batch[k] = routedLoadtest(r, svc, tier, r.IntN(100) < l.ScheduledPercent, l.MinMS, l.MaxMS)
+				job := routedLoadtest(r, svc, tier, r.IntN(100) < l.ScheduledPercent, l.MinMS, l.MaxMS)
+				if r.IntN(100) < l.LongPercent {
+					job.args.SleepMS = 2500 + r.IntN(1001)
+				}
+				if r.IntN(100) < l.FailPercent {
+					job = failingLoadtest(job, time.Now().Add(time.Hour), 1)
+				}
+				batch[k] = job
 			}
 			if err := s.insert(ctx, batch); err != nil && ctx.Err() == nil {
 				stats.mu.Lock()

@@ -1,0 +1,117 @@
+//go:build chaos
+
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/escalation"
+	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/scheduler"
+)
+
+// TestSchedulerFailover kills the leading scheduler with SIGKILL under load.
+// The other replica takes over when the lease runs out; cron slots, aging,
+// escalation and dead-letter drains carry on under it, no cron slot runs
+// twice and no job is drained twice. The analyzer serves no scheduled
+// queue here, so background analyzer work only runs once the escalation
+// sweep moves it to the default queue, and it ages while it waits.
+func TestSchedulerFailover(t *testing.T) {
+	s := newSystem(t, "scheduler-failover")
+	ctx := context.Background()
+	a, b := s.scheduler(), s.scheduler()
+	for range 2 {
+		s.worker(routing.Analyzer, "ANALYZER_QUEUE_SCHEDULED_WORKERS=0")
+		s.worker(routing.SpecGen)
+	}
+	s.api()
+	leader := s.waitLeader(ctx, a, b)
+	follower := a
+	if leader == a {
+		follower = b
+	}
+
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	_, waitLoad := s.run(loadCtx, load{
+		Every: 100 * time.Millisecond, Batch: 4, MinMS: 20, MaxMS: 200,
+		Services: bothServices, ScheduledPercent: 25, FailPercent: 5, APIEvery: 500 * time.Millisecond,
+	})
+	time.Sleep(8 * time.Second)
+
+	leader.kill()
+	killedAt := time.Now()
+	s.waitLeader(ctx, follower)
+	tookOver := time.Now()
+	time.Sleep(12 * time.Second)
+	stopLoad()
+	waitLoad()
+
+	tally, settle := s.settle(ctx, 2*time.Minute)
+	s.check(tally)
+	require.Positive(t, tally.deadLettered)
+
+	count := func(sql string, args ...any) int {
+		t.Helper()
+		var n int
+		require.NoError(t, s.pool.QueryRow(ctx, sql, args...).Scan(&n))
+		return n
+	}
+	// Cron: every slot ran once, under both leaders.
+	for _, kind := range []string{scheduler.KindReanalyzeStale, scheduler.KindRetention} {
+		require.Zero(t, count(`SELECT count(*) FROM (SELECT scheduled_at FROM river_job WHERE kind = $1 GROUP BY scheduled_at HAVING count(*) > 1) twice`, kind),
+			"%s slots that ran twice", kind)
+		require.Positive(t, count(`SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed' AND scheduled_at < $2`, kind, killedAt),
+			"%s slots before the kill", kind)
+		require.Positive(t, count(`SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed' AND scheduled_at > $2`, kind, tookOver),
+			"%s slots after the take-over", kind)
+	}
+	// Escalation and drains, under both leaders.
+	require.Positive(t, count(`SELECT count(*) FROM job_escalations WHERE actor = $1 AND escalated_at < $2`, escalation.ActorScheduler, killedAt))
+	require.Positive(t, count(`SELECT count(*) FROM job_escalations WHERE actor = $1 AND escalated_at > $2`, escalation.ActorScheduler, tookOver),
+		"escalations after the take-over")
+	require.Positive(t, count(`SELECT count(*) FROM dead_letter_jobs WHERE moved_at < $1`, killedAt))
+	require.Positive(t, count(`SELECT count(*) FROM dead_letter_jobs WHERE moved_at > $1`, tookOver), "drains after the take-over")
+	// No job drained twice: job_id is unique in dead_letter_jobs, so a
+	// second copy would have failed a drain with a unique violation.
+	require.Zero(t, count(`
+		SELECT count(*) FROM river_job j, unnest(j.errors) e
+		WHERE j.kind = ANY($1) AND e->>'error' LIKE '%duplicate key%'`,
+		[]string{scheduler.KindDLQDrain, scheduler.KindAgingSweep, scheduler.KindEscalationSweep}))
+	// Aging, counted by the new leader itself.
+	promotions := scrapeSum(t, follower.metricsURL, "tierq_aging_promotions_total")
+	require.Positive(t, promotions, "aging promotions by the new leader")
+
+	s.summary(tally, tookOver.Sub(killedAt), settle,
+		fmt.Sprintf("cron_slots=%d", count(`SELECT count(*) FROM river_job WHERE kind = ANY($1)`, []string{scheduler.KindReanalyzeStale, scheduler.KindRetention})),
+		fmt.Sprintf("escalations=%d", count(`SELECT count(*) FROM job_escalations WHERE actor = $1`, escalation.ActorScheduler)),
+		fmt.Sprintf("new_leader_promotions=%.0f", promotions))
+}
+
+// scrapeSum adds up every sample of metric at url.
+func scrapeSum(t *testing.T, url, metric string) float64 {
+	t.Helper()
+	resp, err := http.Get(url) //nolint:gosec,noctx // a loopback URL of the suite
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var sum float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, metric+"{") && !strings.HasPrefix(line, metric+" ") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		require.NoError(t, err, line)
+		sum += v
+	}
+	return sum
+}
