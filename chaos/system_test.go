@@ -302,19 +302,28 @@ func (s *system) checkNoSecretsLogged() {
 	}
 }
 
-// call makes one API request and returns the status and body; err is a
-// transport error (including the client's 10 s timeout).
+// call makes one API request with body as JSON (none when nil) and returns
+// the status and body; err is a transport error (including the client's
+// 10 s timeout).
 func (s *system) call(ctx context.Context, method, path, token string, body any) (int, []byte, error) {
-	var reader io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return 0, nil, err
-		}
-		reader = bytes.NewReader(data)
+	if body == nil {
+		return s.callRaw(ctx, method, path, token, nil)
 	}
+	data, err := json.Marshal(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	return s.callRaw(ctx, method, path, token, data)
+}
+
+// callRaw makes one API request with exactly body (none when nil).
+func (s *system) callRaw(ctx context.Context, method, path, token string, body []byte) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	var reader io.Reader
+	if body != nil {
+		reader = bytes.NewReader(body)
+	}
 	req, err := http.NewRequestWithContext(ctx, method, s.apiURL+path, reader)
 	if err != nil {
 		return 0, nil, err

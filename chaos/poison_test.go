@@ -1,0 +1,179 @@
+//go:build chaos
+
+package chaos_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/tiers"
+)
+
+// rawArgs are args exactly as given, of any kind: what a producer in another
+// language (or a bug) can insert.
+type rawArgs struct {
+	kind string
+	json string
+}
+
+func (a rawArgs) Kind() string                 { return a.kind }
+func (a rawArgs) MarshalJSON() ([]byte, error) { return []byte(a.json), nil }
+
+// TestPoisonInput sends bad input two ways. Through the API it is refused
+// with a 4xx JSON error and nothing is inserted. Inserted straight into the
+// queues at the best priority (as a producer that bypasses the API could),
+// it is cancelled with the reason, or, when it fails transiently forever,
+// retried with backoff and dead-lettered with the reason; and the good jobs
+// queued behind it in the same queues finish as if it were not there.
+func TestPoisonInput(t *testing.T) {
+	s := newSystem(t, "poison-input")
+	ctx := context.Background()
+	s.fullTopology()
+
+	// Through the API: refused, nothing inserted.
+	enormous := `{"kind":"analysis","user_id":"u_free","args":{"target":"/` + strings.Repeat("a", 2<<20) + `"}}`
+	for _, tc := range []struct {
+		name, body string
+		status     int
+	}{
+		{"not JSON", `{"kind": "analysis", "user_id": `, http.StatusBadRequest},
+		{"target of the wrong type", `{"kind":"analysis","user_id":"u_free","args":{"target":42}}`, http.StatusBadRequest},
+		{"args not an object", `{"kind":"analysis","user_id":"u_free","args":[1,2]}`, http.StatusBadRequest},
+		{"target escaping with ..", `{"kind":"analysis","user_id":"u_free","args":{"target":"/srv/../etc"}}`, http.StatusBadRequest},
+		{"tier chosen by the client", `{"kind":"analysis","user_id":"u_free","tier":"enterprise","args":{"target":"/srv"}}`, http.StatusBadRequest},
+		{"unknown kind", `{"kind":"rm -rf","user_id":"u_free","args":{}}`, http.StatusBadRequest},
+		{"bad result id", `{"kind":"specview","user_id":"u_free","args":{"analysis_result_id":-1}}`, http.StatusBadRequest},
+		{"enormous body", enormous, http.StatusRequestEntityTooLarge},
+	} {
+		status, body, err := s.callRaw(ctx, http.MethodPost, "/v1/jobs", producerToken, []byte(tc.body))
+		require.NoError(t, err, tc.name)
+		require.Equal(t, tc.status, status, "%s: %s", tc.name, body)
+		var e struct {
+			Error string `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal(body, &e), "%s: not a JSON error: %s", tc.name, body)
+		require.NotEmpty(t, e.Error, tc.name)
+	}
+	var queued int
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&queued))
+	require.Zero(t, queued, "jobs inserted by refused requests")
+
+	// Straight into the queues.
+	file := filepath.Join(s.dir, "targets", "a-file")
+	require.NoError(t, os.WriteFile(file, []byte("not a directory"), 0o644))
+	unreadable := filepath.Join(s.dir, "targets", "unreadable")
+	require.NoError(t, os.Mkdir(unreadable, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(unreadable, "x_test.go"), []byte("package x"), 0o644))
+	require.NoError(t, os.Chmod(unreadable, 0o000)) // the workers do not run as root
+	trapped := s.newTarget()                        // a real checkout with traps in it
+	require.NoError(t, syscall.Mkfifo(filepath.Join(trapped, "fifo_test.go"), 0o644))
+	require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(trapped, "outside_test.go")))
+	require.NoError(t, os.Symlink("/", filepath.Join(trapped, "root")))
+	require.NoError(t, os.Symlink("../../../..", filepath.Join(trapped, "up")))
+	hugeTarget := "/" + strings.Repeat("a", 1<<20)
+
+	target := func(path string) string {
+		data, _ := json.Marshal(map[string]string{"target": path, "tier": "enterprise"})
+		return string(data)
+	}
+	until, _ := time.Now().Add(time.Hour).MarshalJSON()
+	poison := []struct {
+		kind, args string
+		want       final
+		reason     string
+	}{
+		{jobs.KindAnalysis, `{"target": 42}`, cancelled, "bad analysis args"},
+		{jobs.KindAnalysis, `[]`, cancelled, "bad analysis args"},
+		{jobs.KindAnalysis, `{}`, cancelled, "target is required"},
+		{jobs.KindAnalysis, target("/nonexistent/checkout"), cancelled, "does not exist"},
+		{jobs.KindAnalysis, target(file), cancelled, "is not a directory"},
+		{jobs.KindAnalysis, target(unreadable), cancelled, "permission denied"},
+		{jobs.KindAnalysis, target(hugeTarget), cancelled, "invalid target"},
+		{jobs.KindAnalysis, target(trapped), completed, ""},
+		{jobs.KindSpecView, `{"analysis_result_id": "seven"}`, cancelled, "bad specview args"},
+		{jobs.KindSpecView, `{"analysis_result_id": 987654321}`, cancelled, "analysis result not found"},
+		{jobs.KindLoadTest, `{"sleep_ms": "slow"}`, cancelled, "bad loadtest args"},
+		{jobs.KindLoadTest, `{"sleep_ms": -5}`, cancelled, "sleep_ms must be between"},
+		{jobs.KindLoadTest, `{"sleep_ms": 0, "fail_until": ` + string(until) + `}`, deadLettered, "failing on purpose"},
+	}
+	const copies = 8
+	var params []river.InsertManyParams
+	var wants []entry
+	for _, p := range poison {
+		svc := routing.Analyzer
+		if p.kind == jobs.KindSpecView {
+			svc = routing.SpecGen
+		}
+		for i := range copies {
+			opts := &river.InsertOpts{Queue: svc.Queue(routing.Priority), Priority: 1, MaxAttempts: 2}
+			if i%2 == 1 {
+				opts.Queue = svc.Queue(routing.Default)
+			}
+			params = append(params, river.InsertManyParams{Args: rawArgs{p.kind, p.args}, InsertOpts: opts})
+			wants = append(wants, entry{kind: p.kind, queue: opts.Queue, want: p.want, reason: p.reason})
+		}
+	}
+	insertedAt := time.Now()
+	res, err := s.client.InsertMany(ctx, params)
+	require.NoError(t, err)
+	for i, r := range res {
+		wants[i].id = r.Job.ID
+		s.ledger.add(wants[i])
+	}
+
+	// Good work behind it, in the same queues.
+	var good []loadtestJob
+	for i := range 200 {
+		job := routedLoadtest(rand.New(rand.NewPCG(1, uint64(i))), []routing.Service{routing.Analyzer, routing.SpecGen}[i%2], tiers.All()[i%4], false, 20, 20)
+		good = append(good, job)
+	}
+	require.NoError(t, s.insert(ctx, good))
+	for i := range 20 {
+		status, _ := s.enqueueAnalysis(ctx, tiers.All()[i%4], false)
+		require.Equal(t, http.StatusCreated, status)
+	}
+
+	tally, settle := s.settle(ctx, 2*time.Minute)
+	s.check(tally)
+
+	// Each poison job ended with its reason, and the good jobs did not wait
+	// on it.
+	var recovery time.Duration
+	for _, e := range wants {
+		var (
+			last string
+			at   time.Time
+		)
+		switch e.want {
+		case cancelled:
+			require.NoError(t, s.pool.QueryRow(ctx, `SELECT errors[array_length(errors, 1)]->>'error', finalized_at FROM river_job WHERE id = $1`, e.id).Scan(&last, &at))
+		case deadLettered:
+			require.NoError(t, s.pool.QueryRow(ctx, `SELECT errors->-1->>'error', moved_at FROM dead_letter_jobs WHERE job_id = $1`, e.id).Scan(&last, &at))
+		default:
+			continue
+		}
+		require.Contains(t, last, e.reason, "%s job %d", e.kind, e.id)
+		recovery = max(recovery, at.Sub(insertedAt))
+	}
+	var goodWait time.Duration
+	require.NoError(t, s.pool.QueryRow(ctx, `
+		SELECT coalesce(max(finalized_at - created_at), '0')
+		FROM river_job WHERE kind = $1 AND id > $2`, jobs.KindLoadTest, res[len(res)-1].Job.ID).Scan(&goodWait))
+	require.Less(t, goodWait, 15*time.Second, "the slowest good job behind the poison")
+	s.summary(tally, recovery, settle, fmt.Sprintf("poison=%d", len(wants)), fmt.Sprintf("api_refused=%d", 8),
+		fmt.Sprintf("good_wait_max=%s", goodWait.Round(time.Millisecond)))
+}
