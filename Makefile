@@ -4,7 +4,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := .tierq/bin
 
-.PHONY: run test build lint bench bench-routing pg-stop
+.PHONY: run test chaos build lint bench bench-routing pg-stop
 
 ## run: migrate, start both workers and the scheduler, enqueue a demo mix, watch progress (Ctrl-C stops everything)
 run:
@@ -15,6 +15,12 @@ test:
 	@eval "$$(scripts/pg.sh test)" && \
 	  { $(GO) vet ./... && $(GO) test -race -count=1 ./...; status=$$?; \
 	    if [ "$${TIERQ_PG_STARTED:-}" = 1 ]; then scripts/pg.sh stop; fi; exit $$status; }
+
+## chaos: the reliability suite (docs/reliability.md): the real binaries against a PostgreSQL cluster of its own, under faults; about 4 minutes
+chaos:
+	@eval "$$(scripts/pg.sh bindir)" && \
+	  $(GO) vet -tags chaos ./chaos/ && \
+	  $(GO) test -tags chaos -count=1 -v -timeout 20m ./chaos/
 
 ## build: the binaries (worker, scheduler, tierctl) into .tierq/bin
 build:

@@ -329,7 +329,7 @@ func (s *system) check(t tally) {
 	require.Empty(s.t, t.unexpected, "jobs that ended in the wrong place")
 }
 
-// summary prints the scenario's one-line summary (and logs it).
+// summary prints the scenario's one-line summary.
 func (s *system) summary(t tally, recover, settle time.Duration, extra ...string) {
 	line := fmt.Sprintf("CHAOS %-18s inserted=%d completed=%d cancelled=%d dead_lettered=%d lost=%d redelivered=%d recover=%s settle=%s",
 		s.name, t.inserted, t.completed, t.cancelled, t.deadLettered, t.lost, t.redelivered, round(recover), round(settle))
@@ -340,7 +340,6 @@ func (s *system) summary(t tally, recover, settle time.Duration, extra ...string
 		line += " " + strings.Join(extra, " ")
 	}
 	fmt.Println(line)
-	s.t.Log(line)
 }
 
 func round(d time.Duration) string {

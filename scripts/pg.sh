@@ -3,6 +3,8 @@
 # exports that point at it. MODE is "run" (database tierq, DATABASE_URL),
 # "test" (database tierq_test, TEST_DATABASE_URL) or "bench" (database
 # tierq_bench, DATABASE_URL; tierctl bench works in schemas of its own there).
+# MODE "bindir" only makes sure the server binaries are installed and prints
+# TIERQ_PG_BINDIR (the chaos suite runs a cluster of its own with them).
 #
 #   eval "$(scripts/pg.sh test)"
 #
@@ -33,10 +35,31 @@ case "$mode" in
     as_pg() { if [ "$(id -u)" = 0 ]; then su -s /bin/sh "$pguser" -c "$*"; else sh -c "$*"; fi; }
     as_pg "'$bindir/pg_ctl' -D '$pgdir/data' stop -m fast" >&2
     exit 0 ;;
-  *) echo "usage: $0 run|test|bench|stop" >&2; exit 2 ;;
+  bindir) ;;
+  *) echo "usage: $0 run|test|bench|bindir|stop" >&2; exit 2 ;;
 esac
 
 log() { echo "pg.sh: $*" >&2; }
+
+# server_bindir: the newest PostgreSQL server binaries, installed (Debian's
+# postgresql package) when there are none and this runs as root.
+server_bindir() {
+  local dir
+  dir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+  if [ -z "$dir" ] || [ ! -x "$dir/initdb" ]; then
+    [ "$(id -u)" = 0 ] || { log "no PostgreSQL server binaries and not root: install the postgresql package"; exit 1; }
+    log "installing PostgreSQL (apt-get install postgresql)"
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >&2
+    dir=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+  fi
+  echo "$dir"
+}
+
+if [ "$mode" = bindir ]; then
+  echo "export TIERQ_PG_BINDIR='$(server_bindir)'"
+  exit 0
+fi
 
 # answers URL: does a server accept connections at URL? Uses psql when present,
 # else bash's /dev/tcp to the host and port (good enough to pick a server).
@@ -76,14 +99,7 @@ if [ "${TIERQ_LOCAL_PG:-}" != 1 ] && answers "postgres://postgres@127.0.0.1:5432
 fi
 
 # 3. A throwaway cluster.
-bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
-if [ -z "$bindir" ] || [ ! -x "$bindir/initdb" ]; then
-  [ "$(id -u)" = 0 ] || { log "no PostgreSQL server binaries and not root: install the postgresql package"; exit 1; }
-  log "installing PostgreSQL (apt-get install postgresql)"
-  apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >&2
-  bindir=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-fi
+bindir=$(server_bindir)
 
 mkdir -p "$pgdir"
 if [ "$(id -u)" = 0 ]; then
