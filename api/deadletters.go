@@ -1,6 +1,7 @@
 package api
 
 import (
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -165,5 +166,7 @@ func (s *Server) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
+	// Deletion is final and no table records it: the log does.
+	s.logger.InfoContext(r.Context(), "dead letter deleted", slog.Int64("dead_letter_id", id))
 	w.WriteHeader(http.StatusNoContent)
 }
