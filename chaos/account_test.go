@@ -113,22 +113,25 @@ type tally struct {
 	// redelivered counts executions beyond the first of recorded jobs that
 	// do not fail on purpose: what at-least-once delivery cost.
 	redelivered int
-	// doubleCompleted counts recorded jobs with more than one completed
-	// execution. Must be 0.
-	doubleCompleted int
+	// badCompletions counts recorded jobs with more than one completed
+	// execution, or completed with none. Must be 0.
+	badCompletions int
+	// unacknowledged counts load-test and analysis jobs in the database that
+	// no answer told the scenario about (an insert or replay whose answer
+	// was lost in a fault); strayPending those of them not finished. The
+	// promise covers them too: strayPending must be 0.
+	unacknowledged, strayPending int
 	// unexpected lists jobs that ended somewhere else than they should.
 	unexpected []string
 	// pendingWhy samples why jobs are still pending.
 	pendingWhy []string
-	// last maps each inserted id to the last job of its replay chain.
-	last map[int64]int64
 }
 
 // account finds where every inserted job is now, following replays.
 func (s *system) account(ctx context.Context) (tally, error) {
 	entries := s.ledger.all()
 	replays, purgedJobs := s.ledger.operatorActions()
-	t := tally{inserted: len(entries), last: map[int64]int64{}}
+	t := tally{inserted: len(entries)}
 
 	type place struct {
 		state    *string
@@ -137,9 +140,11 @@ func (s *system) account(ctx context.Context) (tally, error) {
 	}
 	current := map[int64]int64{}
 	unresolved := make([]int64, 0, len(entries))
+	visited := make([]int64, 0, len(entries))
 	for _, e := range entries {
 		current[e.id] = e.id
 		unresolved = append(unresolved, e.id)
+		visited = append(visited, e.id)
 	}
 	finals := map[int64]final{}
 	why := map[int64]string{}
@@ -190,11 +195,13 @@ func (s *system) account(ctx context.Context) (tally, error) {
 			case p.deadID != nil && p.replayTo != nil:
 				current[id] = *p.replayTo
 				next = append(next, id)
+				visited = append(visited, *p.replayTo)
 			case p.deadID != nil:
 				finals[id] = deadLettered
 			case replays[at] != 0:
 				current[id] = replays[at]
 				next = append(next, id)
+				visited = append(visited, replays[at])
 			case purgedJobs[at]:
 				finals[id] = purged
 			default:
@@ -236,42 +243,53 @@ func (s *system) account(ctx context.Context) (tally, error) {
 		}
 	}
 
-	// Deliveries of the recorded load-test jobs.
-	var recorded []int64
-	recordedEntry := map[int64]entry{}
-	for _, e := range entries {
-		if e.recorded {
-			recorded = append(recorded, e.id)
-			recordedEntry[e.id] = e
-		}
-	}
+	// Deliveries of the recorded load-test jobs, every job of their replay
+	// chains included.
 	rows, err := s.pool.Query(ctx, `
 		SELECT job_id, count(*), count(completed_at) FROM load_test_executions
-		WHERE job_id = ANY($1) GROUP BY job_id`, recorded)
+		WHERE job_id = ANY($1) GROUP BY job_id`, visited)
 	if err != nil {
 		return t, err
 	}
+	executions, completions := map[int64]int{}, map[int64]int{}
 	for rows.Next() {
-		var id, executions, completions int64
-		if err := rows.Scan(&id, &executions, &completions); err != nil {
+		var id int64
+		var n, done int
+		if err := rows.Scan(&id, &n, &done); err != nil {
 			rows.Close()
 			return t, err
 		}
-		if completions > 1 {
-			t.doubleCompleted++
-		}
-		if !recordedEntry[id].flaky {
-			t.redelivered += int(executions - 1)
+		executions[id], completions[id] = n, done
+		if done > 1 {
+			t.badCompletions++
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return t, err
 	}
+	for _, e := range entries {
+		if !e.recorded {
+			continue
+		}
+		if !e.flaky {
+			t.redelivered += max(0, executions[e.id]-1)
+		}
+		if finals[e.id] == completed && completions[current[e.id]] != 1 {
+			t.badCompletions++
+		}
+	}
+
+	// Jobs nobody told the scenario about.
+	if err := s.pool.QueryRow(ctx, `
+		SELECT count(*), count(*) FILTER (WHERE state NOT IN ('completed', 'cancelled'))
+		FROM river_job WHERE kind = ANY($1) AND NOT (id = ANY($2))`,
+		[]string{jobs.KindLoadTest, jobs.KindAnalysis}, visited).Scan(&t.unacknowledged, &t.strayPending); err != nil {
+		return t, err
+	}
 
 	for _, e := range entries {
 		f := finals[e.id]
-		t.last[e.id] = current[e.id]
 		switch f {
 		case completed:
 			t.completed++
@@ -307,7 +325,7 @@ func (s *system) settle(ctx context.Context, limit time.Duration) (tally, time.D
 	)
 	for {
 		t, err = s.account(ctx)
-		if err == nil && t.pending == 0 {
+		if err == nil && t.pending == 0 && t.strayPending == 0 {
 			return t, time.Since(start)
 		}
 		if time.Since(start) > limit {
@@ -325,7 +343,8 @@ func (s *system) check(t tally) {
 	require.Positive(s.t, t.inserted, "the scenario inserted nothing")
 	require.Zero(s.t, t.lost, "jobs lost")
 	require.Zero(s.t, t.pending, "jobs still pending after the settle limit: %v", t.pendingWhy)
-	require.Zero(s.t, t.doubleCompleted, "recorded jobs completed more than once")
+	require.Zero(s.t, t.strayPending, "jobs no answer reported (%d) still unfinished", t.unacknowledged)
+	require.Zero(s.t, t.badCompletions, "recorded jobs completed more than once, or completed without a completed execution")
 	require.Empty(s.t, t.unexpected, "jobs that ended in the wrong place")
 }
 
@@ -333,6 +352,9 @@ func (s *system) check(t tally) {
 func (s *system) summary(t tally, recover, settle time.Duration, extra ...string) {
 	line := fmt.Sprintf("CHAOS %-18s inserted=%d completed=%d cancelled=%d dead_lettered=%d lost=%d redelivered=%d recover=%s settle=%s",
 		s.name, t.inserted, t.completed, t.cancelled, t.deadLettered, t.lost, t.redelivered, round(recover), round(settle))
+	if t.unacknowledged > 0 {
+		line += fmt.Sprintf(" unacknowledged=%d", t.unacknowledged)
+	}
 	if t.purged > 0 {
 		line += fmt.Sprintf(" purged=%d", t.purged)
 	}

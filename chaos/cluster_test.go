@@ -3,6 +3,7 @@
 package chaos_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +14,9 @@ import (
 	"slices"
 	"strconv"
 	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // pgUser is the unprivileged user that runs PostgreSQL (initdb refuses root)
@@ -51,11 +55,15 @@ func chown(path string, cred *syscall.Credential) error {
 }
 
 // cluster is a throwaway PostgreSQL cluster on a free loopback port, which
-// the scenarios may stop and start.
+// the scenarios may stop and start. The server runs as a child of the test
+// process that dies with it (Pdeathsig), so a crashed or timed-out run leaves
+// no server behind.
 type cluster struct {
 	bindir, dir, data string
 	port              int
 	cred              *syscall.Credential
+	server            *exec.Cmd
+	exited            chan struct{}
 }
 
 // serverBindir finds PostgreSQL's server binaries: TIERQ_PG_BINDIR (set by
@@ -102,19 +110,12 @@ func newCluster(dir string, cred *syscall.Credential) (*cluster, error) {
 	return c, c.start()
 }
 
-// run runs one of the server's programs as the cluster's user.
+// run runs one of the server's programs (initdb) as the cluster's user.
 func (c *cluster) run(program string, args ...string) error {
-	logFile, err := os.OpenFile(filepath.Join(c.dir, "pg_ctl.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	defer logFile.Close()
 	cmd := exec.Command(filepath.Join(c.bindir, program), args...) //nolint:gosec // the suite's own cluster
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Run(); err != nil {
-		log, _ := os.ReadFile(filepath.Join(c.dir, "pg_ctl.log"))
-		return fmt.Errorf("%s %v: %w\n%s", program, args, err, log)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %v: %w\n%s", program, args, err, out)
 	}
 	return nil
 }
@@ -124,19 +125,73 @@ func (c *cluster) run(program string, args ...string) error {
 // still writes everything; only an OS crash could lose data), and commits
 // are synchronous.
 func (c *cluster) start() error {
-	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c max_connections=300 -c fsync=off -c full_page_writes=off -c max_wal_size=8GB", c.port)
-	return c.run("pg_ctl", "-D", c.data, "-l", filepath.Join(c.dir, "server.log"), "-w", "-t", "60", "start", "-o", opts)
+	logFile, err := os.OpenFile(filepath.Join(c.dir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	cmd := exec.Command(filepath.Join(c.bindir, "postgres"), "-D", c.data, "-p", strconv.Itoa(c.port), //nolint:gosec // the suite's own cluster
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=", "-c", "max_connections=300",
+		"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_wal_size=8GB")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGKILL}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start postgres: %w", err)
+	}
+	c.server, c.exited = cmd, make(chan struct{})
+	go func(exited chan struct{}) {
+		_ = cmd.Wait()
+		close(exited)
+	}(c.exited)
+
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		conn, err := pgx.Connect(context.Background(), c.url("postgres"))
+		if err == nil {
+			return conn.Close(context.Background())
+		}
+		select {
+		case <-c.exited:
+			log, _ := os.ReadFile(filepath.Join(c.dir, "server.log"))
+			return fmt.Errorf("postgres exited at start:\n%s", log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("postgres does not accept connections after 60s: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
-// stop shuts the server down in fast mode: clients are disconnected, open
-// transactions roll back, everything committed is kept.
+// stop shuts the server down in fast mode (SIGINT): clients are
+// disconnected, open transactions roll back, everything committed is kept.
 func (c *cluster) stop() error {
-	return c.run("pg_ctl", "-D", c.data, "-w", "-t", "60", "stop", "-m", "fast")
+	if !c.running() {
+		return nil
+	}
+	if err := c.server.Process.Signal(syscall.SIGINT); err != nil {
+		return err
+	}
+	select {
+	case <-c.exited:
+		return nil
+	case <-time.After(60 * time.Second):
+		_ = c.server.Process.Kill()
+		return errors.New("postgres did not stop within 60s of a fast shutdown")
+	}
 }
 
 // running reports whether the server is up.
 func (c *cluster) running() bool {
-	return c.run("pg_ctl", "-D", c.data, "status") == nil
+	if c.server == nil {
+		return false
+	}
+	select {
+	case <-c.exited:
+		return false
+	default:
+		return true
+	}
 }
 
 // url is the connection URL of database name.

@@ -65,7 +65,20 @@ func TestOperatorsRacing(t *testing.T) {
 	recoversAt := time.Now().Add(10 * time.Second)
 	runCtx, stop := context.WithTimeout(ctx, 22*time.Second)
 	defer stop()
-	var wg sync.WaitGroup
+	// Requests are not cut off when the run ends (opCtx): an answer lost
+	// after the server acted would leave an action the ledger never heard
+	// of. A transport error (the API hung for 10 s) fails the test.
+	opCtx := context.WithoutCancel(runCtx)
+	var (
+		wg     sync.WaitGroup
+		errMu  sync.Mutex
+		opErrs []error
+	)
+	fail := func(err error) {
+		errMu.Lock()
+		defer errMu.Unlock()
+		opErrs = append(opErrs, err)
+	}
 
 	// Load: analyzer jobs faster than the few workers take them, so there is
 	// always a queue to escalate in; one in five fails until recoversAt.
@@ -89,7 +102,7 @@ func TestOperatorsRacing(t *testing.T) {
 	randomJob := func(r *rand.Rand) int64 {
 		all := s.ledger.all()
 		if len(all) == 0 {
-			return 1
+			return 0
 		}
 		return all[r.IntN(len(all))].id
 	}
@@ -101,9 +114,15 @@ func TestOperatorsRacing(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(n), uint64(time.Now().UnixNano())))
 			for runCtx.Err() == nil {
 				time.Sleep(5 * time.Millisecond)
-				status, _, err := s.call(runCtx, http.MethodPatch, fmt.Sprintf("/v1/jobs/%d", randomJob(r)), adminToken,
+				id := randomJob(r)
+				if id == 0 {
+					continue
+				}
+				status, _, err := s.call(opCtx, http.MethodPatch, fmt.Sprintf("/v1/jobs/%d", id), adminToken,
 					map[string]any{"queue_class": classes[r.IntN(3)], "actor": "api-op", "reason": "chaos: racing escalation"})
-				if err == nil {
+				if err != nil {
+					fail(fmt.Errorf("PATCH /v1/jobs/%d: %w", id, err))
+				} else {
 					ops.note("patch", status)
 					if status == http.StatusOK {
 						ops.mu.Lock()
@@ -118,7 +137,12 @@ func TestOperatorsRacing(t *testing.T) {
 	wg.Go(func() {
 		r := rand.New(rand.NewPCG(9, uint64(time.Now().UnixNano())))
 		for runCtx.Err() == nil {
-			out, err := s.tierctlErr("escalate", strconv.FormatInt(randomJob(r), 10), "--to", classes[r.IntN(3)],
+			id := randomJob(r)
+			if id == 0 {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			out, err := s.tierctlErr("escalate", strconv.FormatInt(id, 10), "--to", classes[r.IntN(3)],
 				"--actor", "cli-op", "--reason", "chaos: racing escalation")
 			ops.note("tierctl-escalate", exitCode(err))
 			if err == nil && strings.Contains(out, " -> ") {
@@ -130,8 +154,9 @@ func TestOperatorsRacing(t *testing.T) {
 	})
 	// Replays through the API and tierctl, of the same dead letters at once.
 	pendingDeadLetters := func() []int64 {
-		status, body, err := s.call(runCtx, http.MethodGet, "/v1/dead-letters?pending=true&limit=20", adminToken, nil)
+		status, body, err := s.call(opCtx, http.MethodGet, "/v1/dead-letters?pending=true&limit=20", adminToken, nil)
 		if err != nil || status != http.StatusOK {
+			fail(fmt.Errorf("GET /v1/dead-letters: %d %s %v", status, body, err))
 			return nil
 		}
 		var page struct {
@@ -140,7 +165,10 @@ func TestOperatorsRacing(t *testing.T) {
 				JobID int64 `json:"job_id"`
 			} `json:"dead_letters"`
 		}
-		require.NoError(t, json.Unmarshal(body, &page))
+		if err := json.Unmarshal(body, &page); err != nil {
+			fail(fmt.Errorf("GET /v1/dead-letters: %w: %s", err, body))
+			return nil
+		}
 		ids := make([]int64, len(page.DeadLetters))
 		ops.mu.Lock()
 		for i, d := range page.DeadLetters {
@@ -160,9 +188,10 @@ func TestOperatorsRacing(t *testing.T) {
 	wg.Go(func() {
 		for runCtx.Err() == nil {
 			for _, id := range pendingDeadLetters() {
-				status, body, err := s.call(runCtx, http.MethodPost, fmt.Sprintf("/v1/dead-letters/%d/replay", id), adminToken,
+				status, body, err := s.call(opCtx, http.MethodPost, fmt.Sprintf("/v1/dead-letters/%d/replay", id), adminToken,
 					map[string]any{"actor": "api-op"})
 				if err != nil {
+					fail(fmt.Errorf("replay dead letter %d: %w", id, err))
 					continue
 				}
 				ops.note("api-replay", status)
@@ -170,7 +199,10 @@ func TestOperatorsRacing(t *testing.T) {
 					var outcome struct {
 						JobID int64 `json:"job_id"`
 					}
-					require.NoError(t, json.Unmarshal(body, &outcome))
+					if err := json.Unmarshal(body, &outcome); err != nil || outcome.JobID == 0 {
+						fail(fmt.Errorf("replay dead letter %d: %v: %s", id, err, body))
+						continue
+					}
 					replayed(id, outcome.JobID)
 				}
 			}
@@ -194,8 +226,9 @@ func TestOperatorsRacing(t *testing.T) {
 				ID    int64 `json:"id"`
 				JobID int64 `json:"job_id"`
 			}
-			if i := strings.IndexByte(out, '['); i >= 0 {
-				require.NoError(t, json.NewDecoder(strings.NewReader(out[i:])).Decode(&outcomes), out)
+			// stdout is the JSON array; stderr (after it) says why it exited 1.
+			if err := json.NewDecoder(strings.NewReader(out)).Decode(&outcomes); err != nil {
+				fail(fmt.Errorf("tierctl dlq replay: %w: %s", err, out))
 			}
 			for _, o := range outcomes {
 				if o.JobID != 0 {
@@ -220,7 +253,10 @@ func TestOperatorsRacing(t *testing.T) {
 			ops.mu.Unlock()
 			var gone bool
 			if i%2 == 0 {
-				status, _, err := s.call(runCtx, http.MethodDelete, fmt.Sprintf("/v1/dead-letters/%d", id), adminToken, nil)
+				status, _, err := s.call(opCtx, http.MethodDelete, fmt.Sprintf("/v1/dead-letters/%d", id), adminToken, nil)
+				if err != nil {
+					fail(fmt.Errorf("DELETE dead letter %d: %w", id, err))
+				}
 				gone = err == nil && status == http.StatusNoContent
 				ops.note("api-delete", status)
 			} else {
@@ -244,6 +280,7 @@ func TestOperatorsRacing(t *testing.T) {
 		}
 	})
 	wg.Wait()
+	require.Empty(t, opErrs, "operator requests that failed")
 
 	tally, settle := s.settle(ctx, 2*time.Minute)
 	s.check(tally)
@@ -256,13 +293,13 @@ func TestOperatorsRacing(t *testing.T) {
 	replays, _ := s.ledger.operatorActions()
 	rows, err := s.pool.Query(ctx, `SELECT job_id, replay_job_id FROM dead_letter_jobs WHERE replay_job_id IS NOT NULL`)
 	require.NoError(t, err)
+	defer rows.Close()
 	for rows.Next() {
 		var job, replay int64
 		require.NoError(t, rows.Scan(&job, &replay))
 		require.Equal(t, replays[job], replay, "dead letter of job %d was replayed as job %d, but no operator was told", job, replay)
 	}
 	require.NoError(t, rows.Err())
-	rows.Close()
 
 	audited := s.checkAuditChains(ctx)
 	var apiMoves, cliMoves int
@@ -305,6 +342,7 @@ func (s *system) checkAuditChains(ctx context.Context) int {
 		SELECT job_id, from_queue, from_priority, to_queue, to_priority, actor
 		FROM job_escalations WHERE job_id = ANY($1) ORDER BY id`, ids)
 	require.NoError(s.t, err)
+	defer rows.Close()
 	moves := map[int64][]move{}
 	for rows.Next() {
 		var m move
@@ -314,22 +352,23 @@ func (s *system) checkAuditChains(ctx context.Context) int {
 	require.NoError(s.t, rows.Err())
 	rows.Close()
 
-	rows, err = s.pool.Query(ctx, `
+	places, err := s.pool.Query(ctx, `
 		SELECT id, queue, priority FROM river_job WHERE id = ANY($1)
 		UNION ALL
 		SELECT job_id, queue, priority FROM dead_letter_jobs WHERE job_id = ANY($1)`, ids)
 	require.NoError(s.t, err)
+	defer places.Close()
 	now := map[int64]place{}
-	for rows.Next() {
+	for places.Next() {
 		var (
 			id int64
 			p  place
 		)
-		require.NoError(s.t, rows.Scan(&id, &p.Queue, &p.Priority))
+		require.NoError(s.t, places.Scan(&id, &p.Queue, &p.Priority))
 		now[id] = p
 	}
-	require.NoError(s.t, rows.Err())
-	rows.Close()
+	require.NoError(s.t, places.Err())
+	places.Close()
 
 	for _, e := range entries {
 		at := place{e.queue, e.priority}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/jobs"
@@ -69,7 +70,8 @@ func TestPoisonInput(t *testing.T) {
 		require.NotEmpty(t, e.Error, tc.name)
 	}
 	var queued int
-	require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&queued))
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = ANY($1)`,
+		[]string{jobs.KindAnalysis, jobs.KindSpecView}).Scan(&queued))
 	require.Zero(t, queued, "jobs inserted by refused requests")
 
 	// Straight into the queues.
@@ -79,7 +81,9 @@ func TestPoisonInput(t *testing.T) {
 	require.NoError(t, os.Mkdir(unreadable, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(unreadable, "x_test.go"), []byte("package x"), 0o644))
 	require.NoError(t, os.Chmod(unreadable, 0o000)) // the workers do not run as root
-	trapped := s.newTarget()                        // a real checkout with traps in it
+	t.Cleanup(func() { _ = os.Chmod(unreadable, 0o755) })
+	trapped, err := s.newTarget() // a real checkout with traps in it
+	require.NoError(t, err)
 	require.NoError(t, syscall.Mkfifo(filepath.Join(trapped, "fifo_test.go"), 0o644))
 	require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(trapped, "outside_test.go")))
 	require.NoError(t, os.Symlink("/", filepath.Join(trapped, "root")))
@@ -128,7 +132,8 @@ func TestPoisonInput(t *testing.T) {
 		}
 	}
 	insertedAt := time.Now()
-	res, err := s.client.InsertMany(ctx, params)
+	var res []*rivertype.JobInsertResult
+	res, err = s.client.InsertMany(ctx, params)
 	require.NoError(t, err)
 	for i, r := range res {
 		wants[i].id = r.Job.ID

@@ -49,7 +49,8 @@ var users = map[tiers.Tier]string{
 
 // baseEnv is every process's environment in the suite: short timeouts so
 // that faults resolve in seconds. JOB_TIMEOUT stays below the scheduler's
-// RESCUE_STUCK_JOBS_AFTER, so a live job is never rescued.
+// RESCUE_STUCK_JOBS_AFTER, so a job whose worker is alive and can reach the
+// database is never rescued while it runs.
 var baseEnv = []string{
 	"LOG_LEVEL=info",
 	"JOB_TIMEOUT=4s",
@@ -188,7 +189,8 @@ func (s *system) start(binary string, extra ...string) *proc {
 	p := &proc{name: name, binary: binary, out: &proctest.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(filepath.Join(suite.bin, binary)) //nolint:gosec // the suite's own binary
 	p.cmd.Env = append(append([]string{"PATH=" + os.Getenv("PATH")}, s.env...), extra...)
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: suite.cred}
+	// Pdeathsig: a crashed or timed-out test leaves no process behind.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: suite.cred, Pdeathsig: syscall.SIGKILL}
 	w := io.MultiWriter(logFile, p.out)
 	p.cmd.Stdout, p.cmd.Stderr = w, w
 	require.NoError(s.t, p.cmd.Start())
@@ -204,9 +206,9 @@ func (s *system) start(binary string, extra ...string) *proc {
 
 	switch binary {
 	case "api":
-		proctest.WaitOutput(s.t, p.out, "api listening", 30*time.Second)
+		p.waitOutput(s.t, "api listening")
 	default:
-		proctest.WaitOutput(s.t, p.out, binary+" started", 30*time.Second)
+		p.waitOutput(s.t, binary+" started")
 		m := clientIDPattern.FindStringSubmatch(p.out.String())
 		require.NotNil(s.t, m, "no client_id in %s's output", name)
 		p.clientID = m[1]
@@ -215,6 +217,22 @@ func (s *system) start(binary string, extra ...string) *proc {
 		p.metricsURL = proctest.MetricsURL(s.t, p.out)
 	}
 	return p
+}
+
+// waitOutput waits up to 30 s for the process to write want, failing t at
+// once if it exits first.
+func (p *proc) waitOutput(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(p.out.String(), want) {
+		if !p.alive() {
+			t.Fatalf("%s exited (%v) before writing %q:\n%s", p.name, p.exitErr, want, p.out.String())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s wrote no %q in 30s:\n%s", p.name, want, p.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // worker starts a worker of svc with the load-test workload registered.
@@ -344,20 +362,25 @@ func (s *system) callRaw(ctx context.Context, method, path, token string, body [
 }
 
 // newTarget creates a small checkout with two Go tests for an analysis job.
-func (s *system) newTarget() string {
-	s.t.Helper()
+// It may run outside the test's goroutine, so it returns its error.
+func (s *system) newTarget() (string, error) {
 	dir := filepath.Join(s.dir, "targets", fmt.Sprintf("t%05d", s.targets.Add(1)))
-	require.NoError(s.t, os.Mkdir(dir, 0o755))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", err
+	}
 	src := "package demo\n\nimport \"testing\"\n\nfunc TestOne(t *testing.T) {}\n\nfunc TestTwo(t *testing.T) {}\n"
-	require.NoError(s.t, os.WriteFile(filepath.Join(dir, "demo_test.go"), []byte(src), 0o644))
-	return dir
+	return dir, os.WriteFile(filepath.Join(dir, "demo_test.go"), []byte(src), 0o644)
 }
 
 // enqueueAnalysis enqueues an analysis job through the API for tier's user;
 // on 201 the job goes into the ledger. It returns the status (0 on a
-// transport error) and how long the request took.
+// transport error, -1 when the checkout could not be made) and how long the
+// request took.
 func (s *system) enqueueAnalysis(ctx context.Context, tier tiers.Tier, scheduled bool) (int, time.Duration) {
-	target := s.newTarget()
+	target, err := s.newTarget()
+	if err != nil {
+		return -1, 0
+	}
 	start := time.Now()
 	status, body, err := s.call(ctx, http.MethodPost, "/v1/jobs", producerToken, map[string]any{
 		"kind": jobs.KindAnalysis, "user_id": users[tier], "args": map[string]string{"target": target}, "scheduled": scheduled,

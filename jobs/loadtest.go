@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 )
 
 // KindLoadTest is the kind of the load-test workload.
@@ -78,14 +79,13 @@ func (w *LoadTestWorker) Work(ctx context.Context, job *river.Job[LoadTestArgs])
 	if args.SleepMS < 0 || args.SleepMS > int(time.Hour/time.Millisecond) {
 		return cancelBadArgs(KindLoadTest, errSleepRange)
 	}
-	if args.Record && w.pool == nil {
-		return errors.New("load test: record asked, but this worker has no database pool")
-	}
-
 	var execution int64
 	if args.Record {
-		clientID := river.ClientFromContext[pgx.Tx](ctx).ID()
-		if err := w.pool.QueryRow(ctx, insertLoadTestExecution, job.ID, job.Attempt, os.Getpid(), clientID).Scan(&execution); err != nil {
+		client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+		if w.pool == nil || err != nil {
+			return river.JobCancel(errors.New("load test: record asked, but this worker has no database pool or River client"))
+		}
+		if err := w.pool.QueryRow(ctx, insertLoadTestExecution, job.ID, job.Attempt, os.Getpid(), client.ID()).Scan(&execution); err != nil {
 			return fmt.Errorf("record load-test execution: %w", err)
 		}
 	}
@@ -107,8 +107,16 @@ func (w *LoadTestWorker) Work(ctx context.Context, job *river.Job[LoadTestArgs])
 		if _, err := tx.Exec(ctx, `UPDATE load_test_executions SET completed_at = now() WHERE id = $1`, execution); err != nil {
 			return fmt.Errorf("record load-test completion: %w", err)
 		}
-		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+		completed, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		if err != nil {
 			return fmt.Errorf("complete job: %w", err)
+		}
+		// JobCompleteTx leaves a job that is no longer running as it is
+		// (and would complete a later attempt's run): then this execution
+		// did not complete it, and must not say so.
+		if completed.State != rivertype.JobStateCompleted || completed.Attempt != job.Attempt {
+			return fmt.Errorf("load test: job %d attempt %d was no longer this execution's to complete (state %s, attempt %d)",
+				job.ID, job.Attempt, completed.State, completed.Attempt)
 		}
 		return nil
 	})
