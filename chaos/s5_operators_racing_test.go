@@ -94,7 +94,7 @@ func TestOperatorsRacing(t *testing.T) {
 				}
 				batch = append(batch, job)
 			}
-			_ = s.insert(runCtx, batch)
+			_ = s.insert(opCtx, batch)
 			time.Sleep(100 * time.Millisecond)
 		}
 	})

@@ -473,8 +473,11 @@ type loadStats struct {
 }
 
 // run drives l until ctx ends; the returned wait blocks until it stopped.
+// An insert under way when ctx ends is finished, not cut off (opCtx): a cut
+// could commit a job whose id the ledger never gets.
 func (s *system) run(ctx context.Context, l load) (*loadStats, func()) {
 	stats := &loadStats{apiStatus: map[int]int{}}
+	opCtx := context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		r := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
@@ -495,7 +498,7 @@ func (s *system) run(ctx context.Context, l load) (*loadStats, func()) {
 				}
 				batch[k] = job
 			}
-			if err := s.insert(ctx, batch); err != nil && ctx.Err() == nil {
+			if err := s.insert(opCtx, batch); err != nil {
 				stats.mu.Lock()
 				stats.insertErrors++
 				stats.mu.Unlock()
@@ -512,12 +515,10 @@ func (s *system) run(ctx context.Context, l load) (*loadStats, func()) {
 			tick := time.NewTicker(l.APIEvery)
 			defer tick.Stop()
 			for i := 0; ; i++ {
-				status, _ := s.enqueueAnalysis(ctx, tiers.All()[i%4], i%5 == 4)
-				if ctx.Err() == nil {
-					stats.mu.Lock()
-					stats.apiStatus[status]++
-					stats.mu.Unlock()
-				}
+				status, _ := s.enqueueAnalysis(opCtx, tiers.All()[i%4], i%5 == 4)
+				stats.mu.Lock()
+				stats.apiStatus[status]++
+				stats.mu.Unlock()
 				select {
 				case <-ctx.Done():
 					return
