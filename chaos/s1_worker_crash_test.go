@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,18 +76,11 @@ func TestWorkerCrash(t *testing.T) {
 // serviceOf is the service a worker process serves.
 func serviceOf(p *proc) routing.Service {
 	for _, kv := range p.cmd.Env {
-		if svc, ok := cutPrefix(kv, "WORKER_SERVICE="); ok {
+		if svc, ok := strings.CutPrefix(kv, "WORKER_SERVICE="); ok {
 			return routing.Service(svc)
 		}
 	}
 	return ""
-}
-
-func cutPrefix(s, prefix string) (string, bool) {
-	if len(s) >= len(prefix) && s[:len(prefix)] == prefix {
-		return s[len(prefix):], true
-	}
-	return "", false
 }
 
 func keys[V any](m map[int]V) []int {
@@ -97,5 +91,3 @@ func keys[V any](m map[int]V) []int {
 	slices.Sort(out)
 	return out
 }
-
-var _ = testing.Short
