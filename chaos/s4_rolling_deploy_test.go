@@ -5,11 +5,14 @@ package chaos_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/tiers"
 )
 
 // TestRollingDeploy replaces every worker under load the way an orchestrator
@@ -36,6 +39,7 @@ func TestRollingDeploy(t *testing.T) {
 			continue
 		}
 		s.worker(serviceOf(old))
+		s.waitLongJob(ctx, old)
 		took := old.terminate(t, 10*time.Second)
 		slowestStop = max(slowestStop, took)
 		stopped[old.clientID] = true
@@ -64,4 +68,31 @@ func TestRollingDeploy(t *testing.T) {
 	require.Zero(t, stats.insertErrors)
 	require.Equal(t, []int{http.StatusCreated}, keys(stats.apiStatus))
 	s.summary(tally, slowestStop, settle, fmt.Sprintf("workers_replaced=%d", len(stopped)), fmt.Sprintf("cut_by_soft_stop=%d", cut))
+}
+
+// waitLongJob waits (up to 10 s) until p runs a job that will outlast the
+// soft-stop timeout, adding long jobs for p's service each second, so that
+// the stop that follows has a job to cut short.
+func (s *system) waitLongJob(ctx context.Context, p *proc) {
+	s.t.Helper()
+	r := rand.New(rand.NewPCG(3, uint64(time.Now().UnixNano())))
+	var added time.Time
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(100 * time.Millisecond) {
+		var n int
+		require.NoError(s.t, s.pool.QueryRow(ctx, `
+			SELECT count(*) FROM river_job
+			WHERE state = 'running' AND attempted_by[array_length(attempted_by, 1)] = $1
+			  AND (args->>'sleep_ms')::int >= 3000 AND attempted_at > now() - interval '500 milliseconds'`, p.clientID).Scan(&n))
+		if n > 0 {
+			return
+		}
+		if time.Since(added) >= time.Second {
+			batch := make([]loadtestJob, 4)
+			for i := range batch {
+				batch[i] = routedLoadtest(r, serviceOf(p), tiers.Enterprise, false, 3500, 3500)
+			}
+			require.NoError(s.t, s.insert(ctx, batch))
+			added = time.Now()
+		}
+	}
 }
