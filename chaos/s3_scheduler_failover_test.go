@@ -5,8 +5,6 @@ package chaos_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/escalation"
+	"github.com/tierq/tierq/internal/proctest"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/scheduler"
 )
@@ -109,13 +108,8 @@ func TestSchedulerFailover(t *testing.T) {
 // scrapeSum adds up every sample of metric at url.
 func scrapeSum(t *testing.T, url, metric string) float64 {
 	t.Helper()
-	resp, err := http.Get(url) //nolint:gosec,noctx // a loopback URL of the suite
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
 	var sum float64
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(proctest.Scrape(t, url), "\n") {
 		if !strings.HasPrefix(line, metric+"{") && !strings.HasPrefix(line, metric+" ") {
 			continue
 		}
