@@ -5,8 +5,9 @@
 //
 //	effective = max(maxPriority, base − floor(wait / step))
 //
-// where wait counts from the job's scheduled_at (when it became available)
-// and base is the priority the job had before aging first touched it (kept in
+// where wait counts from when the job's current attempt became due: its
+// scheduled_at, or, for a job the escalation sweep moved, the due time the
+// move kept in its metadata (db.MetadataDueAt), and base is the priority the job had before aging first touched it (kept in
 // its metadata under db.MetadataBasePriority). Aging never makes a priority
 // worse: a job already better than maxPriority (an operator's priority 1) is
 // left as it is.
@@ -47,42 +48,77 @@ type Settings struct {
 	Batch int
 }
 
-// Result counts the jobs a sweep promoted, by queue.
+// Result counts the jobs a sweep promoted, by queue, and the jobs it left
+// alone because it could not age them (metadata that is not a JSON object).
 type Result struct {
 	Promoted map[string]int
 	Total    int
+	Skipped  []db.Skipped
 }
 
-// The due CTE finds, through River's prioritized fetching index (state,
+// The cand CTE finds, through River's prioritized fetching index (state,
 // queue, priority, scheduled_at), the available jobs of a worse priority than
-// the cap that have waited at least one step, keeps those whose effective
-// priority is better than their current one, and locks them SKIP LOCKED: a
-// job a worker is fetching right now is locked by that fetch and skipped, and
-// one fetched a moment ago fails the state check when re-read under the lock.
-const sweepSQL = `
-WITH due AS (
-    SELECT id, b.base, extract(epoch FROM now() - scheduled_at) AS wait_s
-    FROM river_job,
-         LATERAL (SELECT CASE WHEN metadata->>'` + db.MetadataBasePriority + `' ~ '^[1-4]$'
-                              THEN (metadata->>'` + db.MetadataBasePriority + `')::smallint
-                              ELSE priority END AS base) AS b
-    WHERE state = 'available'
-      AND queue = ANY($1::text[])
-      AND priority = ANY($2::smallint[])
+// the cap that may have waited at least one step: those available in their
+// queue for a step, and the recent ones a move carried a due time across
+// (db.MetadataMovedAt: an escalated job waits from when it became due, not
+// from its move). The due CTE keeps those whose effective priority is better
+// than their current one and locks them SKIP LOCKED: a job a worker is
+// fetching right now is locked by that fetch and skipped, and one fetched a
+// moment ago fails the state check when re-read under the lock.
+//
+// A job whose metadata is not a JSON object has no place for its base
+// priority: it is left alone (skippedSQL reports it), as are jobs of paused
+// queues.
+var sweepSQL = `
+WITH cand AS (
+    SELECT id FROM river_job
+    WHERE state = 'available' AND queue = ANY($1::text[]) AND priority = ANY($2::smallint[])
       AND scheduled_at <= now() - make_interval(secs => $3)
-      AND greatest($4::int, b.base - floor(extract(epoch FROM now() - scheduled_at) / $3)) < priority
+    UNION ALL
+    SELECT id FROM river_job
+    WHERE state = 'available' AND queue = ANY($1::text[]) AND priority = ANY($2::smallint[])
+      AND scheduled_at > now() - make_interval(secs => $3)
+      AND metadata ? '` + db.MetadataMovedAt + `'
+),
+due AS (
+    SELECT j.id, b.base, extract(epoch FROM now() - d.at) AS wait_s
+    FROM cand
+    JOIN river_job AS j ON j.id = cand.id,
+         LATERAL (SELECT ` + db.DueAtSQL("j") + ` AS at) AS d,
+         LATERAL (SELECT CASE WHEN j.metadata->>'` + db.MetadataBasePriority + `' ~ '^[1-4]$'
+                              THEN (j.metadata->>'` + db.MetadataBasePriority + `')::smallint
+                              ELSE j.priority END AS base) AS b
+    WHERE j.state = 'available'
+      AND j.queue = ANY($1::text[])
+      AND j.priority = ANY($2::smallint[])
+      AND ` + db.IsObjectSQL("j.metadata") + `
+      AND NOT ` + db.PausedSQL("j.queue") + `
+      AND greatest($4::int, b.base - floor(extract(epoch FROM now() - d.at) / $3)) < j.priority
     LIMIT $5
-    FOR UPDATE OF river_job SKIP LOCKED
+    FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE river_job AS j
 SET priority = greatest($4::int, due.base - floor(due.wait_s / $3))::smallint,
-    metadata = jsonb_set(j.metadata, '{` + db.MetadataBasePriority + `}', to_jsonb(due.base))
+    metadata = j.metadata || jsonb_build_object('` + db.MetadataBasePriority + `', due.base)
 FROM due
 WHERE j.id = due.id
 RETURNING j.queue`
 
+// skippedSQL finds the jobs the sweep would look at but cannot change,
+// because their metadata is not a JSON object.
+var skippedSQL = `
+SELECT id FROM river_job
+WHERE state = 'available' AND queue = ANY($1::text[]) AND priority = ANY($2::smallint[])
+  AND scheduled_at <= now() - make_interval(secs => $3)
+  AND NOT ` + db.IsObjectSQL("metadata") + `
+  AND NOT ` + db.PausedSQL("queue") + `
+ORDER BY id
+LIMIT $4`
+
 // Sweep runs one aging pass: batches of at most s.Batch jobs until a batch
-// comes back short. Each batch commits on its own when q is a pool.
+// comes back short. Each batch commits on its own when q is a pool. Jobs of
+// paused queues are left alone; jobs whose metadata is not a JSON object are
+// left alone and reported in Result.Skipped.
 func Sweep(ctx context.Context, q db.Querier, s Settings) (Result, error) {
 	if s.Step <= 0 {
 		return Result{}, errors.New("aging: step must be positive")
@@ -132,6 +168,13 @@ func Sweep(ctx context.Context, q db.Querier, s Settings) (Result, error) {
 		if n < batch {
 			break
 		}
+	}
+	skipped, found, err := db.FindSkipped(ctx, q, db.ReasonMetadataNotObject, skippedSQL, queues, priorities, s.Step.Seconds())
+	if err != nil {
+		return res, fmt.Errorf("aging sweep: find skipped jobs: %w", err)
+	}
+	if found {
+		res.Skipped = append(res.Skipped, skipped)
 	}
 	return res, nil
 }

@@ -1,4 +1,4 @@
 package aging
 
 // SweepSQL is the sweep statement, for EXPLAIN in the benchmarks.
-const SweepSQL = sweepSQL
+var SweepSQL = sweepSQL

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -120,6 +121,10 @@ func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
 		dlq.ReplayOptions{ToQueue: req.ToQueue, Force: req.Force, Actor: req.Actor})
 	if err == nil {
 		err = outcomes[0].Err
+	}
+	if errors.Is(err, dlq.ErrDuplicate) {
+		writeJSON(w, http.StatusConflict, outcomes[0]) // names the live job in duplicate_of
+		return
 	}
 	if err != nil {
 		s.writeErr(w, r, err)

@@ -143,6 +143,9 @@ type Job struct {
 	// Duplicate and Upgraded describe a POST that found the job queued.
 	Duplicate bool `json:"duplicate,omitempty"`
 	Upgraded  bool `json:"upgraded,omitempty"`
+	// QueuePaused is set in a PATCH's answer when the job's queue is paused
+	// in River: the job waits there until an operator resumes the queue.
+	QueuePaused bool `json:"queue_paused,omitempty"`
 }
 
 func jobFromRow(row *rivertype.JobRow) Job {
@@ -337,5 +340,6 @@ func (s *Server) patchJob(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
+	job.QueuePaused = moved.ToQueuePaused
 	writeJSON(w, http.StatusOK, job)
 }

@@ -48,7 +48,9 @@ type QueueSummary struct {
 	// Counts are jobs per state, for the queued states and running.
 	Counts map[string]int `json:"counts"`
 	// OldestAvailableSeconds is how long the longest-waiting available job
-	// has waited (0 when none is available).
+	// has been available in this queue (0 when none is available): since
+	// its scheduled_at, so a job the escalation sweep moved here counts from
+	// the move (priority-stats counts from when it became due).
 	OldestAvailableSeconds float64 `json:"oldest_available_seconds"`
 }
 
@@ -140,10 +142,13 @@ type PriorityStat struct {
 	Priority int `json:"priority"`
 	// Counts are jobs per state (queued states and running).
 	Counts map[string]int `json:"counts"`
-	// OldestAvailableSeconds is the longest wait among available jobs.
+	// OldestAvailableSeconds is the longest wait among available jobs,
+	// from when each became due (as WaitSeconds).
 	OldestAvailableSeconds float64 `json:"oldest_available_seconds"`
 	// WaitSeconds are percentiles of how long the available jobs have
-	// waited so far (now − scheduled_at): p50, p95, p99; 0 when none.
+	// waited so far, from when each became due (its insert or the end of a
+	// retry's backoff; an escalation does not reset it): p50, p95, p99; 0
+	// when none.
 	WaitSeconds Percentiles `json:"wait_seconds"`
 }
 
@@ -160,13 +165,15 @@ WHERE state IN ` + queuedStatesSQL + ` AND queue = $1
 GROUP BY priority, state`
 
 // waitSQL reads the queue's available jobs through the (state, queue, ...)
-// index: its cost follows the queue's backlog, not the table.
-const waitSQL = `
-SELECT priority, extract(epoch FROM now() - min(scheduled_at))::float8,
-       percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM now() - scheduled_at))::float8[]
-FROM river_job
-WHERE state = 'available' AND queue = $1
-GROUP BY priority`
+// index: its cost follows the queue's backlog, not the table. Waits count
+// from when each job's attempt became due (db.DueAtSQL): a job the
+// escalation sweep moved here keeps the wait it had before.
+var waitSQL = `
+SELECT j.priority, extract(epoch FROM now() - min(d.at))::float8,
+       percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM now() - d.at))::float8[]
+FROM river_job AS j, LATERAL (SELECT ` + db.DueAtSQL("j") + ` AS at) AS d
+WHERE j.state = 'available' AND j.queue = $1
+GROUP BY j.priority`
 
 func (s *Server) priorityStats(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()

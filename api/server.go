@@ -260,7 +260,7 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 	case errors.Is(err, dlq.ErrNotFound), errors.Is(err, escalation.ErrNotFound), errors.Is(err, errJobNotFound):
 		writeError(w, http.StatusNotFound, "%v", err)
-	case errors.Is(err, dlq.ErrAlreadyReplayed), errors.Is(err, escalation.ErrNotQueued),
+	case errors.Is(err, dlq.ErrAlreadyReplayed), errors.Is(err, dlq.ErrDuplicate), errors.Is(err, escalation.ErrNotQueued),
 		errors.Is(err, escalation.ErrNotServiceQueue):
 		writeError(w, http.StatusConflict, "%v", err)
 	default:

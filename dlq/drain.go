@@ -14,7 +14,9 @@ import (
 // stopped being discarded before the lock (River UI's retry) is rechecked and
 // left alone. The delete and the insert commit together or not at all, and
 // job_id is unique, so a job is never in both tables, in neither, or twice in
-// dead_letter_jobs. The claim walks River's (state, queue, priority, ...)
+// dead_letter_jobs. Rows are copied as they are, whatever the shape of their
+// args or metadata (an array, a scalar, megabytes), with the unique key and
+// states River's uniqueness needs on replay. The claim walks River's (state, queue, priority, ...)
 // index from state 'discarded'.
 //
 // A discarded job whose id is already in dead_letter_jobs (possible only if
@@ -38,13 +40,14 @@ removed AS (
     USING claimed
     WHERE j.id = claimed.id
     RETURNING j.id, j.kind, j.queue, j.priority, j.args, j.metadata, j.tags, j.errors,
-              j.attempt, j.max_attempts, j.created_at, j.finalized_at
+              j.attempt, j.max_attempts, j.created_at, j.finalized_at, j.unique_key, j.unique_states
 ),
 moved AS (
     INSERT INTO dead_letter_jobs (job_id, kind, queue, priority, args, metadata, tags, errors,
-                                  attempt, max_attempts, created_at, finalized_at)
+                                  attempt, max_attempts, created_at, finalized_at, unique_key, unique_states)
     SELECT id, kind, queue, priority, args, coalesce(metadata, '{}'), coalesce(tags::text[], '{}'),
-           coalesce(to_jsonb(errors), '[]'), attempt, max_attempts, created_at, finalized_at
+           coalesce(to_jsonb(errors), '[]'), attempt, max_attempts, created_at, finalized_at,
+           unique_key, unique_states
     FROM removed
     RETURNING queue
 )

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/internal/db"
@@ -76,8 +77,11 @@ type Outcome struct {
 	// JobID and Queue are the new River job's, when Err is nil.
 	JobID int64  `json:"job_id,omitempty"`
 	Queue string `json:"queue,omitempty"`
-	// Err is ErrNotFound, ErrAlreadyReplayed or ErrInvalid (wrapped, saying
-	// why) when this dead letter was not replayed.
+	// DuplicateOf is the live job holding this dead letter's unique key,
+	// when Err is ErrDuplicate.
+	DuplicateOf int64 `json:"duplicate_of,omitempty"`
+	// Err is ErrNotFound, ErrAlreadyReplayed, ErrDuplicate or ErrInvalid
+	// (wrapped, saying why) when this dead letter was not replayed.
 	Err error `json:"-"`
 }
 
@@ -97,9 +101,12 @@ func (o Outcome) MarshalJSON() ([]byte, error) {
 // Replay inserts a new River job for each dead letter in ids, in one
 // transaction with marking them replayed: same kind, args, tags and
 // max_attempts, fresh attempts, the original queue (or opts.ToQueue) and the
-// original base priority (before aging). A dead letter already replayed is
-// refused with ErrAlreadyReplayed unless opts.Force; a missing one gets
-// ErrNotFound. Each id's Outcome comes back in the order of ids; the error
+// original base priority (before aging), the original metadata's own keys,
+// and the original's uniqueness (unique_key and unique_states, as River
+// wrote them). A dead letter already replayed is refused with
+// ErrAlreadyReplayed unless opts.Force; one whose unique key a live job
+// holds is refused with ErrDuplicate naming that job, with or without
+// opts.Force; a missing one gets ErrNotFound. Each id's Outcome comes back in the order of ids; the error
 // is for the request as a whole (invalid, or the database failed, in which
 // case nothing was replayed).
 //
@@ -119,51 +126,58 @@ func Replay(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner, id
 	}
 
 	outcomes := make([]Outcome, len(ids))
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+columns+` FROM dead_letter_jobs WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
-		if err != nil {
-			return err
-		}
-		found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[DeadLetter])
-		if err != nil {
-			return err
-		}
-		byID := make(map[int64]*DeadLetter, len(found))
-		for i := range found {
-			byID[found[i].ID] = &found[i]
-		}
+	err := retryUniqueRace(func() error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `SELECT `+columns+` FROM dead_letter_jobs WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
+			if err != nil {
+				return err
+			}
+			found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[DeadLetter])
+			if err != nil {
+				return err
+			}
+			byID := make(map[int64]*DeadLetter, len(found))
+			for i := range found {
+				byID[found[i].ID] = &found[i]
+			}
 
-		var todo []*DeadLetter
-		seen := map[int64]bool{}
-		for i, id := range ids {
-			outcomes[i].ID = id
-			d := byID[id]
-			switch {
-			case d == nil:
-				outcomes[i].Err = fmt.Errorf("%w: id %d", ErrNotFound, id)
-			case seen[id]:
-				outcomes[i].Err = fmt.Errorf("%w: id %d appears twice in the request", ErrInvalid, id)
-			case d.ReplayedAt != nil && !opts.Force:
-				outcomes[i].Err = fmt.Errorf("%w: id %d was replayed as job %d by %s at %s (force to replay again)",
-					ErrAlreadyReplayed, id, *d.ReplayJobID, *d.ReplayedBy, d.ReplayedAt.UTC().Format(time.RFC3339))
-			case !canReplayInto(d.Queue, opts.ToQueue):
-				outcomes[i].Err = fmt.Errorf("%w: a %s job from %s cannot go to queue %s (not a queue of the same service)",
-					ErrInvalid, d.Kind, d.Queue, opts.ToQueue)
-			default:
-				todo = append(todo, d)
+			var todo []*DeadLetter
+			seen := map[int64]bool{}
+			for i, id := range ids {
+				outcomes[i].ID = id
+				d := byID[id]
+				switch {
+				case d == nil:
+					outcomes[i].Err = fmt.Errorf("%w: id %d", ErrNotFound, id)
+				case seen[id]:
+					outcomes[i].Err = fmt.Errorf("%w: id %d appears twice in the request", ErrInvalid, id)
+				case d.ReplayedAt != nil && !opts.Force:
+					outcomes[i].Err = fmt.Errorf("%w: id %d was replayed as job %d by %s at %s (force to replay again)",
+						ErrAlreadyReplayed, id, *d.ReplayJobID, *d.ReplayedBy, d.ReplayedAt.UTC().Format(time.RFC3339))
+				case !canReplayInto(d.Queue, opts.ToQueue):
+					outcomes[i].Err = fmt.Errorf("%w: a %s job from %s cannot go to queue %s (not a queue of the same service)",
+						ErrInvalid, d.Kind, d.Queue, opts.ToQueue)
+				default:
+					todo = append(todo, d)
+				}
+				seen[id] = true
 			}
-			seen[id] = true
-		}
-		replayed, err := replayTx(ctx, client, tx, todo, opts)
-		if err != nil {
-			return err
-		}
-		for i := range outcomes {
-			if r, ok := replayed[outcomes[i].ID]; ok && outcomes[i].Err == nil {
-				outcomes[i].JobID, outcomes[i].Queue = r.JobID, r.Queue
+			replayed, err := replayTx(ctx, client, tx, todo, opts)
+			if err != nil {
+				return err
 			}
-		}
-		return nil
+			for i := range outcomes {
+				r, ok := replayed[outcomes[i].ID]
+				switch {
+				case !ok || outcomes[i].Err != nil:
+				case r.DuplicateOf != 0:
+					outcomes[i].DuplicateOf, outcomes[i].Err = r.DuplicateOf, r.duplicateErr(outcomes[i].ID)
+				default:
+					outcomes[i].JobID, outcomes[i].Queue = r.JobID, r.Queue
+				}
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("replay dead letters: %w", err)
@@ -188,10 +202,17 @@ func replayOrigins(to string) []string {
 	return nil
 }
 
-// replayedJob is the new River job of one replayed dead letter.
+// replayedJob is the new River job of one replayed dead letter, or the live
+// job that holds its unique key (DuplicateOf) when it was not replayed.
 type replayedJob struct {
-	JobID int64
-	Queue string
+	JobID       int64
+	Queue       string
+	DuplicateOf int64
+}
+
+func (r replayedJob) duplicateErr(id int64) error {
+	return fmt.Errorf("%w: dead letter %d: job %d is queued or running with the same unique key (replay it after that job finishes)",
+		ErrDuplicate, id, r.DuplicateOf)
 }
 
 // rawArgs re-inserts a dead letter's args exactly as stored, under its kind,
@@ -204,23 +225,81 @@ type rawArgs struct {
 func (a rawArgs) Kind() string                 { return a.kind }
 func (a rawArgs) MarshalJSON() ([]byte, error) { return a.args, nil }
 
+// uniqueHoldersSQL finds, for the dead letters $1, their unique key and the
+// live job holding it (in a state the key's unique_states counts), if any.
+const uniqueHoldersSQL = `
+SELECT d.id, d.unique_key, holder.id
+FROM dead_letter_jobs AS d
+LEFT JOIN LATERAL (
+    SELECT j.id FROM river_job AS j
+    WHERE j.unique_key = d.unique_key AND j.unique_states IS NOT NULL
+      AND river_job_state_in_bitmask(j.unique_states, j.state)
+    LIMIT 1
+) AS holder ON true
+WHERE d.id = ANY($1) AND d.unique_key IS NOT NULL AND d.unique_states IS NOT NULL`
+
+// restoreUniqueSQL gives each new job its dead letter's unique key and
+// states. River's unique index then refuses a second live job with that key.
+const restoreUniqueSQL = `
+UPDATE river_job AS j
+SET unique_key = d.unique_key, unique_states = d.unique_states
+FROM unnest($1::bigint[], $2::bigint[]) AS r(id, job_id)
+JOIN dead_letter_jobs AS d ON d.id = r.id
+WHERE j.id = r.job_id AND d.unique_key IS NOT NULL AND d.unique_states IS NOT NULL`
+
 // replayTx inserts the new jobs for todo and marks the rows replayed, in tx.
+// A dead letter whose unique key a live job holds, or an earlier dead letter
+// of todo with the same key, is not replayed: its entry names that job.
 func replayTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, todo []*DeadLetter, opts ReplayOptions) (map[int64]replayedJob, error) {
 	if len(todo) == 0 {
 		return nil, nil
 	}
-	params := make([]river.InsertManyParams, len(todo))
+	ids := make([]int64, len(todo))
 	for i, d := range todo {
+		ids[i] = d.ID
+	}
+	rows, err := tx.Query(ctx, uniqueHoldersSQL, ids)
+	if err != nil {
+		return nil, fmt.Errorf("find unique key holders: %w", err)
+	}
+	type uniqueRow struct {
+		ID     int64
+		Key    []byte
+		Holder *int64
+	}
+	uniques, err := pgx.CollectRows(rows, pgx.RowToStructByPos[uniqueRow])
+	if err != nil {
+		return nil, fmt.Errorf("find unique key holders: %w", err)
+	}
+	byID := make(map[int64]uniqueRow, len(uniques))
+	for _, u := range uniques {
+		byID[u.ID] = u
+	}
+
+	out := make(map[int64]replayedJob, len(todo))
+	firstOfKey := map[string]int64{} // unique key → dead letter replayed for it here
+	var (
+		insert []*DeadLetter
+		params []river.InsertManyParams
+	)
+	for _, d := range todo {
+		if u, ok := byID[d.ID]; ok {
+			if u.Holder != nil {
+				out[d.ID] = replayedJob{DuplicateOf: *u.Holder}
+				continue
+			}
+			if _, seen := firstOfKey[string(u.Key)]; seen {
+				continue // filled in once the first one has its job id
+			}
+			firstOfKey[string(u.Key)] = d.ID
+		}
 		queue := cmp.Or(opts.ToQueue, d.Queue)
-		metadata, err := json.Marshal(map[string]any{
-			db.MetadataBasePriority: basePriority(d),
-			MetadataReplayOf:        d.ID,
-			MetadataReplayOfJobID:   d.JobID,
-		})
+		metadata, err := replayMetadata(d)
 		if err != nil {
 			return nil, err
 		}
-		params[i] = river.InsertManyParams{
+		insert = append(insert, d)
+		params = append(params, river.InsertManyParams{
 			Args: rawArgs{kind: d.Kind, args: d.Args},
 			InsertOpts: &river.InsertOpts{
 				MaxAttempts: d.MaxAttempts,
@@ -229,28 +308,77 @@ func replayTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, todo
 				Queue:       queue,
 				Tags:        d.Tags,
 			},
+		})
+	}
+	if len(insert) > 0 {
+		results, err := client.InsertManyTx(ctx, tx, params)
+		if err != nil {
+			return nil, fmt.Errorf("insert jobs: %w", err)
+		}
+		replayedIDs := make([]int64, len(insert))
+		jobIDs := make([]int64, len(insert))
+		for i, r := range results {
+			replayedIDs[i], jobIDs[i] = insert[i].ID, r.Job.ID
+			out[insert[i].ID] = replayedJob{JobID: r.Job.ID, Queue: r.Job.Queue}
+		}
+		if _, err := tx.Exec(ctx, restoreUniqueSQL, replayedIDs, jobIDs); err != nil {
+			return nil, fmt.Errorf("restore uniqueness: %w", err)
+		}
+		_, err = tx.Exec(ctx, `
+			UPDATE dead_letter_jobs AS d
+			SET replayed_at = now(), replay_job_id = r.job_id, replayed_by = $3
+			FROM unnest($1::bigint[], $2::bigint[]) AS r(id, job_id)
+			WHERE d.id = r.id`, replayedIDs, jobIDs, opts.Actor)
+		if err != nil {
+			return nil, fmt.Errorf("mark replayed: %w", err)
 		}
 	}
-	results, err := client.InsertManyTx(ctx, tx, params)
-	if err != nil {
-		return nil, fmt.Errorf("insert jobs: %w", err)
-	}
-	ids := make([]int64, len(todo))
-	jobIDs := make([]int64, len(todo))
-	out := make(map[int64]replayedJob, len(todo))
-	for i, r := range results {
-		ids[i], jobIDs[i] = todo[i].ID, r.Job.ID
-		out[todo[i].ID] = replayedJob{JobID: r.Job.ID, Queue: r.Job.Queue}
-	}
-	_, err = tx.Exec(ctx, `
-		UPDATE dead_letter_jobs AS d
-		SET replayed_at = now(), replay_job_id = r.job_id, replayed_by = $3
-		FROM unnest($1::bigint[], $2::bigint[]) AS r(id, job_id)
-		WHERE d.id = r.id`, ids, jobIDs, opts.Actor)
-	if err != nil {
-		return nil, fmt.Errorf("mark replayed: %w", err)
+	for _, d := range todo {
+		if u, ok := byID[d.ID]; ok && u.Holder == nil && firstOfKey[string(u.Key)] != d.ID {
+			out[d.ID] = replayedJob{DuplicateOf: out[firstOfKey[string(u.Key)]].JobID}
+		}
 	}
 	return out, nil
+}
+
+// retryUniqueRace runs replay, a whole replay transaction, again when it
+// failed because a job inserted by someone else after the holder check took
+// a replayed dead letter's unique key: the next run finds that job and
+// reports the dead letter as its duplicate.
+func retryUniqueRace(replay func() error) error {
+	var err error
+	for range 3 {
+		var pgErr *pgconn.PgError
+		if err = replay(); !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "river_job_unique_idx" {
+			return err
+		}
+	}
+	return err
+}
+
+// replayMetadata is the new job's metadata: the dead letter's own keys when
+// its metadata is a JSON object (not River's "river:" keys nor tierq's
+// per-attempt ones), its base priority, and where it came from.
+func replayMetadata(d *DeadLetter) ([]byte, error) {
+	meta := map[string]json.RawMessage{}
+	var old map[string]json.RawMessage
+	if json.Unmarshal(d.Metadata, &old) == nil {
+		for k, v := range old {
+			switch {
+			case strings.HasPrefix(k, "river:"), k == db.MetadataDueAt, k == db.MetadataMovedAt:
+			default:
+				meta[k] = v
+			}
+		}
+	}
+	for k, v := range map[string]int64{
+		db.MetadataBasePriority: int64(basePriority(d)),
+		MetadataReplayOf:        d.ID,
+		MetadataReplayOfJobID:   d.JobID,
+	} {
+		meta[k] = json.RawMessage(strconv.FormatInt(v, 10))
+	}
+	return json.Marshal(meta)
 }
 
 // basePriority is the priority the job started with, before aging improved
@@ -270,6 +398,11 @@ func basePriority(d *DeadLetter) int {
 type ReplayAllResult struct {
 	Replayed int            `json:"replayed"`
 	ByQueue  map[string]int `json:"by_queue"`
+	// Duplicates are dead letters not replayed because a live job holds
+	// their unique key (they stay pending); DuplicateOf maps the first
+	// MaxReplayIDs of them to that job.
+	Duplicates  int             `json:"duplicates"`
+	DuplicateOf map[int64]int64 `json:"duplicate_of,omitempty"`
 	// More is true when ReplayAll stopped at opts.Limit: call again.
 	More bool `json:"more"`
 }
@@ -305,29 +438,33 @@ func ReplayAll(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner,
 
 	for {
 		if opts.Limit > 0 {
-			if res.Replayed >= opts.Limit {
+			if res.Replayed+res.Duplicates >= opts.Limit {
 				res.More = true
 				return res, nil
 			}
-			args[limitIdx] = min(batch, opts.Limit-res.Replayed)
+			args[limitIdx] = min(batch, opts.Limit-res.Replayed-res.Duplicates)
 		}
 		n := 0
 		var replayed map[int64]replayedJob
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, sql, args...)
-			if err != nil {
+		err := retryUniqueRace(func() error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				rows, err := tx.Query(ctx, sql, args...)
+				if err != nil {
+					return err
+				}
+				found, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByPos[DeadLetter])
+				if err != nil {
+					return err
+				}
+				if n = len(found); n == 0 {
+					return nil
+				}
+				replayed, err = replayTx(ctx, client, tx, found, opts)
+				if err == nil {
+					args[afterArg-1] = found[n-1].ID
+				}
 				return err
-			}
-			found, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByPos[DeadLetter])
-			if err != nil {
-				return err
-			}
-			if n = len(found); n == 0 {
-				return nil
-			}
-			args[afterArg-1] = found[n-1].ID
-			replayed, err = replayTx(ctx, client, tx, found, opts)
-			return err
+			})
 		})
 		if err != nil {
 			return res, fmt.Errorf("replay dead letters: %w", err)
@@ -335,10 +472,22 @@ func ReplayAll(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner,
 		if n == 0 {
 			return res, nil
 		}
-		for _, r := range replayed {
+		done := 0
+		for id, r := range replayed {
+			if r.DuplicateOf != 0 {
+				res.Duplicates++
+				if len(res.DuplicateOf) < MaxReplayIDs {
+					if res.DuplicateOf == nil {
+						res.DuplicateOf = map[int64]int64{}
+					}
+					res.DuplicateOf[id] = r.DuplicateOf
+				}
+				continue
+			}
 			res.ByQueue[r.Queue]++
+			done++
 		}
-		res.Replayed += n
+		res.Replayed += done
 		if progress != nil {
 			progress(n)
 		}

@@ -75,6 +75,10 @@ type Result struct {
 	// Changed is false when the job already was in the requested queue at
 	// the requested priority; nothing was written then.
 	Changed bool
+	// ToQueuePaused is true when ToQueue is paused in River: the job waits
+	// there until an operator resumes the queue. Escalate moves a job into
+	// a paused queue when asked to (the sweeps never do).
+	ToQueuePaused bool
 }
 
 // Validate reports what is wrong with the request, as an ErrInvalid.
@@ -133,7 +137,7 @@ audit AS (
 
 // escalateSQL moves one job. The row lock waits for a fetch that holds the
 // job; the state check then runs on the fetched row's new version.
-const escalateSQL = `
+var escalateSQL = `
 WITH target AS (
     SELECT j.id, j.queue AS from_queue, m.to_queue, j.priority AS from_priority,
            coalesce($4::smallint, j.priority) AS to_priority
@@ -146,13 +150,15 @@ moved AS (
     UPDATE river_job AS j
     SET queue = t.to_queue,
         priority = t.to_priority,
-        metadata = jsonb_set(j.metadata, '{` + db.MetadataBasePriority + `}', to_jsonb(t.to_priority))
+        metadata = CASE WHEN ` + db.IsObjectSQL("j.metadata") + `
+                        THEN j.metadata || jsonb_build_object('` + db.MetadataBasePriority + `', t.to_priority)
+                        ELSE j.metadata END
     FROM target AS t
     WHERE j.id = t.id AND (j.queue, j.priority) IS DISTINCT FROM (t.to_queue, t.to_priority)
     RETURNING j.id, j.kind, j.state::text AS state, t.from_queue, j.queue AS to_queue,
               t.from_priority, j.priority AS to_priority
 ),` + auditCTE + `,` + notifyCTE + `
-SELECT id, kind, state, from_queue, to_queue, from_priority, to_priority
+SELECT id, kind, state, from_queue, to_queue, from_priority, to_priority, ` + db.PausedSQL("to_queue") + `
 FROM moved, (SELECT count(*) FROM notified) AS n`
 
 // Escalate moves the job req names to req.To's queue of its own service. It
@@ -177,7 +183,7 @@ func Escalate(ctx context.Context, q db.Querier, req Request) (Result, error) {
 
 	res := Result{Changed: true}
 	err := q.QueryRow(ctx, escalateSQL, req.JobID, fromQueues, toQueues, priority, req.Actor, req.Reason).
-		Scan(&res.JobID, &res.Kind, &res.State, &res.FromQueue, &res.ToQueue, &res.FromPriority, &res.ToPriority)
+		Scan(&res.JobID, &res.Kind, &res.State, &res.FromQueue, &res.ToQueue, &res.FromPriority, &res.ToPriority, &res.ToQueuePaused)
 	if err == nil {
 		return res, nil
 	}
@@ -190,8 +196,8 @@ func Escalate(ctx context.Context, q db.Querier, req Request) (Result, error) {
 // unchanged explains why Escalate moved nothing.
 func unchanged(ctx context.Context, q db.Querier, jobID int64) (Result, error) {
 	res := Result{JobID: jobID}
-	err := q.QueryRow(ctx, `SELECT kind, state::text, queue, priority FROM river_job WHERE id = $1`, jobID).
-		Scan(&res.Kind, &res.State, &res.FromQueue, &res.FromPriority)
+	err := q.QueryRow(ctx, `SELECT kind, state::text, queue, priority, `+db.PausedSQL("queue")+` FROM river_job WHERE id = $1`, jobID).
+		Scan(&res.Kind, &res.State, &res.FromQueue, &res.FromPriority, &res.ToQueuePaused)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Result{}, fmt.Errorf("%w: job %d", ErrNotFound, jobID)
@@ -235,26 +241,39 @@ type Move struct {
 
 func (m Move) String() string { return m.From + "->" + m.To }
 
-// SweepResult counts the jobs a sweep moved, by pair of queues.
+// SweepResult counts the jobs a sweep moved, by pair of queues, and the
+// jobs it left alone because it could not move them (metadata that is not a
+// JSON object).
 type SweepResult struct {
-	Moved map[Move]int
-	Total int
+	Moved   map[Move]int
+	Total   int
+	Skipped []db.Skipped
 }
 
 // sweepSQL moves at most $4 available jobs that waited longer than $3 seconds
 // in one of the from queues. A moved job joins the back of its new queue:
-// priority 4 (PriorityLowest) and scheduled_at now, so it neither jumps ahead
-// of the work already waiting there nor carries aging credit from its old
-// queue; created_at keeps its original enqueue time.
-const sweepSQL = `
+// priority 4 (PriorityLowest) and scheduled_at now, so it does not jump
+// ahead of the work already waiting there. The time its attempt became due
+// is kept in its metadata (db.MetadataDueAt, with the scheduled_at the move
+// wrote in db.MetadataMovedAt), so that its reported wait and its aging still
+// count from then; created_at keeps its original enqueue time.
+//
+// Jobs of a paused queue, and jobs whose target queue is paused, stay where
+// they are. A job whose metadata is not a JSON object cannot carry its due
+// time: it is left alone too, and skippedSQL reports it.
+var sweepSQL = `
 WITH due AS (
-    SELECT j.id, j.queue AS from_queue, m.to_queue, j.priority AS from_priority
+    SELECT j.id, j.queue AS from_queue, m.to_queue, j.priority AS from_priority,
+           ` + db.DueAtSQL("j") + ` AS due_at
     FROM river_job AS j
     JOIN unnest($1::text[], $2::text[]) AS m(from_queue, to_queue) ON m.from_queue = j.queue
     WHERE j.state = 'available'
       AND j.queue = ANY($1::text[])
       AND j.priority = ANY('{1,2,3,4}'::smallint[])
       AND j.scheduled_at <= now() - make_interval(secs => $3)
+      AND ` + db.IsObjectSQL("j.metadata") + `
+      AND NOT ` + db.PausedSQL("j.queue") + `
+      AND NOT ` + db.PausedSQL("m.to_queue") + `
     LIMIT $4
     FOR UPDATE OF j SKIP LOCKED
 ),
@@ -263,15 +282,34 @@ moved AS (
     SET queue = due.to_queue,
         priority = 4,
         scheduled_at = now(),
-        metadata = jsonb_set(j.metadata, '{` + db.MetadataBasePriority + `}', '4')
+        metadata = j.metadata || jsonb_build_object(
+            '` + db.MetadataBasePriority + `', 4,
+            '` + db.MetadataDueAt + `', (extract(epoch FROM due.due_at) * 1000000)::bigint,
+            '` + db.MetadataMovedAt + `', (extract(epoch FROM now()) * 1000000)::bigint)
     FROM due
     WHERE j.id = due.id
     RETURNING j.id, j.state::text AS state, due.from_queue, due.to_queue, due.from_priority, j.priority AS to_priority
 ),` + auditCTE + `,` + notifyCTE + `
 SELECT from_queue, to_queue FROM moved, (SELECT count(*) FROM notified) AS n`
 
+// skippedSQL finds the jobs a rule's sweep would move but cannot, because
+// their metadata is not a JSON object.
+var skippedSQL = `
+SELECT j.id FROM river_job AS j
+JOIN unnest($1::text[], $2::text[]) AS m(from_queue, to_queue) ON m.from_queue = j.queue
+WHERE j.state = 'available'
+  AND j.queue = ANY($1::text[])
+  AND j.priority = ANY('{1,2,3,4}'::smallint[])
+  AND j.scheduled_at <= now() - make_interval(secs => $3)
+  AND NOT ` + db.IsObjectSQL("j.metadata") + `
+  AND NOT ` + db.PausedSQL("j.queue") + `
+  AND NOT ` + db.PausedSQL("m.to_queue") + `
+ORDER BY j.id
+LIMIT $4`
+
 // Sweep applies rules once, in batches of at most batch jobs per statement,
-// with actor "scheduler".
+// with actor "scheduler". It moves no job out of or into a paused queue, and
+// reports in SweepResult.Skipped the jobs it could not move.
 func Sweep(ctx context.Context, q db.Querier, rules []Rule, batch int) (SweepResult, error) {
 	if batch <= 0 {
 		batch = 1000
@@ -292,8 +330,27 @@ func Sweep(ctx context.Context, q db.Querier, rules []Rule, batch int) (SweepRes
 				break
 			}
 		}
+		skipped, found, err := db.FindSkipped(ctx, q, db.ReasonMetadataNotObject, skippedSQL, fromQueues, toQueues, rule.After.Seconds())
+		if err != nil {
+			return res, fmt.Errorf("escalation sweep: find skipped jobs: %w", err)
+		}
+		if found {
+			res.Skipped = mergeSkipped(res.Skipped, skipped)
+		}
 	}
 	return res, nil
+}
+
+// mergeSkipped adds s to the entry of its reason.
+func mergeSkipped(all []db.Skipped, s db.Skipped) []db.Skipped {
+	for i := range all {
+		if all[i].Reason == s.Reason {
+			all[i].Count += s.Count
+			all[i].IDs = append(all[i].IDs, s.IDs...)[:min(len(all[i].IDs)+len(s.IDs), db.MaxSkippedIDs)]
+			return all
+		}
+	}
+	return append(all, s)
 }
 
 func sweepBatch(ctx context.Context, q db.Querier, fromQueues, toQueues []string, after time.Duration, batch int, reason string, res *SweepResult) (int, error) {

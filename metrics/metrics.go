@@ -20,6 +20,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/tierq/tierq/internal/db"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -28,9 +29,12 @@ import (
 var WaitBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600}
 
 // Jobs is a River hook that observes every job its client works:
-// tierq_job_wait_seconds{tier,queue}, from when the job was due
-// (scheduled_at: insert time, or the retry time of a retry) to when a worker
-// started it, and tierq_jobs_total{queue,kind,outcome} when it ends.
+// tierq_job_wait_seconds{tier,queue}, from when the job's attempt became due
+// (its insert, or the end of a retry's backoff or a snooze; tierq's own moves
+// between queues do not reset it, see db.DueAt) to when a worker started it,
+// and tierq_jobs_total{queue,kind,outcome} when it ends. Metadata or args of
+// any shape are read without failing: the wait then counts from scheduled_at
+// and the tier is "unknown".
 type Jobs struct {
 	river.HookDefaults
 
@@ -48,7 +52,7 @@ func NewJobs(reg prometheus.Registerer) *Jobs {
 	j := &Jobs{
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tierq_job_wait_seconds",
-			Help:    "Time from when a job was due (inserted, or retried) to when a worker started it, by tier and queue.",
+			Help:    "Time from when a job's attempt became due (inserted, or retried; escalation does not reset it) to when a worker started it, by tier and queue.",
 			Buckets: WaitBuckets,
 		}, []string{"tier", "queue"}),
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -62,7 +66,8 @@ func NewJobs(reg prometheus.Registerer) *Jobs {
 
 // WorkBegin observes the job's wait.
 func (j *Jobs) WorkBegin(_ context.Context, job *rivertype.JobRow) error {
-	j.wait.WithLabelValues(tierLabel(job.EncodedArgs), job.Queue).Observe(max(time.Since(job.ScheduledAt).Seconds(), 0))
+	due := db.DueAt(job.ScheduledAt, job.Metadata)
+	j.wait.WithLabelValues(tierLabel(job.EncodedArgs), job.Queue).Observe(max(time.Since(due).Seconds(), 0))
 	return nil
 }
 
@@ -137,9 +142,16 @@ func (e *Escalations) Add(from, to, actorKind string, n int) {
 // changed and whether this replica leads.
 type Scheduler struct {
 	promotions  *prometheus.CounterVec
+	skipped     *prometheus.CounterVec
 	Escalations *Escalations
 	leader      prometheus.Gauge
 }
+
+// Sweeps that report rows they skipped, and the reasons they skip one.
+var (
+	SkippingSweeps = []string{"aging", "escalation"}
+	SkipReasons    = []string{"metadata_not_object"}
+)
 
 // NewScheduler registers the scheduler's metrics on reg. Every queue in
 // queues starts at zero promotions, so that rate() over a quiet queue is a
@@ -150,6 +162,10 @@ func NewScheduler(reg prometheus.Registerer, queues []string) *Scheduler {
 			Name: "tierq_aging_promotions_total",
 			Help: "Available jobs whose priority the aging sweep raised, by queue.",
 		}, []string{"queue"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tierq_sweep_skipped_rows_total",
+			Help: "Jobs a sweep found due but left alone because it cannot change them (reason: metadata_not_object), counted once per sweep that saw them, by sweep and reason.",
+		}, []string{"sweep", "reason"}),
 		Escalations: NewEscalations(reg),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tierq_leader",
@@ -159,13 +175,23 @@ func NewScheduler(reg prometheus.Registerer, queues []string) *Scheduler {
 	for _, q := range queues {
 		s.promotions.WithLabelValues(q)
 	}
-	reg.MustRegister(s.promotions, s.leader)
+	for _, sweep := range SkippingSweeps {
+		for _, reason := range SkipReasons {
+			s.skipped.WithLabelValues(sweep, reason)
+		}
+	}
+	reg.MustRegister(s.promotions, s.skipped, s.leader)
 	return s
 }
 
 // Promoted counts n jobs of queue whose priority aging raised.
 func (s *Scheduler) Promoted(queue string, n int) {
 	s.promotions.WithLabelValues(queue).Add(float64(n))
+}
+
+// Skipped counts n jobs sweep left alone for reason.
+func (s *Scheduler) Skipped(sweep, reason string, n int) {
+	s.skipped.WithLabelValues(sweep, reason).Add(float64(n))
 }
 
 // SetLeader records whether this replica leads.

@@ -124,7 +124,7 @@ func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Jo
 		// The job now runs for this tier: its args say so too, so that the
 		// work it chains (the specview job) is routed for this tier. The row
 		// is still locked by the move in tx.
-		_, err := tx.Exec(ctx, `UPDATE river_job SET args = jsonb_set(args, '{tier}', to_jsonb($2::text)) WHERE id = $1 AND args ? 'tier'`,
+		_, err := tx.Exec(ctx, `UPDATE river_job SET args = jsonb_set(args, '{tier}', to_jsonb($2::text)) WHERE id = $1 AND jsonb_typeof(args) = 'object' AND args ? 'tier'`,
 			res.Job.ID, job.Tier.String())
 		if err != nil {
 			return Inserted{}, fmt.Errorf("record upgraded tier: %w", err)

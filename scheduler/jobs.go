@@ -13,6 +13,7 @@ import (
 	"github.com/tierq/tierq/aging"
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/escalation"
+	"github.com/tierq/tierq/internal/db"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/producer"
@@ -54,6 +55,7 @@ func (w *AgingSweepWorker) Work(ctx context.Context, _ *river.Job[AgingSweepArgs
 		return err
 	}
 	logResult(ctx, w.logger, "aging sweep", res.Total, res.Promoted)
+	reportSkipped(ctx, w.logger, w.metrics, "aging", res.Skipped)
 	return nil
 }
 
@@ -84,7 +86,19 @@ func (w *EscalationSweepWorker) Work(ctx context.Context, _ *river.Job[Escalatio
 		return err
 	}
 	logResult(ctx, w.logger, "escalation sweep", res.Total, res.Moved)
+	reportSkipped(ctx, w.logger, w.metrics, "escalation", res.Skipped)
 	return nil
+}
+
+// reportSkipped counts the jobs a sweep left alone and logs them once per
+// sweep and reason, with their ids, so that an operator can look at the rows
+// (docs/reliability.md, "Bad rows").
+func reportSkipped(ctx context.Context, logger *slog.Logger, m *metrics.Scheduler, sweep string, skipped []db.Skipped) {
+	for _, s := range skipped {
+		m.Skipped(sweep, s.Reason, s.Count)
+		logger.WarnContext(ctx, sweep+" sweep skipped jobs it cannot change",
+			slog.String("reason", s.Reason), slog.Int("num_skipped", s.Count), slog.Any("job_ids", s.IDs))
+	}
 }
 
 func logResult[K comparable](ctx context.Context, logger *slog.Logger, what string, total int, byKey map[K]int) {

@@ -58,6 +58,9 @@ exits 1 saying why.`,
 			}
 			fmt.Fprintf(a.stdout, "job %d (%s, %s): %s priority %d -> %s priority %d\n",
 				res.JobID, res.Kind, res.State, res.FromQueue, res.FromPriority, res.ToQueue, res.ToPriority)
+			if res.ToQueuePaused {
+				fmt.Fprintf(a.stdout, "queue %s is paused: the job waits there until the queue is resumed\n", res.ToQueue)
+			}
 			return nil
 		},
 	}
