@@ -1,0 +1,77 @@
+package testdb
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// NotObjects are JSON values of every shape but an object, by name: what a
+// producer writing river_job directly, or River's own `metadata || {...}`
+// on such a value, can leave in args or metadata.
+var NotObjects = map[string]string{
+	"array":  `[]`,
+	"string": `"tierq_base_priority"`,
+	"number": `42`,
+	"null":   `null`,
+	"bool":   `true`,
+}
+
+// Large is a JSON object of more than 1 MiB.
+func Large() string {
+	return `{"filler": "` + strings.Repeat("x", 1<<20+1024) + `"}`
+}
+
+// Deep is a JSON object nested levels deep: {"a": {"a": ... {} ...}}.
+func Deep(levels int) string {
+	return strings.Repeat(`{"a": `, levels) + `{}` + strings.Repeat(`}`, levels)
+}
+
+// RawJob is a river_job row written with SQL, as another producer (or a
+// person) might write it, bypassing River's insert.
+type RawJob struct {
+	Kind     string
+	Queue    string
+	State    string // default "available"
+	Priority int    // default 4
+	Args     string // JSON; default {}
+	Metadata string // JSON; default {}
+	// Wait sets scheduled_at (and created_at) this long ago.
+	Wait time.Duration
+}
+
+// InsertRaw writes job into river_job and returns its id. A discarded job
+// gets attempt = max_attempts = 1, one error and finalized_at.
+func InsertRaw(t testing.TB, db *DB, job RawJob) int64 {
+	t.Helper()
+	if job.State == "" {
+		job.State = "available"
+	}
+	if job.Priority == 0 {
+		job.Priority = 4
+	}
+	if job.Args == "" {
+		job.Args = `{}`
+	}
+	if job.Metadata == "" {
+		job.Metadata = `{}`
+	}
+	var id int64
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `
+		INSERT INTO river_job (state, queue, priority, kind, args, metadata, max_attempts, attempt,
+		                       created_at, scheduled_at, attempted_at, finalized_at, errors)
+		SELECT $1::river_job_state, $2, $3, $4, $5::jsonb, $6::jsonb, 1,
+		       CASE WHEN $1 = 'discarded' THEN 1 ELSE 0 END,
+		       now() - make_interval(secs => $7), now() - make_interval(secs => $7),
+		       CASE WHEN $1 = 'discarded' THEN now() END,
+		       CASE WHEN $1 = 'discarded' THEN now() END,
+		       CASE WHEN $1 = 'discarded'
+		            THEN ARRAY[jsonb_build_object('at', now(), 'attempt', 1, 'error', 'written by hand', 'trace', '')]
+		       END
+		RETURNING id`,
+		job.State, job.Queue, job.Priority, job.Kind, job.Args, job.Metadata, job.Wait.Seconds()).Scan(&id))
+	return id
+}
