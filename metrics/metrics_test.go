@@ -87,3 +87,37 @@ func TestOutcome(t *testing.T) {
 		require.Equal(t, tt.want, metrics.Outcome(tt.give), "%v", tt.give)
 	}
 }
+
+// TestJobsHookReadsMetadataOfAnyShape: jobs whose metadata is an array, a
+// scalar, null, over 1 MiB or nested 300 levels deep are worked and
+// observed like any other (their wait counts from scheduled_at).
+func TestJobsHookReadsMetadataOfAnyShape(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+
+	reg := prometheus.NewRegistry()
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[outcomeArgs]) error { return nil }))
+	shapes := []string{testdb.Large(), testdb.Deep(300)}
+	for _, shape := range testdb.NotObjects {
+		shapes = append(shapes, shape)
+	}
+	for _, shape := range shapes {
+		testdb.InsertRaw(t, db, testdb.RawJob{Kind: "outcome", Queue: "analysis_priority", Args: `{"tier": "pro", "do": "ok"}`,
+			Metadata: shape, Wait: time.Hour})
+	}
+	db.Start(t, &river.Config{
+		Schema:  db.Schema,
+		Queues:  map[string]river.QueueConfig{"analysis_priority": {MaxWorkers: 2}},
+		Workers: workers,
+		Hooks:   []rivertype.Hook{metrics.NewJobs(reg)},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	testdb.WaitFor(t, 20*time.Second, "every job to finish", func() bool {
+		return db.Count(t, `SELECT count(*) FROM river_job WHERE finalized_at IS NOT NULL`) == 7
+	})
+	require.Equal(t, map[string]float64{
+		"tierq_jobs_total{kind=outcome,outcome=completed,queue=analysis_priority}": 7,
+		"tierq_job_wait_seconds_count{queue=analysis_priority,tier=pro}":           7,
+	}, promtest.Values(t, reg, "tierq_"))
+}

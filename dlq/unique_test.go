@@ -1,0 +1,91 @@
+package dlq_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/dlq"
+	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/producer"
+)
+
+// uniqueArgs are unique by target, like the reference app's analysis.
+type uniqueArgs struct {
+	Target string `json:"target" river:"unique"`
+	Note   string `json:"note"`
+}
+
+func (uniqueArgs) Kind() string { return "unique_test" }
+
+// TestReplayKeepsUniqueness: two dead letters of one unique job (same
+// unique key) replayed in one request give one live job; the other is
+// refused as its duplicate, and so is every later replay, forced or bulk,
+// while that job is live. The replayed job keeps the original metadata's
+// own keys, not River's.
+func TestReplayKeepsUniqueness(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	client := db.Producer(t)
+
+	var jobIDs []int64
+	for _, note := range []string{"first", "second"} {
+		res, err := client.Insert(ctx, uniqueArgs{Target: "/srv/t", Note: note}, &river.InsertOpts{
+			Queue: "analysis_default", UniqueOpts: producer.UniqueOpts(),
+			Metadata: []byte(`{"team": "payments", "river:rescue_count": 2}`),
+		})
+		require.NoError(t, err)
+		require.False(t, res.UniqueSkippedAsDuplicate)
+		jobIDs = append(jobIDs, res.Job.ID)
+		_, err = db.Pool.Exec(ctx, `UPDATE river_job SET state = 'discarded', finalized_at = now() WHERE id = $1`, res.Job.ID)
+		require.NoError(t, err)
+	}
+	_, err := dlq.Drain(ctx, db.Pool, 100)
+	require.NoError(t, err)
+	var ids []int64
+	for _, jobID := range jobIDs {
+		var id int64
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT id FROM dead_letter_jobs WHERE job_id = $1 AND unique_key IS NOT NULL
+			AND unique_states IS NOT NULL`, jobID).Scan(&id))
+		ids = append(ids, id)
+	}
+
+	out, err := dlq.Replay(ctx, client, db.Pool, ids, dlq.ReplayOptions{Actor: "alice"})
+	require.NoError(t, err)
+	require.NoError(t, out[0].Err)
+	live := out[0].JobID
+	require.ErrorIs(t, out[1].Err, dlq.ErrDuplicate)
+	require.Equal(t, dlq.Outcome{ID: ids[1], DuplicateOf: live, Err: out[1].Err}, out[1])
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'unique_test' AND state = 'available'`))
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM dead_letter_jobs WHERE replayed_at IS NULL`), "the duplicate stays pending")
+
+	// The next insert of the same job finds the replayed one.
+	res, err := client.Insert(ctx, uniqueArgs{Target: "/srv/t", Note: "third"}, &river.InsertOpts{Queue: "analysis_default", UniqueOpts: producer.UniqueOpts()})
+	require.NoError(t, err)
+	require.True(t, res.UniqueSkippedAsDuplicate)
+	require.Equal(t, live, res.Job.ID)
+
+	var metadata map[string]any
+	require.NoError(t, json.Unmarshal(res.Job.Metadata, &metadata))
+	require.Equal(t, "payments", metadata["team"])
+	require.NotContains(t, metadata, "river:rescue_count")
+	require.EqualValues(t, ids[0], metadata[dlq.MetadataReplayOf])
+
+	// Forced and bulk replays are refused while the job is live.
+	out, err = dlq.Replay(ctx, client, db.Pool, ids, dlq.ReplayOptions{Actor: "alice", Force: true})
+	require.NoError(t, err)
+	for _, o := range out {
+		require.True(t, errors.Is(o.Err, dlq.ErrDuplicate), "%v", o.Err)
+		require.Equal(t, live, o.DuplicateOf)
+	}
+	all, err := dlq.ReplayAll(ctx, client, db.Pool, dlq.Filter{}, dlq.ReplayOptions{Actor: "alice", Force: true}, 10, nil)
+	require.NoError(t, err)
+	require.Equal(t, dlq.ReplayAllResult{ByQueue: map[string]int{}, Duplicates: 2,
+		DuplicateOf: map[int64]int64{ids[0]: live, ids[1]: live}}, all)
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'unique_test'`))
+}
