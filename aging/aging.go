@@ -56,34 +56,23 @@ type Result struct {
 	Skipped  []db.Skipped
 }
 
-// The cand CTE finds, through River's prioritized fetching index (state,
-// queue, priority, scheduled_at), the available jobs of a worse priority than
-// the cap that may have waited at least one step: those available in their
-// queue for a step, and the recent ones a move carried a due time across
-// (db.MetadataMovedAt: an escalated job waits from when it became due, not
-// from its move). The due CTE keeps those whose effective priority is better
-// than their current one and locks them SKIP LOCKED: a job a worker is
-// fetching right now is locked by that fetch and skipped, and one fetched a
-// moment ago fails the state check when re-read under the lock.
+// sweepSQL ages one batch. The due CTE finds, through River's prioritized
+// fetching index (state, queue, priority, scheduled_at), the available jobs
+// of a worse priority than the cap in a range of scheduled_at (see
+// sweepRanges), keeps those whose effective priority is better than their
+// current one, and locks them SKIP LOCKED: a job a worker is fetching right
+// now is locked by that fetch and skipped, and one fetched a moment ago fails
+// the state check when re-read under the lock. Wait counts from when the job
+// became due (db.DueAtSQL).
 //
 // A job whose metadata is not a JSON object has no place for its base
 // priority: it is left alone (skippedSQL reports it), as are jobs of paused
 // queues.
-var sweepSQL = `
-WITH cand AS (
-    SELECT id FROM river_job
-    WHERE state = 'available' AND queue = ANY($1::text[]) AND priority = ANY($2::smallint[])
-      AND scheduled_at <= now() - make_interval(secs => $3)
-    UNION ALL
-    SELECT id FROM river_job
-    WHERE state = 'available' AND queue = ANY($1::text[]) AND priority = ANY($2::smallint[])
-      AND scheduled_at > now() - make_interval(secs => $3)
-      AND metadata ? '` + db.MetadataMovedAt + `'
-),
-due AS (
+func sweepSQL(scheduledRange string) string {
+	return `
+WITH due AS (
     SELECT j.id, b.base, extract(epoch FROM now() - d.at) AS wait_s
-    FROM cand
-    JOIN river_job AS j ON j.id = cand.id,
+    FROM river_job AS j,
          LATERAL (SELECT ` + db.DueAtSQL("j") + ` AS at) AS d,
          LATERAL (SELECT CASE WHEN j.metadata->>'` + db.MetadataBasePriority + `' ~ '^[1-4]$'
                               THEN (j.metadata->>'` + db.MetadataBasePriority + `')::smallint
@@ -91,6 +80,7 @@ due AS (
     WHERE j.state = 'available'
       AND j.queue = ANY($1::text[])
       AND j.priority = ANY($2::smallint[])
+      AND ` + scheduledRange + `
       AND ` + db.IsObjectSQL("j.metadata") + `
       AND NOT ` + db.PausedSQL("j.queue") + `
       AND greatest($4::int, b.base - floor(extract(epoch FROM now() - d.at) / $3)) < j.priority
@@ -103,6 +93,19 @@ SET priority = greatest($4::int, due.base - floor(due.wait_s / $3))::smallint,
 FROM due
 WHERE j.id = due.id
 RETURNING j.queue`
+}
+
+// sweepRanges split the jobs a sweep looks at into two index ranges of
+// scheduled_at: the jobs available in their queue for at least a step, and
+// the recent ones a move carried an earlier due time across
+// (db.MetadataMovedAt): an escalated job ages from when it became due, not
+// from its move. Each range is one plain index scan; a join of the two (a
+// UNION) let the planner re-run it per row (seconds instead of milliseconds
+// at 1M rows).
+var sweepRanges = []string{
+	`j.scheduled_at <= now() - make_interval(secs => $3)`,
+	`j.scheduled_at > now() - make_interval(secs => $3) AND j.metadata ? '` + db.MetadataMovedAt + `'`,
+}
 
 // skippedSQL finds the jobs the sweep would look at but cannot change,
 // because their metadata is not a JSON object.
@@ -140,33 +143,9 @@ func Sweep(ctx context.Context, q db.Querier, s Settings) (Result, error) {
 	}
 
 	res := Result{Promoted: map[string]int{}}
-	for len(priorities) > 0 {
-		rows, err := q.Query(ctx, sweepSQL, queues, priorities, s.Step.Seconds(), s.MaxPriority, batch)
-		if err != nil {
-			return res, fmt.Errorf("aging sweep: %w", err)
-		}
-		// A batch counts only once its statement succeeded: rows read
-		// before an error were rolled back with it.
-		batchPromoted := map[string]int{}
-		n := 0
-		for rows.Next() {
-			var queue string
-			if err := rows.Scan(&queue); err != nil {
-				rows.Close()
-				return res, fmt.Errorf("aging sweep: %w", err)
-			}
-			batchPromoted[queue]++
-			n++
-		}
-		if err := rows.Err(); err != nil {
-			return res, fmt.Errorf("aging sweep: %w", err)
-		}
-		for queue, k := range batchPromoted {
-			res.Promoted[queue] += k
-		}
-		res.Total += n
-		if n < batch {
-			break
+	for _, scheduledRange := range sweepRanges {
+		if err := sweepRange(ctx, q, sweepSQL(scheduledRange), queues, priorities, s, batch, &res); err != nil {
+			return res, err
 		}
 	}
 	skipped, found, err := db.FindSkipped(ctx, q, db.ReasonMetadataNotObject, skippedSQL, queues, priorities, s.Step.Seconds())
@@ -177,4 +156,38 @@ func Sweep(ctx context.Context, q db.Querier, s Settings) (Result, error) {
 		res.Skipped = append(res.Skipped, skipped)
 	}
 	return res, nil
+}
+
+// sweepRange runs statement in batches until a batch comes back short,
+// adding what each committed batch promoted to res.
+func sweepRange(ctx context.Context, q db.Querier, statement string, queues []string, priorities []int16, s Settings, batch int, res *Result) error {
+	for {
+		rows, err := q.Query(ctx, statement, queues, priorities, s.Step.Seconds(), s.MaxPriority, batch)
+		if err != nil {
+			return fmt.Errorf("aging sweep: %w", err)
+		}
+		// A batch counts only once its statement succeeded: rows read
+		// before an error were rolled back with it.
+		batchPromoted := map[string]int{}
+		n := 0
+		for rows.Next() {
+			var queue string
+			if err := rows.Scan(&queue); err != nil {
+				rows.Close()
+				return fmt.Errorf("aging sweep: %w", err)
+			}
+			batchPromoted[queue]++
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("aging sweep: %w", err)
+		}
+		for queue, k := range batchPromoted {
+			res.Promoted[queue] += k
+		}
+		res.Total += n
+		if n < batch {
+			return nil
+		}
+	}
 }

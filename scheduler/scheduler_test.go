@@ -406,7 +406,11 @@ func TestSweepMetricsMatchTheDatabase(t *testing.T) {
 		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed'`, scheduler.KindAgingSweep) >= sweeps+2
 	})
 
-	want := map[string]float64{"tierq_leader{}": 0}
+	want := map[string]float64{
+		"tierq_leader{}": 0,
+		"tierq_sweep_skipped_rows_total{reason=metadata_not_object,sweep=aging}":      0,
+		"tierq_sweep_skipped_rows_total{reason=metadata_not_object,sweep=escalation}": 0,
+	}
 	for _, q := range routing.Queues() {
 		want["tierq_aging_promotions_total{queue="+q+"}"] = 0
 	}
