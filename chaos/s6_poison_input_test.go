@@ -21,6 +21,7 @@ import (
 
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -73,6 +74,9 @@ func TestPoisonInput(t *testing.T) {
 	require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = ANY($1)`,
 		[]string{jobs.KindAnalysis, jobs.KindSpecView}).Scan(&queued))
 	require.Zero(t, queued, "jobs inserted by refused requests")
+
+	// Bad rows (ids below every job the good-wait check below reads).
+	badRows := s.insertBadRows(ctx)
 
 	// Straight into the queues.
 	file := filepath.Join(s.dir, "targets", "a-file")
@@ -155,6 +159,22 @@ func TestPoisonInput(t *testing.T) {
 	tally, settle := s.settle(ctx, 2*time.Minute)
 	s.check(tally)
 
+	// The bad rows never made a sweep fail, and the sweeps reported the
+	// ones they skipped.
+	var failedSweeps int
+	require.NoError(t, s.pool.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM river_job WHERE kind = ANY($1) AND coalesce(array_length(errors, 1), 0) > 0)
+		     + (SELECT count(*) FROM dead_letter_jobs WHERE kind = ANY($1))`,
+		[]string{scheduler.KindAgingSweep, scheduler.KindEscalationSweep, scheduler.KindDLQDrain}).Scan(&failedSweeps))
+	require.Zero(t, failedSweeps, "sweep or drain attempts that failed")
+	var skipped float64
+	for _, p := range s.processes() {
+		if p.binary == "scheduler" && p.alive() {
+			skipped += scrapeSum(t, p.metricsURL, "tierq_sweep_skipped_rows_total")
+		}
+	}
+	require.Positive(t, skipped, "rows the sweeps skipped and reported")
+
 	// Each poison job ended with its reason, and the good jobs did not wait
 	// on it.
 	var recovery time.Duration
@@ -179,6 +199,48 @@ func TestPoisonInput(t *testing.T) {
 		SELECT coalesce(max(finalized_at - created_at), '0')
 		FROM river_job WHERE kind = $1 AND id > $2`, jobs.KindLoadTest, res[len(res)-1].Job.ID).Scan(&goodWait))
 	require.Less(t, goodWait, 15*time.Second, "the slowest good job behind the poison")
-	s.summary(tally, recovery, settle, fmt.Sprintf("poison=%d", len(wants)), fmt.Sprintf("api_refused=%d", 8),
+	s.summary(tally, recovery, settle, fmt.Sprintf("poison=%d", len(wants)), fmt.Sprintf("bad_rows=%d", badRows),
+		fmt.Sprintf("sweep_skipped=%.0f", skipped), fmt.Sprintf("api_refused=%d", 8),
 		fmt.Sprintf("good_wait_max=%s", goodWait.Round(time.Millisecond)))
+}
+
+// insertBadRows writes rows the way a producer that bypasses River (or a
+// person) can: in every service queue, load-test jobs whose metadata is an
+// array, a string, a number, null or a boolean, over 1 MiB, or nested 300
+// levels deep, waiting since an hour ago at priority 4, so that the aging
+// and escalation sweeps meet them; and discarded jobs whose args or
+// metadata have those shapes, for the dead-letter drain. Each is in the
+// ledger: worked to completion, or dead-lettered. It returns how many.
+func (s *system) insertBadRows(ctx context.Context) int {
+	s.t.Helper()
+	shapes := []string{`[]`, `"tierq_base_priority"`, `42`, `null`, `true`,
+		`{"filler": "` + strings.Repeat("x", 1<<20+1024) + `"}`,
+		strings.Repeat(`{"a": `, 300) + `{}` + strings.Repeat(`}`, 300)}
+	n := 0
+	add := func(queue, state, args, metadata string, want final) {
+		var id int64
+		require.NoError(s.t, s.pool.QueryRow(ctx, `
+			INSERT INTO river_job (state, queue, priority, kind, args, metadata, max_attempts, attempt,
+			                       created_at, scheduled_at, attempted_at, finalized_at, errors)
+			SELECT $1::river_job_state, $2, 4, $3, $4::jsonb, $5::jsonb, 5,
+			       CASE WHEN $1 = 'discarded' THEN 5 ELSE 0 END, now() - interval '1 hour', now() - interval '1 hour',
+			       CASE WHEN $1 = 'discarded' THEN now() END, CASE WHEN $1 = 'discarded' THEN now() END,
+			       CASE WHEN $1 = 'discarded'
+			            THEN ARRAY[jsonb_build_object('at', now(), 'attempt', 5, 'error', 'bad row written by hand', 'trace', '')] END
+			RETURNING id`, state, queue, jobs.KindLoadTest, args, metadata).Scan(&id))
+		s.ledger.add(entry{id: id, kind: jobs.KindLoadTest, queue: queue, priority: 4, want: want, reason: "bad row written by hand"})
+		n++
+	}
+	for _, svc := range []routing.Service{routing.Analyzer, routing.SpecGen} {
+		for _, class := range []routing.Class{routing.Priority, routing.Default, routing.Scheduled} {
+			for _, shape := range shapes {
+				for range 2 {
+					add(svc.Queue(class), "available", `{"sleep_ms": 1000}`, shape, completed)
+				}
+				add(svc.Queue(class), "discarded", shape, `{}`, deadLettered)
+				add(svc.Queue(class), "discarded", `{"sleep_ms": 0}`, shape, deadLettered)
+			}
+		}
+	}
+	return n
 }

@@ -294,6 +294,12 @@ replayed. With --all, every dead letter not replayed yet that matches
 				for _, q := range slices.Sorted(maps.Keys(res.ByQueue)) {
 					fmt.Fprintf(a.stdout, "  %-20s %d\n", q, res.ByQueue[q])
 				}
+				if res.Duplicates > 0 {
+					fmt.Fprintf(a.stdout, "not replayed: %d dead letters whose unique key a queued or running job holds (they stay pending)\n", res.Duplicates)
+					for _, id := range slices.Sorted(maps.Keys(res.DuplicateOf)) {
+						fmt.Fprintf(a.stdout, "  dead letter %d: job %d\n", id, res.DuplicateOf[id])
+					}
+				}
 			}
 			return err
 		},
@@ -302,7 +308,7 @@ replayed. With --all, every dead letter not replayed yet that matches
 	cmd.Flags().StringVar(&filter.Queue, "queue", "", "with --all: only dead letters from this queue")
 	cmd.Flags().StringVar(&filter.Kind, "kind", "", "with --all: only this job kind")
 	cmd.Flags().StringVar(&opts.ToQueue, "to-queue", "", "insert into this queue of the same service instead of the original one")
-	cmd.Flags().BoolVar(&opts.Force, "force", false, "replay dead letters that were replayed before, again")
+	cmd.Flags().BoolVar(&opts.Force, "force", false, "replay dead letters that were replayed before, again (never while a live job holds the same unique key)")
 	cmd.Flags().StringVar(&opts.Actor, "actor", "", "who replays, recorded in replayed_by (default: $USER)")
 	cmd.Flags().IntVar(&batch, "batch", replayBatch, "with --all: dead letters per transaction")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the outcome as JSON")
