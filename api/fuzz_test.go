@@ -14,15 +14,34 @@ import (
 // FuzzParseCreateJob feeds arbitrary bodies to the POST /v1/jobs decoder:
 // it must never panic, and whatever it accepts must be a job the workers can
 // run: a known kind, a valid user id, no client-chosen tier, a clean absolute
-// target or a positive result id. Seed corpus: testdata/fuzz/FuzzParseCreateJob.
+// target or a positive result id. With analysis roots, an accepted target
+// is one of them or below one. Seed corpus: testdata/fuzz/FuzzParseCreateJob.
 //
 //	go test -run '^$' -fuzz FuzzParseCreateJob -fuzztime 30s ./api/
 func FuzzParseCreateJob(f *testing.F) {
 	f.Add([]byte(`{"kind":"analysis","user_id":"u_1","args":{"target":"/srv/a"}}`))
 	f.Add([]byte(`{"kind":"specview","user_id":"u_1","args":{"analysis_result_id":7},"scheduled":true}`))
 	f.Add([]byte(`{"kind":"analysis","user_id":"u","tier":"enterprise","args":{"target":"/a"}}`))
+	f.Add([]byte(`{"kind":"analysis","user_id":"u_1","args":{"target":"/srv/reposX/a"}}`))
+	f.Add([]byte(`{"kind":"analysis","user_id":"u_1","args":{"target":"/data/checkouts/b"}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		_, job, err := api.ParseCreateJob(body)
+		// The same body against roots: accepted only inside them, and then
+		// accepted without roots too.
+		roots := []string{"/srv/repos", "/data"}
+		if _, rooted, err := api.ParseCreateJob(body, roots); err == nil {
+			if args, ok := rooted.Args.(jobs.AnalysisArgs); ok {
+				inside := args.Target == "/srv/repos" || strings.HasPrefix(args.Target, "/srv/repos/") ||
+					args.Target == "/data" || strings.HasPrefix(args.Target, "/data/")
+				if !inside {
+					t.Fatalf("accepted target %q outside the roots %q", args.Target, roots)
+				}
+			}
+			if _, _, err := api.ParseCreateJob(body, nil); err != nil {
+				t.Fatalf("accepted with roots, refused without: %q: %v", body, err)
+			}
+		}
+
+		_, job, err := api.ParseCreateJob(body, nil)
 		if err != nil {
 			return
 		}

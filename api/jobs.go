@@ -17,6 +17,7 @@ import (
 
 	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/jobs/scan"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/subscriptions"
@@ -47,9 +48,10 @@ type specViewRequestArgs struct {
 const maxTargetLen = 4096
 
 // ParseCreateJob decodes and validates a POST /v1/jobs body into the job to
-// insert, without the tier (the caller looks it up and sets it). Every
-// failure is a client error.
-func ParseCreateJob(body []byte) (CreateJobRequest, producer.Job, error) {
+// insert, without the tier (the caller looks it up and sets it). An analysis
+// target must be in one of roots (Config.AnalysisRoots; none: anywhere).
+// Every failure is a client error.
+func ParseCreateJob(body []byte, roots []string) (CreateJobRequest, producer.Job, error) {
 	var req CreateJobRequest
 	if err := DecodeStrict(body, &req); err != nil {
 		if strings.Contains(strings.ToLower(err.Error()), `unknown field "tier"`) {
@@ -69,7 +71,7 @@ func ParseCreateJob(body []byte) (CreateJobRequest, producer.Job, error) {
 		if err := decodeArgs(req.Args, &a); err != nil {
 			return req, producer.Job{}, err
 		}
-		if err := checkTarget(a.Target); err != nil {
+		if err := checkTarget(a.Target, roots); err != nil {
 			return req, producer.Job{}, err
 		}
 		return req, producer.Job{
@@ -106,8 +108,11 @@ func decodeArgs(raw json.RawMessage, v any) error {
 	return nil
 }
 
-// checkTarget accepts a clean absolute path: no "..", no NUL, bounded.
-func checkTarget(target string) error {
+// checkTarget accepts a clean absolute path (no "..", no NUL, bounded) in
+// one of roots, or anywhere when there are none. The check is lexical: the
+// API cannot see the workers' file system, so the analyzer checks again
+// after resolving symlinks.
+func checkTarget(target string, roots []string) error {
 	switch {
 	case target == "":
 		return errors.New("args.target is required")
@@ -117,6 +122,8 @@ func checkTarget(target string) error {
 		return errors.New("args.target contains a NUL byte")
 	case !path.IsAbs(target) || path.Clean(target) != target:
 		return errors.New("args.target must be a clean absolute path (no '..', no trailing slash)")
+	case len(roots) > 0 && !scan.Within(target, roots):
+		return fmt.Errorf("args.target %q is outside the analysis roots %s (ANALYSIS_ROOTS)", target, strings.Join(roots, ":"))
 	}
 	return nil
 }
@@ -195,7 +202,7 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, job, err := ParseCreateJob(body)
+	req, job, err := ParseCreateJob(body, s.cfg.AnalysisRoots)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return

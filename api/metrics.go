@@ -18,8 +18,8 @@ import (
 
 // Metrics is the API's Prometheus registry: the tier fallbacks and
 // escalations it performs itself, and gauges of the database (queue depth,
-// oldest available job, dead letters) read by a cached collector, so that
-// scrapes never load the database.
+// oldest available job, dead letters, whether a River leader is present)
+// read by a cached collector, so that scrapes never load the database.
 type Metrics struct {
 	registry      *prometheus.Registry
 	tierFallbacks *prometheus.CounterVec
@@ -71,9 +71,10 @@ func (m *Metrics) Escalation(from, to, actorKind string) {
 	m.escalations.Add(from, to, actorKind, 1)
 }
 
-// dbCollector reads queue depth, oldest available job and dead-letter depth
-// from PostgreSQL at most once per cacheFor, with indexed queries (see
-// QueueSummaries and dlq.PendingDepth).
+// dbCollector reads queue depth, oldest available job, dead-letter depth
+// and whether a River leader held a lease recently from PostgreSQL at most
+// once per cacheFor, with indexed queries (see QueueSummaries,
+// dlq.PendingDepth and leaderSQL, which reads river_leader's one row).
 type dbCollector struct {
 	q        db.Querier
 	logger   *slog.Logger
@@ -83,7 +84,7 @@ type dbCollector struct {
 	readAt  time.Time
 	metrics []prometheus.Metric
 
-	depth, oldest, dlqDepth, dbUp *prometheus.Desc
+	depth, oldest, dlqDepth, leaderPresent, dbUp *prometheus.Desc
 }
 
 func newDBCollector(q db.Querier, logger *slog.Logger, cacheFor time.Duration) *dbCollector {
@@ -95,6 +96,8 @@ func newDBCollector(q db.Querier, logger *slog.Logger, cacheFor time.Duration) *
 			"How long the longest-waiting available job of the queue has waited (0: none available).", []string{"queue"}, nil),
 		dlqDepth: prometheus.NewDesc("tierq_dlq_depth",
 			"Dead letters not yet replayed, per original queue.", []string{"queue"}, nil),
+		leaderPresent: prometheus.NewDesc("tierq_leader_present",
+			"1 when some River leader (a scheduler) held a lease within the last minute, read from river_leader; 0 otherwise. The same on every API replica: combine with max.", nil, nil),
 		dbUp: prometheus.NewDesc("tierq_metrics_database_up",
 			"1 when the last read of the database for metrics succeeded, 0 when it failed.", nil, nil),
 	}
@@ -104,6 +107,7 @@ func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.depth
 	ch <- c.oldest
 	ch <- c.dlqDepth
+	ch <- c.leaderPresent
 	ch <- c.dbUp
 }
 
@@ -120,7 +124,8 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // read queries the database once; on failure it reports only
-// tierq_metrics_database_up 0.
+// tierq_metrics_database_up 0 (no tierq_leader_present: unknown is not
+// absent).
 func (c *dbCollector) read() []prometheus.Metric {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -133,6 +138,11 @@ func (c *dbCollector) read() []prometheus.Metric {
 	depth, err := dlq.PendingDepth(ctx, c.q)
 	if err != nil {
 		c.logger.WarnContext(ctx, "metrics: read dead-letter depth", slog.String("error", err.Error()))
+		return down
+	}
+	leader, err := recentLeader(ctx, c.q)
+	if err != nil {
+		c.logger.WarnContext(ctx, "metrics: read leader", slog.String("error", err.Error()))
 		return down
 	}
 	var out []prometheus.Metric
@@ -148,5 +158,11 @@ func (c *dbCollector) read() []prometheus.Metric {
 			out = append(out, prometheus.MustNewConstMetric(c.dlqDepth, prometheus.GaugeValue, float64(n), queue))
 		}
 	}
-	return append(out, prometheus.MustNewConstMetric(c.dbUp, prometheus.GaugeValue, 1))
+	present := 0.0
+	if leader != "" {
+		present = 1
+	}
+	return append(out,
+		prometheus.MustNewConstMetric(c.leaderPresent, prometheus.GaugeValue, present),
+		prometheus.MustNewConstMetric(c.dbUp, prometheus.GaugeValue, 1))
 }

@@ -208,24 +208,3 @@ func TestDeadLetterEndpoints(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, b.do(t, "DELETE", "/v1/dead-letters/"+id, adminToken, nil).status)
 	require.Equal(t, http.StatusNotFound, b.do(t, "DELETE", "/v1/dead-letters/"+id, adminToken, nil).status)
 }
-
-func TestHealthAndReadiness(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-
-	require.Equal(t, "ok", b.do(t, "GET", "/healthz", "", nil).json(t)["status"])
-
-	res := b.do(t, "GET", "/readyz", "", nil)
-	require.Equal(t, http.StatusServiceUnavailable, res.status, "no River leader yet")
-	ready := res.json(t)
-	require.Equal(t, "ok", ready["database"])
-	require.Equal(t, "ok", ready["migrations"])
-	require.Contains(t, ready["leader"], "no River leader")
-
-	_, err := b.db.Pool.Exec(context.Background(), `
-		INSERT INTO river_leader (leader_id, elected_at, expires_at) VALUES ('scheduler_test', now(), now() + interval '15 seconds')`)
-	require.NoError(t, err)
-	res = b.do(t, "GET", "/readyz", "", nil)
-	require.Equal(t, http.StatusOK, res.status, string(res.body))
-	require.Equal(t, "scheduler_test", res.json(t)["leader"])
-}

@@ -48,6 +48,13 @@ type Config struct {
 	Schema string
 	// MaxAttempts is the max_attempts of the jobs the API inserts.
 	MaxAttempts int
+	// AnalysisRoots are the directories an analysis target must be in
+	// (ANALYSIS_ROOTS; the directory itself or below it); any other target
+	// is a 400 naming them. The check is lexical, on the clean path: the
+	// API cannot see the workers' file system, and the analyzer checks
+	// again after resolving symlinks. Empty (the default): any absolute
+	// path, as with "/".
+	AnalysisRoots []string
 	// RequestTimeout bounds each request's work (0: DefaultRequestTimeout);
 	// a database that does not answer in time makes a 503, not a hung
 	// client.
@@ -64,6 +71,7 @@ type Server struct {
 	client  *river.Client[pgx.Tx]
 	logger  *slog.Logger
 	metrics *Metrics
+	ready   readiness // readyz's cached migration check
 
 	producerDigest, adminDigest [sha256.Size]byte
 }

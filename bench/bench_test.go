@@ -27,7 +27,7 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 	opts := bench.Tiny(bench.Options{DatabaseURL: testdb.URL()})
 	scenarios := []string{"isolation", "throughput", "sweeps", "dlq", "insert"}
 	reports := make([]bench.Report, len(scenarios))
-	t.Run("scenarios", func(t *testing.T) {
+	ran := t.Run("scenarios", func(t *testing.T) {
 		for k, s := range scenarios {
 			t.Run(s, func(t *testing.T) {
 				t.Parallel() // each in a schema of its own
@@ -35,6 +35,7 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 			})
 		}
 	})
+	require.True(t, ran, "a scenario failed: its report is empty")
 	require.Equal(t, before, benchSchemas(), "every scenario drops its schema")
 	r := bench.Report{
 		Isolation: reports[0].Isolation, Throughput: reports[1].Throughput, Sweeps: reports[2].Sweeps,

@@ -97,6 +97,12 @@ func sweepTimes(ctx context.Context, opts Options, total, reps int) (agingMs, es
 		if rep == 1 {
 			ag, es, dl = nil, nil, nil
 		}
+		// Both resets come first: the jobs the escalation sweep moved keep
+		// their 4-hour due time, and aging would lift them too.
+		if _, err := e.Pool.Exec(ctx, `UPDATE river_job SET queue = 'analysis_scheduled', priority = 2, scheduled_at = now() - interval '4 hours',
+			metadata = '{}' WHERE state = 'available' AND kind = $1`, escalationKind); err != nil {
+			return 0, 0, 0, fmt.Errorf("reset escalation: %w", err)
+		}
 		if _, err := e.Pool.Exec(ctx, `UPDATE river_job SET priority = 4, metadata = '{}'
 			WHERE state = 'available' AND queue = 'analysis_default' AND priority < 4 AND kind = $1`, jobs.KindLoadTest); err != nil {
 			return 0, 0, 0, fmt.Errorf("reset aging: %w", err)
@@ -108,10 +114,6 @@ func sweepTimes(ctx context.Context, opts Options, total, reps int) (agingMs, es
 			return 0, 0, 0, fmt.Errorf("aging sweep promoted %d of %d: %v", a.Total, sweepDue, err)
 		}
 
-		if _, err := e.Pool.Exec(ctx, `UPDATE river_job SET queue = 'analysis_scheduled', priority = 2, scheduled_at = now() - interval '4 hours'
-			WHERE state = 'available' AND kind = $1`, escalationKind); err != nil {
-			return 0, 0, 0, fmt.Errorf("reset escalation: %w", err)
-		}
 		start = time.Now()
 		s, err := escalation.Sweep(ctx, e.Pool, rules, 1000)
 		es = append(es, ms(time.Since(start)))

@@ -22,7 +22,7 @@ var bothServices = []routing.Service{routing.Analyzer, routing.SpecGen}
 // TestWorkerCrash kills a worker with SIGKILL every 3 s under load and
 // starts a new one in its place. The jobs a killed worker was running stay
 // `running` until the leading scheduler's rescuer retries them (after
-// RESCUE_STUCK_JOBS_AFTER, 5 s here; River's rescuer looks every 30 s), and
+// RESCUE_STUCK_JOBS_AFTER, 61 s here; River's rescuer looks every 30 s), and
 // the survivors and the new workers finish everything.
 func TestWorkerCrash(t *testing.T) {
 	s := newSystem(t, "worker-crash")

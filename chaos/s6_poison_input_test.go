@@ -56,6 +56,7 @@ func TestPoisonInput(t *testing.T) {
 		{"target of the wrong type", `{"kind":"analysis","user_id":"u_free","args":{"target":42}}`, http.StatusBadRequest},
 		{"args not an object", `{"kind":"analysis","user_id":"u_free","args":[1,2]}`, http.StatusBadRequest},
 		{"target escaping with ..", `{"kind":"analysis","user_id":"u_free","args":{"target":"/srv/../etc"}}`, http.StatusBadRequest},
+		{"target outside the analysis roots", `{"kind":"analysis","user_id":"u_free","args":{"target":"/etc"}}`, http.StatusBadRequest},
 		{"tier chosen by the client", `{"kind":"analysis","user_id":"u_free","tier":"enterprise","args":{"target":"/srv"}}`, http.StatusBadRequest},
 		{"unknown kind", `{"kind":"rm -rf","user_id":"u_free","args":{}}`, http.StatusBadRequest},
 		{"bad result id", `{"kind":"specview","user_id":"u_free","args":{"analysis_result_id":-1}}`, http.StatusBadRequest},
@@ -92,6 +93,10 @@ func TestPoisonInput(t *testing.T) {
 	require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(trapped, "outside_test.go")))
 	require.NoError(t, os.Symlink("/", filepath.Join(trapped, "root")))
 	require.NoError(t, os.Symlink("../../../..", filepath.Join(trapped, "up")))
+	// Ways out of ANALYSIS_ROOTS (the scenario's targets directory).
+	escape := filepath.Join(s.dir, "targets", "escape")
+	require.NoError(t, os.Symlink("/etc", escape))
+	dotDot := filepath.Join(s.dir, "targets") + strings.Repeat("/..", 20) + "/etc"
 	hugeTarget := "/" + strings.Repeat("a", 1<<20)
 
 	target := func(path string) string {
@@ -112,6 +117,9 @@ func TestPoisonInput(t *testing.T) {
 		{jobs.KindAnalysis, target(unreadable), cancelled, "permission denied"},
 		{jobs.KindAnalysis, target(hugeTarget), cancelled, "invalid target"},
 		{jobs.KindAnalysis, target(trapped), completed, ""},
+		{jobs.KindAnalysis, target("/etc"), cancelled, `target "/etc" is outside the analysis roots`},
+		{jobs.KindAnalysis, target(escape), cancelled, `(it resolves to "/etc") is outside the analysis roots`},
+		{jobs.KindAnalysis, target(dotDot), cancelled, `(it resolves to "/etc") is outside the analysis roots`},
 		{jobs.KindSpecView, `{"analysis_result_id": "seven"}`, cancelled, "bad specview args"},
 		{jobs.KindSpecView, `{"analysis_result_id": 987654321}`, cancelled, "analysis result not found"},
 		{jobs.KindLoadTest, `{"sleep_ms": "slow"}`, cancelled, "bad loadtest args"},
@@ -200,7 +208,7 @@ func TestPoisonInput(t *testing.T) {
 		FROM river_job WHERE kind = $1 AND id > $2`, jobs.KindLoadTest, res[len(res)-1].Job.ID).Scan(&goodWait))
 	require.Less(t, goodWait, 15*time.Second, "the slowest good job behind the poison")
 	s.summary(tally, recovery, settle, fmt.Sprintf("poison=%d", len(wants)), fmt.Sprintf("bad_rows=%d", badRows),
-		fmt.Sprintf("sweep_skipped=%.0f", skipped), fmt.Sprintf("api_refused=%d", 8),
+		fmt.Sprintf("sweep_skipped=%.0f", skipped), fmt.Sprintf("api_refused=%d", 9),
 		fmt.Sprintf("good_wait_max=%s", goodWait.Round(time.Millisecond)))
 }
 

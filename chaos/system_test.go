@@ -48,20 +48,22 @@ var users = map[tiers.Tier]string{
 }
 
 // baseEnv is every process's environment in the suite: short timeouts so
-// that faults resolve in seconds. JOB_TIMEOUT stays below the scheduler's
-// RESCUE_STUCK_JOBS_AFTER, so a job whose worker is alive and can reach the
-// database is never rescued while it runs.
+// that faults resolve in seconds. Job timeouts are each kind's own (1m at
+// most; jobs.Timeouts, scheduler.Timeouts), the same in every process, so a
+// job whose worker is alive and can reach the database is never rescued
+// while it runs.
 var baseEnv = []string{
 	"LOG_LEVEL=info",
-	"JOB_TIMEOUT=4s",
 	"SOFT_STOP_TIMEOUT=2s",
 	"MAX_ATTEMPTS=5",
 }
 
 // schedulerEnv: every sweep each second, cron slots every 2 and 3 seconds,
-// stuck jobs rescued after 5 s (River's rescuer looks every 30 s).
+// stuck jobs rescued after 61 s, one second above the longest job kind's
+// timeout (1m), which the scheduler requires (River's rescuer looks every
+// 30 s).
 var schedulerEnv = []string{
-	"RESCUE_STUCK_JOBS_AFTER=5s",
+	"RESCUE_STUCK_JOBS_AFTER=61s",
 	"AGING_INTERVAL=1s", "AGING_STEP=3s",
 	"ESCALATION_INTERVAL=1s", "ESCALATE_SCHEDULED_AFTER=4s",
 	"DLQ_DRAIN_INTERVAL=1s", "DLQ_ALERT_THRESHOLD=0",
@@ -109,7 +111,8 @@ func newSystem(t *testing.T, name string) *system {
 	}
 	require.NoError(t, os.MkdirAll(filepath.Join(s.dir, "targets"), 0o755))
 	require.NoError(t, chown(filepath.Join(s.dir, "targets"), suite.cred))
-	s.env = append([]string{"DATABASE_URL=" + s.url}, baseEnv...)
+	// Analysis targets are confined to the scenario's checkouts.
+	s.env = append([]string{"DATABASE_URL=" + s.url, "ANALYSIS_ROOTS=" + filepath.Join(s.dir, "targets")}, baseEnv...)
 
 	s.tierctl("migrate")
 	for tier, user := range users {

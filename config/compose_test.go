@@ -66,6 +66,13 @@ func TestComposeFileIsValid(t *testing.T) {
 	cfg, err := config.Load[config.API](environ)
 	require.NoError(t, err, "api")
 	require.Equal(t, "0.0.0.0:8081", cfg.Addr, "all interfaces inside the container")
+
+	// The API and the analyzer confine analysis targets to the same real
+	// root, not to "/".
+	require.Equal(t, config.AnalysisRoots{"/srv/repos"}, cfg.Analysis.Roots, "api")
+	analyzer, err := config.Load[config.Worker](composeEnviron(compose.Services["worker-analyzer"].Environment))
+	require.NoError(t, err)
+	require.Equal(t, config.AnalysisRoots{"/srv/repos"}, analyzer.Analysis.Roots, "worker-analyzer")
 }
 
 // composeEnviron is a service's environment as the process would see it.

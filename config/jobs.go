@@ -5,9 +5,17 @@ import "time"
 // Jobs is how a process runs and inserts River jobs; the worker and the
 // scheduler deployments share it.
 type Jobs struct {
-	// JobTimeout is how long one job may run before its context is cancelled.
-	// Default 5m.
-	JobTimeout time.Duration `env:"JOB_TIMEOUT" envDefault:"5m"`
+	// JobTimeout is River's JobTimeout: the timeout of a job kind whose
+	// worker has no Timeout method of its own. Every kind of tierq has one
+	// (jobs.Timeouts, scheduler.Timeouts: a constant per kind, the same in
+	// every process), so it applies to none of them; only to a kind an
+	// application embedding tierq registers without one, and then it must
+	// be the same in every deployment. Before, it was every job's timeout,
+	// read by each process on its own: a leader with a shorter one rescued,
+	// and ran twice, long jobs still running on a worker with a longer one.
+	// Setting it logs a warning at start (JobTimeoutSet). Default 1m
+	// (River's default, and the longest timeout of tierq's kinds).
+	JobTimeout time.Duration `env:"JOB_TIMEOUT" envDefault:"1m"`
 
 	// MaxAttempts is how many times a job this process inserts (the chained
 	// specview job, the scheduler's re-analysis jobs) is tried before River
@@ -19,9 +27,17 @@ type Jobs struct {
 	// before it cancels them. Keep it under the orchestrator's grace period
 	// (Kubernetes: 30s). Default 25s.
 	SoftStopTimeout time.Duration `env:"SOFT_STOP_TIMEOUT" envDefault:"25s"`
+
+	jobTimeoutSet bool
 }
 
+// JobTimeoutSet reports whether JOB_TIMEOUT was set in the environment: an
+// operator who set it may expect it to bound tierq's jobs, which it no
+// longer does, so the commands warn.
+func (j *Jobs) JobTimeoutSet() bool { return j.jobTimeoutSet }
+
 func (j *Jobs) validate(c *checker) {
+	_, j.jobTimeoutSet = c.vars[c.fields["JobTimeout"].key]
 	if j.JobTimeout <= 0 {
 		c.fail("JobTimeout", "must be positive")
 	}

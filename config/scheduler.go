@@ -1,7 +1,11 @@
 package config
 
 import (
+	"cmp"
+	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 	_ "time/tzdata" // CRON_TZ must resolve in minimal containers too
@@ -23,8 +27,12 @@ type Scheduler struct {
 	QueueWorkers int `env:"SCHEDULER_QUEUE_WORKERS" envDefault:"2"`
 
 	// RescueStuckJobsAfter is how long a job of any kind may stay `running`
-	// before the leader's rescuer retries it (its worker crashed). Must exceed
-	// every deployment's JOB_TIMEOUT. Default 1h.
+	// before the leader's rescuer retries it (its worker crashed). River's
+	// rescuer also leaves a job alone until it is older than its kind's own
+	// timeout; this must be longer than every kind's timeout
+	// (scheduler.Timeouts, checked by CheckKindTimeouts) and than
+	// JOB_TIMEOUT, so that a job is rescued only after its worker has given
+	// up on it. Default 1h.
 	RescueStuckJobsAfter time.Duration `env:"RESCUE_STUCK_JOBS_AFTER" envDefault:"1h"`
 
 	// CronTZ is the time zone the cron expressions are read in. Default UTC.
@@ -81,10 +89,49 @@ type Scheduler struct {
 	// DLQAlertInterval is the least time between two alerts while the depth
 	// stays at or above the threshold. Default 15m.
 	DLQAlertInterval time.Duration `env:"DLQ_ALERT_INTERVAL" envDefault:"15m"`
-	// DLQAlertTimeout bounds one webhook call. Default 5s.
+	// DLQAlertTimeout bounds one webhook call, at most MaxDLQAlertTimeout.
+	// Default 5s.
 	DLQAlertTimeout time.Duration `env:"DLQ_ALERT_TIMEOUT" envDefault:"5s"`
 
 	reanalyze, retention cron.Schedule
+	rescueAfterValue     string // RESCUE_STUCK_JOBS_AFTER as written
+}
+
+// MaxDLQAlertTimeout is the longest DLQ_ALERT_TIMEOUT: the webhook call runs
+// inside the dead-letter drain job, after the drain, and must leave it time
+// within the drain's own timeout (scheduler.DLQDrainTimeout, 1m).
+const MaxDLQAlertTimeout = 30 * time.Second
+
+// CheckKindTimeouts checks RESCUE_STUCK_JOBS_AFTER against timeouts, the
+// timeout of every job kind the scheduler registers (scheduler.Timeouts).
+// River's rescuer retries a running job once it is older than both the
+// threshold and its kind's timeout; with the threshold at or under a kind's
+// timeout, that kind's jobs are rescued the moment their worker's deadline
+// passes, while the worker may still be finishing them. The error matches
+// ErrInvalid and names the threshold and every kind it does not exceed.
+func (s *Scheduler) CheckKindTimeouts(timeouts map[string]time.Duration) error {
+	kinds := slices.SortedFunc(maps.Keys(timeouts), func(a, b string) int {
+		return cmp.Or(cmp.Compare(timeouts[b], timeouts[a]), cmp.Compare(a, b))
+	})
+	var over []string
+	for _, kind := range kinds {
+		if timeouts[kind] >= s.RescueStuckJobsAfter {
+			over = append(over, fmt.Sprintf("%s has %s", kind, timeouts[kind]))
+		}
+	}
+	if len(over) == 0 {
+		return nil
+	}
+	value := s.rescueAfterValue
+	if value == "" {
+		value = s.RescueStuckJobsAfter.String()
+	}
+	return Errors{{
+		Var:   "RESCUE_STUCK_JOBS_AFTER",
+		Value: value,
+		Reason: "must be longer than the timeout of every job kind, or the rescuer retries (and runs twice) jobs " +
+			"a worker may still be running; job kind " + strings.Join(over, ", job kind "),
+	}}
 }
 
 // ReanalyzeSchedule is REANALYZE_CRON, parsed in CRON_TZ.
@@ -100,8 +147,9 @@ func (s *Scheduler) validate(c *checker) {
 	s.Jobs.validate(c)
 
 	c.intRange("QueueWorkers", s.QueueWorkers, 1, 100)
+	s.rescueAfterValue = c.vars[c.fields["RescueStuckJobsAfter"].key]
 	if s.RescueStuckJobsAfter <= s.JobTimeout {
-		c.fail("RescueStuckJobsAfter", "must be longer than JOB_TIMEOUT (%s), or running jobs are rescued while they still run", s.JobTimeout)
+		c.fail("RescueStuckJobsAfter", "must be longer than JOB_TIMEOUT (%s), the timeout of job kinds without their own, or such jobs are rescued while they still run", s.JobTimeout)
 	}
 
 	if _, err := time.LoadLocation(s.CronTZ); err != nil || s.CronTZ == "" || strings.ContainsAny(s.CronTZ, " \t") {
@@ -137,7 +185,7 @@ func (s *Scheduler) validate(c *checker) {
 		}
 	}
 	c.durationRange("DLQAlertInterval", s.DLQAlertInterval, time.Second, 0)
-	c.durationRange("DLQAlertTimeout", s.DLQAlertTimeout, 100*time.Millisecond, time.Minute)
+	c.durationRange("DLQAlertTimeout", s.DLQAlertTimeout, 100*time.Millisecond, MaxDLQAlertTimeout)
 }
 
 // cron parses a cron expression in time zone tz, recording an error against

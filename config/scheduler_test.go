@@ -108,6 +108,7 @@ func TestSchedulerBadValues(t *testing.T) {
 		{name: "webhook not http", give: []string{"DLQ_ALERT_WEBHOOK_URL=ftp://hooks.example.com/T0/B1/secret"}, wantVar: "DLQ_ALERT_WEBHOOK_URL", wantValue: "ftp://hooks.example.com/[redacted]", wantReason: "http or https"},
 		{name: "webhook relative", give: []string{"DLQ_ALERT_WEBHOOK_URL=/hooks/secret"}, wantVar: "DLQ_ALERT_WEBHOOK_URL", wantValue: "[redacted]", wantReason: "absolute http or https URL"},
 		{name: "alert interval too short", give: []string{"DLQ_ALERT_INTERVAL=10ms"}, wantVar: "DLQ_ALERT_INTERVAL", wantValue: "10ms", wantReason: "at least 1s"},
-		{name: "alert timeout too long", give: []string{"DLQ_ALERT_TIMEOUT=5m"}, wantVar: "DLQ_ALERT_TIMEOUT", wantValue: "5m", wantReason: "between 100ms and 1m"},
+		{name: "alert timeout too long", give: []string{"DLQ_ALERT_TIMEOUT=5m"}, wantVar: "DLQ_ALERT_TIMEOUT", wantValue: "5m", wantReason: "between 100ms and 30s"},
+		{name: "alert timeout over the drain's share", give: []string{"DLQ_ALERT_TIMEOUT=31s"}, wantVar: "DLQ_ALERT_TIMEOUT", wantValue: "31s", wantReason: "between 100ms and 30s"},
 	})
 }

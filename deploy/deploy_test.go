@@ -77,21 +77,34 @@ var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "$__interval", "
 
 var slaVar = regexp.MustCompile(`\$sla_[a-z_]+`)
 
+// replicated are the gauges the API reads from the database: every API
+// replica exports the same values, so summing them over replicas would
+// multiply them by the number of replicas.
+var replicated = []string{
+	"tierq_queue_depth", "tierq_oldest_available_seconds", "tierq_dlq_depth",
+	"tierq_leader_present", "tierq_metrics_database_up",
+}
+
 // checkExpr parses expr with Prometheus' parser and checks that it selects
 // only exported metrics, matches and groups only by their labels (or the
-// target labels Prometheus adds), and returns the metric names it uses and
-// the labels its result keeps.
+// target labels Prometheus adds), combines the replicated gauges over
+// replicas with max or min (or only tests them with absent), and returns
+// the metric names it uses and the labels its result keeps.
 func checkExpr(t *testing.T, known map[string][]string, where, expr string) (names, labels []string) {
 	t.Helper()
 	parsed, err := parser.NewParser(parser.Options{}).ParseExpr(slaVar.ReplaceAllString(grafanaVars.Replace(expr), "1"))
 	require.NoError(t, err, "%s: %s", where, expr)
 	available := []string{"instance", "job"}
 	var grouped []string
-	parser.Inspect(parsed, func(node parser.Node, _ []parser.Node) error {
+	parser.Inspect(parsed, func(node parser.Node, path []parser.Node) error {
 		switch n := node.(type) {
 		case *parser.VectorSelector:
 			family, ok := familyOf(known, n.Name)
 			require.True(t, ok, "%s: %q is not a metric tierq exports (%s)", where, n.Name, expr)
+			if slices.Contains(replicated, family) {
+				require.True(t, combinedAcrossReplicas(path), "%s: %s is the same on every API replica: combine it with max or min (%s)",
+					where, n.Name, expr)
+			}
 			own := known[family]
 			if strings.HasSuffix(n.Name, "_bucket") {
 				own = append(slices.Clone(own), "le")
@@ -112,6 +125,23 @@ func checkExpr(t *testing.T, known map[string][]string, where, expr string) (nam
 		require.Contains(t, available, l, "%s: grouping by %q, which no selected metric has (%s)", where, l, expr)
 	}
 	return names, outputLabels(t, where, parsed, available)
+}
+
+// combinedAcrossReplicas says whether the innermost aggregation around a
+// selector (path are its ancestors, outermost first) is max or min, or the
+// selector is only tested by absent.
+func combinedAcrossReplicas(path []parser.Node) bool {
+	for _, node := range slices.Backward(path) {
+		switch n := node.(type) {
+		case *parser.AggregateExpr:
+			return n.Op == parser.MAX || n.Op == parser.MIN
+		case *parser.Call:
+			if n.Func.Name == "absent" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // outputLabels is what labels the result of e keeps (all of the selected
@@ -351,7 +381,7 @@ func TestAlertRulesUseOnlyExportedMetrics(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, []string{"enterprise", "pro_plus", "pro"}, slaAlerts, "a wait alert per paid tier")
-	for _, name := range []string{"tierq_leader", "tierq_dlq_depth", "tierq_job_wait_seconds", "tierq_oldest_available_seconds", "tierq_tier_fallbacks_total"} {
+	for _, name := range []string{"tierq_leader", "tierq_leader_present", "tierq_dlq_depth", "tierq_job_wait_seconds", "tierq_oldest_available_seconds", "tierq_tier_fallbacks_total"} {
 		require.True(t, used[name], "no alert on %s", name)
 	}
 }

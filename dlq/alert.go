@@ -84,26 +84,57 @@ const (
 	AlertFailed     AlertOutcome = "failed"     // the webhook or the database failed; retried next time
 )
 
+// The alert state is one row, written by every scheduler replica. Every
+// write to it is a compare-and-set, so that no replica overwrites a state
+// it has not seen:
+//
+//   - a claim (claimFiringSQL, claimResolvedSQL) changes the row only from a
+//     state that allows the send, reading and writing it in one statement
+//     under the row lock. It returns the state before (to put back if the
+//     send fails) and the state it wrote, whose last_sent_at = now() (to the
+//     microsecond, the start of the claim's transaction) names this claim:
+//     another claim writes the same value only if it starts in the same
+//     microsecond.
+//   - putting the state back after a failed send (restoreSQL) applies only
+//     while the row is still exactly what this claim wrote. Another replica
+//     that claimed meanwhile (and sent, or is sending) keeps its state, and
+//     so does a replica with the alert turned off that forgot it.
+//   - turning the alert off (forgetSQL) changes the row only from firing.
+
 // claimFiringSQL takes the right to send a firing alert: when not firing, or
-// the last alert is at least $1 seconds old. It returns the previous state,
-// so a failed send can put it back.
+// the last alert is at least $1 seconds old.
 const claimFiringSQL = `
 WITH old AS (SELECT firing, last_sent_at FROM dead_letter_alert_state FOR UPDATE)
-UPDATE dead_letter_alert_state SET firing = true, last_sent_at = now()
+UPDATE dead_letter_alert_state AS s SET firing = true, last_sent_at = now()
 FROM old
 WHERE NOT old.firing OR old.last_sent_at IS NULL OR old.last_sent_at <= now() - make_interval(secs => $1)
-RETURNING old.firing, old.last_sent_at`
+RETURNING old.firing, old.last_sent_at, s.firing, s.last_sent_at`
 
 // claimResolvedSQL takes the right to send the resolved message: only while
-// firing.
+// firing. last_sent_at becomes the time of the resolved message (a firing
+// claim ignores it while not firing).
 const claimResolvedSQL = `
 WITH old AS (SELECT firing, last_sent_at FROM dead_letter_alert_state FOR UPDATE)
-UPDATE dead_letter_alert_state SET firing = false, last_sent_at = NULL
+UPDATE dead_letter_alert_state AS s SET firing = false, last_sent_at = now()
 FROM old
 WHERE old.firing
-RETURNING old.firing, old.last_sent_at`
+RETURNING old.firing, old.last_sent_at, s.firing, s.last_sent_at`
 
-const restoreSQL = `UPDATE dead_letter_alert_state SET firing = $1, last_sent_at = $2`
+// restoreSQL puts back the state from before a claim ($1, $2), only if the
+// row is still what that claim wrote ($3, $4).
+const restoreSQL = `
+UPDATE dead_letter_alert_state SET firing = $1, last_sent_at = $2
+WHERE firing IS NOT DISTINCT FROM $3 AND last_sent_at IS NOT DISTINCT FROM $4`
+
+// forgetSQL forgets a firing alert when alerting is turned off, so turning
+// it on again starts afresh.
+const forgetSQL = `UPDATE dead_letter_alert_state SET firing = false, last_sent_at = NULL WHERE firing`
+
+// alertState is the row: before a claim, and as a claim wrote it.
+type alertState struct {
+	firing   bool
+	lastSent *time.Time
+}
 
 // Check alerts on depth: a warning (and a webhook POST) when depth is at or
 // above the threshold, at most once per Interval, and one "resolved" message
@@ -114,7 +145,7 @@ func (a *Alerter) Check(ctx context.Context, q db.Querier, depth Depth) AlertOut
 	if a.cfg.Threshold <= 0 {
 		// Alerting was turned off: forget an alert that was firing, so
 		// turning it on again starts afresh.
-		if _, err := q.Exec(ctx, `UPDATE dead_letter_alert_state SET firing = false, last_sent_at = NULL WHERE firing`); err != nil {
+		if _, err := q.Exec(ctx, forgetSQL); err != nil {
 			a.logger.ErrorContext(ctx, "dead-letter alert state", slog.String("error", err.Error()))
 		}
 		return AlertOff
@@ -124,11 +155,8 @@ func (a *Alerter) Check(ctx context.Context, q db.Querier, depth Depth) AlertOut
 	if firing {
 		claimSQL, args = claimFiringSQL, []any{a.cfg.Interval.Seconds()}
 	}
-	var (
-		wasFiring bool
-		lastSent  *time.Time
-	)
-	err := q.QueryRow(ctx, claimSQL, args...).Scan(&wasFiring, &lastSent)
+	var before, claimed alertState
+	err := q.QueryRow(ctx, claimSQL, args...).Scan(&before.firing, &before.lastSent, &claimed.firing, &claimed.lastSent)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		if firing {
@@ -150,18 +178,29 @@ func (a *Alerter) Check(ctx context.Context, q db.Querier, depth Depth) AlertOut
 	if err := a.send(ctx, alert); err != nil {
 		a.logger.ErrorContext(ctx, "dead-letter alert webhook failed; will retry after the next drain",
 			slog.String("status", alert.Status), slog.String("error", err.Error()))
-		// Put the state back with a fresh context: ctx may be what ended.
-		restoreCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, err := q.Exec(restoreCtx, restoreSQL, wasFiring, lastSent); err != nil {
-			a.logger.ErrorContext(ctx, "dead-letter alert state", slog.String("error", err.Error()))
-		}
+		a.restore(ctx, q, before, claimed)
 		return AlertFailed
 	}
 	if firing {
 		return AlertFired
 	}
 	return AlertResolved
+}
+
+// restore puts the state from before a claim back after its send failed,
+// so the next Check tries again; unless another replica has written the row
+// since the claim: then that state is newer and stays.
+func (a *Alerter) restore(ctx context.Context, q db.Querier, before, claimed alertState) {
+	// A fresh context: ctx may be what ended.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	tag, err := q.Exec(ctx, restoreSQL, before.firing, before.lastSent, claimed.firing, claimed.lastSent)
+	switch {
+	case err != nil:
+		a.logger.ErrorContext(ctx, "dead-letter alert state", slog.String("error", err.Error()))
+	case tag.RowsAffected() == 0:
+		a.logger.InfoContext(ctx, "dead-letter alert state changed since this alert was claimed (another scheduler alerted, or alerting was turned off); left as it is")
+	}
 }
 
 func (a *Alerter) alert(depth Depth, firing bool) Alert {

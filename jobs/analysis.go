@@ -63,13 +63,20 @@ type AnalysisWorker struct {
 
 	pool   *pgxpool.Pool
 	logger *slog.Logger
+	roots  []string
 }
 
 var _ river.Worker[AnalysisArgs] = (*AnalysisWorker)(nil)
 
-// NewAnalysisWorker returns a worker writing results through pool.
-func NewAnalysisWorker(pool *pgxpool.Pool, logger *slog.Logger) *AnalysisWorker {
-	return &AnalysisWorker{pool: pool, logger: logger}
+// NewAnalysisWorker returns a worker writing results through pool. roots
+// (ANALYSIS_ROOTS, config.Analysis) are the absolute directories a target
+// must be in once its symlinks and `..` are resolved on this host (each
+// root resolved too); a job whose target is elsewhere, or relative, is
+// cancelled with the target and the roots in its reason. No roots: any
+// directory the worker can read (a deployment passes "/" for that, which
+// also refuses relative targets).
+func NewAnalysisWorker(pool *pgxpool.Pool, logger *slog.Logger, roots ...string) *AnalysisWorker {
+	return &AnalysisWorker{pool: pool, logger: logger, roots: roots}
 }
 
 const insertAnalysisResult = `
@@ -88,7 +95,8 @@ func (w *AnalysisWorker) Work(ctx context.Context, job *river.Job[AnalysisArgs])
 		return cancelBadArgs(KindAnalysis, err)
 	}
 
-	res, err := scan.Dir(ctx, args.Target, scan.Options{})
+	// A target outside the roots (scan.ErrOutsideRoots) is an ErrTarget.
+	res, err := scan.Dir(ctx, args.Target, scan.Options{Roots: w.roots})
 	if errors.Is(err, scan.ErrTarget) || errors.Is(err, scan.ErrTooManyFiles) {
 		return river.JobCancel(err)
 	}

@@ -11,6 +11,9 @@ root=$(pwd)
 
 eval "$(scripts/pg.sh run)"
 export DATABASE_URL
+# The demo analyses this checkout: the analyzer, the API and tierctl enqueue
+# accept targets in it and nowhere else.
+export ANALYSIS_ROOTS=${ANALYSIS_ROOTS:-$root}
 # Stop a throwaway cluster this run started, even if a step below fails.
 trap '[ "${TIERQ_PG_STARTED:-}" = 1 ] && scripts/pg.sh stop' EXIT
 
@@ -52,7 +55,7 @@ export API_ADMIN_TOKEN=${API_ADMIN_TOKEN:-dev-admin-token-$(od -An -N8 -tx8 /dev
 export API_ADDR=${API_ADDR:-127.0.0.1:8081}
 .tierq/bin/api >.tierq/logs/api.log 2>&1 &
 pids+=($!)
-echo "api started on http://$API_ADDR (pid $!, log .tierq/logs/api.log)"
+echo "api started on http://$API_ADDR (pid $!, log .tierq/logs/api.log); analysis targets must be in ANALYSIS_ROOTS=$ANALYSIS_ROOTS"
 echo "  API_TOKEN=$API_TOKEN"
 echo "  API_ADMIN_TOKEN=$API_ADMIN_TOKEN"
 

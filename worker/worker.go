@@ -23,7 +23,7 @@ func RiverConfig(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger) *ri
 	workers := river.NewWorkers()
 	switch cfg.Service {
 	case routing.Analyzer:
-		river.AddWorker(workers, jobs.NewAnalysisWorker(pool, logger))
+		river.AddWorker(workers, jobs.NewAnalysisWorker(pool, logger, cfg.Analysis.Roots...))
 	case routing.SpecGen:
 		river.AddWorker(workers, jobs.NewSpecViewWorker(pool, logger))
 	}

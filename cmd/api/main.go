@@ -2,7 +2,7 @@
 // producers, operations for operators, /healthz, /readyz and /metrics.
 //
 // API_TOKEN and API_ADMIN_TOKEN are required: there is no open-by-default
-// API. SIGINT or SIGTERM stops accepting connections and lets requests in
+// API. An analysis target outside ANALYSIS_ROOTS is refused (400). SIGINT or SIGTERM stops accepting connections and lets requests in
 // flight finish for up to 10 seconds. Invalid configuration exits 2 before
 // any connection is made.
 package main
@@ -58,6 +58,7 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 
 	server := api.New(api.Config{
 		Token: cfg.Token, AdminToken: cfg.AdminToken, Schema: cfg.Schema, MaxAttempts: cfg.MaxAttempts,
+		AnalysisRoots: cfg.Analysis.Roots,
 	}, pool, client, api.NewMetrics(pool, logger), logger)
 	httpServer := &http.Server{
 		Handler:           server.Handler(),
@@ -71,7 +72,8 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	logger.InfoContext(ctx, "api listening", slog.String("addr", listener.Addr().String()))
+	logger.InfoContext(ctx, "api listening", slog.String("addr", listener.Addr().String()),
+		slog.String("analysis_roots", cfg.Analysis.Roots.String()))
 
 	served := make(chan error, 1)
 	go func() { served <- httpServer.Serve(listener) }()

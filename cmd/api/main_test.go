@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -44,6 +45,10 @@ func TestBadEnvironmentExitsTwo(t *testing.T) {
 		{name: "no admin token", environ: []string{db, tokens[0]}, want: `API_ADMIN_TOKEN="": required`},
 		{name: "short token", environ: []string{db, "API_TOKEN=short", tokens[1]}, want: `API_TOKEN="[redacted]": must be at least 16`},
 		{name: "bad address", environ: append([]string{db, "API_ADDR=nowhere"}, tokens...), want: `API_ADDR="nowhere"`},
+		{name: "relative analysis root", environ: append([]string{db, "ANALYSIS_ROOTS=srv/repos"}, tokens...),
+			want: `ANALYSIS_ROOTS="srv/repos": "srv/repos" is not an absolute directory`},
+		{name: "empty analysis root entry", environ: append([]string{db, "ANALYSIS_ROOTS=/srv/repos::/data"}, tokens...),
+			want: `ANALYSIS_ROOTS="/srv/repos::/data": has an empty entry`},
 		{name: "database password in query", environ: append([]string{"DATABASE_URL=postgres://tierq@db/x?sslmode=nope&password=hunter2"}, tokens...),
 			want: `DATABASE_URL="postgres://tierq@db/x?password=xxxxx&sslmode=nope"`},
 	}
@@ -60,7 +65,8 @@ func TestBadEnvironmentExitsTwo(t *testing.T) {
 }
 
 // TestServesUntilSIGTERM runs the real process on a free loopback port:
-// it answers, inserts, stops cleanly on SIGTERM, and never logs a secret.
+// it is ready without a scheduler, answers, inserts, stops cleanly on
+// SIGTERM, and never logs a secret.
 func TestServesUntilSIGTERM(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -82,6 +88,24 @@ func TestServesUntilSIGTERM(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	// No scheduler runs: the API is ready all the same, and says so.
+	resp, err = http.Get(base + "/readyz")
+	require.NoError(t, err)
+	var ready map[string]string
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&ready))
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, ready)
+	require.Equal(t, map[string]string{
+		"status": "ok", "database": "ok", "migrations": "ok",
+		"leader": "absent: no River leader in the last minute: is a scheduler running?",
+	}, ready)
+	resp, err = http.Get(base + "/metrics")
+	require.NoError(t, err)
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(metrics), "\ntierq_leader_present 0\n")
 
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, base+"/v1/jobs",
 		strings.NewReader(`{"kind":"analysis","user_id":"u_1","args":{"target":"/srv/a"}}`))

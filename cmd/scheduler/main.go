@@ -5,11 +5,15 @@
 // and retention cron jobs. Run two replicas; one leads, the other takes over
 // when it goes away. See docs/scheduling.md.
 //
-// Invalid configuration exits 2 before any database connection is made.
+// Invalid configuration exits 2 before any database connection is made; so
+// does a RESCUE_STUCK_JOBS_AFTER that is not longer than the timeout of
+// every job kind (scheduler.Timeouts), since the rescuer would then retry
+// jobs a worker may still be running.
 package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -35,7 +39,15 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 	if err != nil {
 		return err
 	}
+	timeouts := scheduler.Timeouts()
+	if err := cfg.CheckKindTimeouts(timeouts); err != nil {
+		return err
+	}
 	logger := cfg.NewLogger(stdout)
+	if cfg.JobTimeoutSet() {
+		logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: each job kind has its own timeout (docs/operations.md, \"Job timeouts and rescue\"); it applies only to kinds registered without one",
+			slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(timeouts)))
+	}
 	poolConfig, err := cfg.PoolConfig()
 	if err != nil {
 		return err
@@ -57,6 +69,7 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 			scheduler.WatchLeader(ctx, pool, logger, time.Second, client.ID(), schedulerMetrics)
 		},
 		Attrs: []any{
+			slog.Duration("rescue_stuck_jobs_after", cfg.RescueStuckJobsAfter),
 			slog.String("cron_tz", cfg.CronTZ),
 			slog.String("reanalyze_cron", cfg.ReanalyzeCron),
 			slog.String("retention_cron", cfg.RetentionCron),

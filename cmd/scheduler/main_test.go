@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -53,8 +54,11 @@ func TestBadEnvironmentExitsTwo(t *testing.T) {
 type schedulerProcess struct {
 	cmd     *exec.Cmd
 	out     *proctest.Buffer
+	id      string // its River client ID, as river_leader names it
 	metrics string // its /metrics URL
 }
+
+var clientID = regexp.MustCompile(`scheduler started.* client_id=(\S+)`)
 
 func startScheduler(t *testing.T, db *testdb.DB) *schedulerProcess {
 	t.Helper()
@@ -65,7 +69,9 @@ func startScheduler(t *testing.T, db *testdb.DB) *schedulerProcess {
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	proctest.WaitOutput(t, out, "scheduler started", 20*time.Second)
-	return &schedulerProcess{cmd: cmd, out: out, metrics: proctest.MetricsURL(t, out)}
+	id := clientID.FindStringSubmatch(out.String())
+	require.Len(t, id, 2, out.String())
+	return &schedulerProcess{cmd: cmd, out: out, id: id[1], metrics: proctest.MetricsURL(t, out)}
 }
 
 // waitLeaderGauge waits until p's tierq_leader gauge reads want (it is
@@ -87,22 +93,29 @@ func leader(t *testing.T, db *testdb.DB, procs ...*schedulerProcess) *schedulerP
 		return nil
 	}
 	for _, p := range procs {
-		if p != nil && strings.Contains(id, fmt.Sprintf("_%d_", p.cmd.Process.Pid)) {
+		if p != nil && id == p.id {
 			return p
 		}
 	}
 	return nil
 }
 
+// cronRunsSQL counts the runs of the re-analysis cron, its distinct slots
+// and its runs off a slot ("@every 2s" runs on even seconds; each run is
+// keyed by its slot), in one statement: one snapshot, so a run the leader
+// inserts meanwhile is in all three counts or in none.
+const cronRunsSQL = `
+SELECT count(*),
+       count(DISTINCT scheduled_at),
+       count(*) FILTER (WHERE extract(epoch FROM scheduled_at)::numeric % 2 <> 0)
+FROM river_job WHERE kind = $1`
+
 // cronRuns checks that no cron slot ran twice and returns how many ran.
 func cronRuns(t *testing.T, db *testdb.DB) int {
 	t.Helper()
-	runs := db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1`, scheduler.KindReanalyzeStale)
-	slots := db.Count(t, `SELECT count(DISTINCT scheduled_at) FROM river_job WHERE kind = $1`, scheduler.KindReanalyzeStale)
+	var runs, slots, offSlot int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), cronRunsSQL, scheduler.KindReanalyzeStale).Scan(&runs, &slots, &offSlot))
 	require.Equal(t, slots, runs, "a cron slot ran twice")
-	// "@every 2s" runs on even seconds; each run is keyed by its slot.
-	offSlot := db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND extract(epoch FROM scheduled_at)::numeric % 2 <> 0`,
-		scheduler.KindReanalyzeStale)
 	require.Zero(t, offSlot, "a run not on its slot")
 	return runs
 }
@@ -142,9 +155,14 @@ func TestTwoSchedulersFailOver(t *testing.T) {
 	require.Same(t, first, leader(t, db, a, b), "leadership stayed put")
 	require.Zero(t, missedSlots(t, db), "a steady leader runs every slot")
 
+	// killedAt is read once the leader is dead: a job created after it
+	// comes from a transaction that began after the kill, so from the
+	// follower (the dead leader's last insert may still commit after the
+	// kill, but its created_at is its transaction's start).
+	require.NoError(t, first.cmd.Process.Signal(syscall.SIGKILL))
+	_ = first.cmd.Wait() // "signal: killed"
 	var killedAt time.Time
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&killedAt))
-	require.NoError(t, first.cmd.Process.Signal(syscall.SIGKILL))
 
 	testdb.WaitFor(t, 30*time.Second, "the cron to run again after the kill", func() bool {
 		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND created_at > $2`, scheduler.KindReanalyzeStale, killedAt) > 0
@@ -161,8 +179,7 @@ func TestTwoSchedulersFailOver(t *testing.T) {
 		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed' AND created_at > $2`,
 			scheduler.KindAgingSweep, killedAt) > 0
 	})
-	time.Sleep(3 * time.Second)
-	require.Greater(t, cronRuns(t, db), before)
+	testdb.WaitFor(t, 10*time.Second, "more cron runs than before the kill", func() bool { return cronRuns(t, db) > before })
 
 	// A graceful stop resigns leadership: a new replica takes over at once.
 	c := startScheduler(t, db)
@@ -175,7 +192,12 @@ func TestTwoSchedulersFailOver(t *testing.T) {
 	})
 	t.Logf("SIGTERM of the leader: the new replica led after %s", time.Since(stoppedAt))
 	waitLeaderGauge(t, c, 1)
-	time.Sleep(3 * time.Second)
+	// Two runs after the stop, so at least one on the new leader, after the
+	// run it makes when it starts leading: that is when it would run again
+	// a slot the old leader ran, if a hand-over could double one.
+	testdb.WaitFor(t, 10*time.Second, "two cron runs after the graceful stop", func() bool {
+		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND created_at > $2`, scheduler.KindReanalyzeStale, stoppedAt) >= 2
+	})
 	cronRuns(t, db)
 }
 

@@ -14,7 +14,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/spf13/cobra"
 
+	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/jobs/scan"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/subscriptions"
 	"github.com/tierq/tierq/tiers"
@@ -37,7 +39,11 @@ func (a *app) enqueueCommand() *cobra.Command {
 		Long: `Insert COUNT analysis jobs for the given target directories, cycling through
 the tiers in the proportions of --mix, with a share of them marked as scheduled
 (background) work. Each job is routed with routing.InsertOpts, exactly as an API
-service does, and inserted in batches. A progress bar shows the inserts.`,
+service does, and inserted in batches. A progress bar shows the inserts.
+
+Each target must be in one of ANALYSIS_ROOTS (colon-separated absolute
+directories; default /), checked as the API checks it: the analyzer workers
+cancel a job whose target is elsewhere.`,
 		Example: `  tierctl enqueue --count 200 --target . --target ./jobs --mix free=5,pro=3,enterprise=2`,
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -51,7 +57,11 @@ service does, and inserted in batches. A progress bar shows the inserts.`,
 			if scheduled < 0 || scheduled > 1 {
 				return &usageError{fmt.Errorf("--scheduled must be between 0 and 1, not %g", scheduled)}
 			}
-			absTargets, err := checkTargets(targets)
+			analysis, err := config.Load[config.Analysis](a.environ)
+			if err != nil {
+				return err
+			}
+			absTargets, err := checkTargets(targets, analysis.Roots)
 			if err != nil {
 				return &usageError{err}
 			}
@@ -148,7 +158,9 @@ func parseMix(mix string) ([]tiers.Tier, error) {
 	return cycle, nil
 }
 
-func checkTargets(targets []string) ([]string, error) {
+// checkTargets makes each target absolute and checks that it is a
+// directory here and, lexically as the API does, in one of roots.
+func checkTargets(targets []string, roots config.AnalysisRoots) ([]string, error) {
 	if len(targets) == 0 {
 		return nil, errors.New("--target: at least one directory is needed")
 	}
@@ -160,6 +172,9 @@ func checkTargets(targets []string) ([]string, error) {
 		}
 		if abs[i], err = filepath.Abs(target); err != nil {
 			return nil, fmt.Errorf("--target %q: %w", target, err)
+		}
+		if !scan.Within(abs[i], roots) {
+			return nil, fmt.Errorf("--target %q (%s) is outside the analysis roots %s (ANALYSIS_ROOTS)", target, abs[i], roots)
 		}
 	}
 	return abs, nil

@@ -1,16 +1,22 @@
 // Command worker runs one worker deployment of tierq: the three River queues
 // of the service named by WORKER_SERVICE (analyzer or specgen), with worker
-// counts and fetch tuning from the environment (see .env.example).
+// counts and fetch tuning from the environment (see .env.example). An
+// analyzer deployment analyses only targets that resolve into ANALYSIS_ROOTS
+// and cancels the other jobs (docs/jobs.md).
 //
 // SIGINT or SIGTERM stops fetching and lets running jobs finish for up to
 // SOFT_STOP_TIMEOUT; jobs still running then are cancelled (River records
 // them as errored and retries them), and the process exits 0. A second signal
 // kills the process at once. Invalid configuration exits 2 before any
 // database connection is made.
+//
+// Each job kind has its own timeout (package jobs); JOB_TIMEOUT applies only
+// to kinds registered without one, and setting it logs a warning.
 package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -21,7 +27,9 @@ import (
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/process"
+	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/metrics"
+	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/worker"
 )
 
@@ -35,12 +43,19 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 		return err
 	}
 	logger := cfg.NewLogger(stdout)
+	if cfg.JobTimeoutSet() {
+		logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: each job kind has its own timeout (docs/operations.md, \"Job timeouts and rescue\"); it applies only to kinds registered without one",
+			slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(jobs.Timeouts())))
+	}
 	poolConfig, err := cfg.PoolConfig()
 	if err != nil {
 		return err
 	}
 
 	attrs := []any{slog.String("service", string(cfg.Service))}
+	if cfg.Service == routing.Analyzer {
+		attrs = append(attrs, slog.String("analysis_roots", cfg.Analysis.Roots.String()))
+	}
 	for name, qc := range cfg.Queues() {
 		attrs = append(attrs, slog.Int(name, qc.Workers))
 	}

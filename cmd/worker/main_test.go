@@ -41,6 +41,12 @@ func TestBadEnvironmentExitsTwo(t *testing.T) {
 		{name: "password not echoed", environ: []string{
 			"DATABASE_URL=postgres://tierq:hunter2@db/x?sslmode=nope", "WORKER_SERVICE=analyzer",
 		}, want: []string{"DATABASE_URL="}},
+		{name: "relative analysis root", environ: []string{
+			"DATABASE_URL=postgres://127.0.0.1:1/none", "WORKER_SERVICE=analyzer", "ANALYSIS_ROOTS=/srv/repos:checkouts",
+		}, want: []string{`ANALYSIS_ROOTS="/srv/repos:checkouts"`, `"checkouts" is not an absolute directory`}},
+		{name: "empty analysis roots", environ: []string{
+			"DATABASE_URL=postgres://127.0.0.1:1/none", "WORKER_SERVICE=analyzer", "ANALYSIS_ROOTS=",
+		}, want: []string{`ANALYSIS_ROOTS=""`, "must not be empty"}},
 		{name: "password in query not echoed", environ: []string{
 			"DATABASE_URL=postgres://tierq@db/x?sslmode=nope&password=hunter2", "WORKER_SERVICE=analyzer",
 		}, want: []string{`DATABASE_URL="postgres://tierq@db/x?password=xxxxx&sslmode=nope"`}},

@@ -13,9 +13,17 @@
 //
 // The target itself is resolved like any path: when it is a symlink to a
 // directory (or passes through one), the directory it leads to is scanned
-// and confinement starts there. That widens nothing, since a caller could
-// name that directory directly; symlinks below the target are never
-// followed.
+// and confinement starts there. Without Options.Roots that widens nothing,
+// since a caller could name that directory directly; symlinks below the
+// target are never followed.
+//
+// Options.Roots confines the target itself (ANALYSIS_ROOTS): the target
+// and each root are resolved (filepath.EvalSymlinks: symlinks and `..`),
+// and the resolved target must be a resolved root or below one, or Dir
+// fails with ErrOutsideRoots. The target is then opened through that root's
+// own os.Root, so a directory swapped for a symlink after the check cannot
+// lead out of the root either. Within is the lexical form of the same rule,
+// for callers that cannot see the file system (the API).
 package scan
 
 import (
@@ -27,6 +35,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -81,6 +90,10 @@ type Options struct {
 	// MaxFiles is the most directory entries visited before the scan stops
 	// with an error. Default 200,000.
 	MaxFiles int
+	// Roots, when not empty, are the absolute directories the target must
+	// be in once resolved (see the package documentation); a relative
+	// target is then refused too. Empty (the default): any directory.
+	Roots []string
 }
 
 const (
@@ -91,6 +104,10 @@ const (
 // ErrTarget is matched by errors about the target itself (missing, not a
 // directory): retrying cannot fix them.
 var ErrTarget = errors.New("invalid target")
+
+// ErrOutsideRoots is matched by the error about a target that resolves to a
+// directory outside Options.Roots; that error matches ErrTarget too.
+var ErrOutsideRoots = errors.New("outside the analysis roots")
 
 // ErrTooManyFiles is returned when a target holds more entries than
 // Options.MaxFiles.
@@ -108,19 +125,9 @@ func Dir(ctx context.Context, target string, opts Options) (*Result, error) {
 		opts.MaxFiles = defaultMaxFiles
 	}
 
-	info, err := os.Stat(target)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("%w: target %q does not exist", ErrTarget, target)
-	case err != nil:
-		return nil, fmt.Errorf("%w: target %q: %w", ErrTarget, target, err)
-	case !info.IsDir():
-		return nil, fmt.Errorf("%w: target %q is not a directory", ErrTarget, target)
-	}
-
-	root, err := os.OpenRoot(target)
+	root, err := openTarget(target, opts.Roots)
 	if err != nil {
-		return nil, fmt.Errorf("%w: open target %q: %w", ErrTarget, target, err)
+		return nil, err
 	}
 	defer root.Close()
 
@@ -183,6 +190,109 @@ func Dir(ctx context.Context, target string, opts Options) (*Result, error) {
 	}
 	res.Commit = gitCommit(root, opts.MaxFileSize)
 	return res, nil
+}
+
+// openTarget opens the directory target, confined to roots when there are
+// any. Its errors match ErrTarget.
+func openTarget(target string, roots []string) (*os.Root, error) {
+	if len(roots) == 0 {
+		info, err := os.Stat(target)
+		if err := checkDir(target, info, err); err != nil {
+			return nil, err
+		}
+		root, err := os.OpenRoot(target)
+		if err != nil {
+			return nil, fmt.Errorf("%w: open target %q: %w", ErrTarget, target, err)
+		}
+		return root, nil
+	}
+
+	if !filepath.IsAbs(target) {
+		return nil, fmt.Errorf("%w: target %q is not an absolute path", ErrTarget, target)
+	}
+	resolved, err := filepath.EvalSymlinks(target)
+	if err != nil {
+		return nil, checkDir(target, nil, err) // missing: as without roots
+	}
+	for _, r := range roots {
+		resolvedRoot, err := filepath.EvalSymlinks(r)
+		if err != nil {
+			continue // a root that does not exist holds nothing
+		}
+		if rel, ok := relative(resolvedRoot, resolved); ok {
+			return openBelow(target, resolvedRoot, rel)
+		}
+	}
+	via := ""
+	if resolved != target {
+		via = fmt.Sprintf(" (it resolves to %q)", resolved)
+	}
+	return nil, fmt.Errorf("%w: target %q%s is %w %s", ErrTarget, target, via, ErrOutsideRoots, strings.Join(roots, ":"))
+}
+
+// openBelow opens target, which resolved to rel below the resolved root
+// dir, through dir's os.Root: a directory swapped for a symlink since the
+// target was resolved cannot lead out of dir.
+func openBelow(target, dir, rel string) (*os.Root, error) {
+	parent, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open analysis root %q: %w", ErrTarget, dir, err)
+	}
+	defer parent.Close()
+	info, err := parent.Stat(rel)
+	if err := checkDir(target, info, err); err != nil {
+		return nil, err
+	}
+	root, err := parent.OpenRoot(rel)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open target %q: %w", ErrTarget, target, err)
+	}
+	return root, nil
+}
+
+// checkDir turns the result of a stat of target into Dir's error: none for
+// a directory.
+func checkDir(target string, info fs.FileInfo, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: target %q does not exist", ErrTarget, target)
+	case err != nil:
+		return fmt.Errorf("%w: target %q: %w", ErrTarget, target, err)
+	case !info.IsDir():
+		return fmt.Errorf("%w: target %q is not a directory", ErrTarget, target)
+	}
+	return nil
+}
+
+// Within reports whether target is one of roots or below one, comparing the
+// cleaned paths as strings, without looking at the file system: /srv/repos
+// holds /srv/repos and /srv/repos/a but not /srv/reposX; / holds every
+// absolute path. Relative paths are in no root.
+func Within(target string, roots []string) bool {
+	if !path.IsAbs(target) {
+		return false
+	}
+	target = path.Clean(target)
+	for _, root := range roots {
+		if _, ok := relative(path.Clean(root), target); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// relative is p relative to dir ("." for dir itself), for clean absolute
+// paths; ok is false when p is not dir or below it.
+func relative(dir, p string) (string, bool) {
+	switch {
+	case p == dir:
+		return ".", true
+	case dir == "/":
+		return p[1:], strings.HasPrefix(p, "/")
+	case strings.HasPrefix(p, dir+"/"):
+		return p[len(dir)+1:], true
+	}
+	return "", false
 }
 
 var (

@@ -1,0 +1,57 @@
+package jobs
+
+import (
+	"time"
+
+	"github.com/riverqueue/river"
+)
+
+// How long one attempt of each kind may run before River cancels its
+// context. Each kind's timeout is a constant, the same in every process:
+// River applies it twice, in the worker that runs the job (its context's
+// deadline) and in the leader's rescuer (which leaves a `running` job alone
+// until it is older than its kind's timeout). A timeout that came from each
+// process's environment (JOB_TIMEOUT, before) could differ between the two,
+// and a leader with a shorter one rescued, and ran a second time, jobs that
+// a worker with a longer one was still running.
+//
+// The scheduler refuses to start unless RESCUE_STUCK_JOBS_AFTER is longer
+// than every kind's timeout (scheduler.Timeouts), so these stay short: a
+// crashed worker's job is retried only after its kind's timeout at the
+// earliest. No kind may have none (-1): the rescuer would never retry it.
+const (
+	// AnalysisTimeout bounds one scan of a checkout. The scan stops by
+	// itself after 200,000 entries (scan.Options.MaxFiles); a 30,000-entry
+	// tree (12,800 of Go's own sources) scans in 6 to 7 s (2 to 3 s) on a
+	// two-core machine with a warm page cache, so the largest target
+	// accepted takes about 45 s.
+	AnalysisTimeout = time.Minute
+
+	// SpecViewTimeout bounds rendering one analysis result: one row read,
+	// rendered in memory, one row written; milliseconds even for tens of
+	// thousands of tests.
+	SpecViewTimeout = 30 * time.Second
+
+	// LoadTestTimeout bounds one load-test job: sleep_ms beyond it ends in
+	// the timeout (retried, then dead-lettered). The chaos suite's longest
+	// job sleeps 3.5 s.
+	LoadTestTimeout = time.Minute
+)
+
+// Timeouts returns each job kind of this package with its timeout.
+func Timeouts() map[string]time.Duration {
+	return map[string]time.Duration{
+		KindAnalysis: AnalysisTimeout,
+		KindSpecView: SpecViewTimeout,
+		KindLoadTest: LoadTestTimeout,
+	}
+}
+
+// Timeout is AnalysisTimeout, for every analysis job.
+func (*AnalysisWorker) Timeout(*river.Job[AnalysisArgs]) time.Duration { return AnalysisTimeout }
+
+// Timeout is SpecViewTimeout, for every specview job.
+func (*SpecViewWorker) Timeout(*river.Job[SpecViewArgs]) time.Duration { return SpecViewTimeout }
+
+// Timeout is LoadTestTimeout, for every load-test job.
+func (*LoadTestWorker) Timeout(*river.Job[LoadTestArgs]) time.Duration { return LoadTestTimeout }
