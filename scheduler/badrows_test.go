@@ -1,7 +1,6 @@
 package scheduler_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/proctest"
 	"github.com/tierq/tierq/internal/promtest"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
@@ -26,26 +25,11 @@ import (
 	"github.com/tierq/tierq/worker"
 )
 
-// lockedBuffer is a log destination the test reads while River's
-// goroutines write to it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// records are the JSON log records whose msg is msg.
-func (l *lockedBuffer) records(t *testing.T, msg string) []map[string]any {
+// records are the JSON log records in logs whose msg is msg.
+func records(t *testing.T, logs *proctest.Buffer, msg string) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for line := range strings.Lines(l.b.String()) {
+	for line := range strings.Lines(logs.String()) {
 		var rec map[string]any
 		require.NoError(t, json.Unmarshal([]byte(line), &rec))
 		if rec["msg"] == msg {
@@ -101,7 +85,7 @@ func TestBadRowsNeverStopTheSweeps(t *testing.T) {
 			testdb.InsertRaw(t, db, testdb.RawJob{Kind: "loadtest", Queue: queue, State: "discarded", Metadata: shape}))
 	}
 
-	logs := &lockedBuffer{}
+	logs := &proctest.Buffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	reg := prometheus.NewRegistry()
 	db.Start(t, scheduler.RiverConfig(schedulerConfig(t, db,
@@ -130,9 +114,12 @@ func TestBadRowsNeverStopTheSweeps(t *testing.T) {
 
 	// Let more sweeps run over the poison rows, then check that they are
 	// exactly as written: same queue, priority and metadata.
-	sweeps := db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'aging_sweep' AND state = 'completed'`)
-	testdb.WaitFor(t, 10*time.Second, "two more aging sweeps", func() bool {
-		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'aging_sweep' AND state = 'completed'`) >= sweeps+2
+	completed := func(kind string) int {
+		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed'`, kind)
+	}
+	aging, escalating := completed("aging_sweep"), completed("escalation_sweep")
+	testdb.WaitFor(t, 10*time.Second, "two more sweeps of each kind", func() bool {
+		return completed("aging_sweep") >= aging+2 && completed("escalation_sweep") >= escalating+2
 	})
 	for _, r := range poison {
 		var (
@@ -163,8 +150,8 @@ func TestBadRowsNeverStopTheSweeps(t *testing.T) {
 	sort.Float64s(scheduledPoisonIDs)
 	require.Len(t, poisonIDs, 30)
 	require.Len(t, scheduledPoisonIDs, 10)
-	agingLogs := logs.records(t, "aging sweep skipped jobs it cannot change")
-	escalationLogs := logs.records(t, "escalation sweep skipped jobs it cannot change")
+	agingLogs := records(t, logs, "aging sweep skipped jobs it cannot change")
+	escalationLogs := records(t, logs, "escalation sweep skipped jobs it cannot change")
 	require.GreaterOrEqual(t, len(agingLogs), 2)
 	require.GreaterOrEqual(t, len(escalationLogs), 2)
 	for _, rec := range agingLogs {
