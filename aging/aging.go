@@ -49,7 +49,8 @@ type Settings struct {
 }
 
 // Result counts the jobs a sweep promoted, by queue, and the jobs it left
-// alone because it could not age them (metadata that is not a JSON object).
+// alone because it could not age them (metadata that is not a JSON object,
+// a scheduled_at of -infinity).
 type Result struct {
 	Promoted map[string]int
 	Total    int
@@ -66,8 +67,8 @@ type Result struct {
 // became due (db.DueAtSQL).
 //
 // A job whose metadata is not a JSON object has no place for its base
-// priority: it is left alone (skippedSQL reports it), as are jobs of paused
-// queues.
+// priority, and one whose scheduled_at is infinite has no wait: both are
+// left alone (skippedSQL reports them), as are jobs of paused queues.
 func sweepSQL(scheduledRange string) string {
 	return `
 WITH due AS (
@@ -103,19 +104,19 @@ RETURNING j.queue`
 // UNION) let the planner re-run it per row (seconds instead of milliseconds
 // at 1M rows).
 var sweepRanges = []string{
-	`j.scheduled_at <= now() - make_interval(secs => $3)`,
-	`j.scheduled_at > now() - make_interval(secs => $3) AND j.metadata ? '` + db.MetadataMovedAt + `'`,
+	`j.scheduled_at <= now() - make_interval(secs => $3) AND j.scheduled_at > '-infinity'`,
+	`j.scheduled_at > now() - make_interval(secs => $3) AND j.scheduled_at < 'infinity' AND j.metadata ? '` + db.MetadataMovedAt + `'`,
 }
 
-// skippedSQL finds the jobs the sweep would look at but cannot change,
-// because their metadata is not a JSON object.
+// skippedSQL finds the jobs the sweep would look at but cannot change: their
+// metadata is not a JSON object, or their scheduled_at is -infinity.
 var skippedSQL = `
-SELECT id FROM river_job
-WHERE state = 'available' AND queue = ANY($1::text[]) AND priority = ANY($2::smallint[])
-  AND scheduled_at <= now() - make_interval(secs => $3)
-  AND NOT ` + db.IsObjectSQL("metadata") + `
-  AND NOT ` + db.PausedSQL("queue") + `
-ORDER BY id
+SELECT j.id, ` + db.SkipReasonSQL("j") + ` AS reason FROM river_job AS j
+WHERE j.state = 'available' AND j.queue = ANY($1::text[]) AND j.priority = ANY($2::smallint[])
+  AND j.scheduled_at <= now() - make_interval(secs => $3)
+  AND ` + db.SkipReasonSQL("j") + ` IS NOT NULL
+  AND NOT ` + db.PausedSQL("j.queue") + `
+ORDER BY j.id
 LIMIT $4`
 
 // Sweep runs one aging pass: batches of at most s.Batch jobs until a batch
@@ -148,13 +149,11 @@ func Sweep(ctx context.Context, q db.Querier, s Settings) (Result, error) {
 			return res, err
 		}
 	}
-	skipped, found, err := db.FindSkipped(ctx, q, db.ReasonMetadataNotObject, skippedSQL, queues, priorities, s.Step.Seconds())
+	skipped, err := db.FindSkipped(ctx, q, skippedSQL, queues, priorities, s.Step.Seconds())
 	if err != nil {
 		return res, fmt.Errorf("aging sweep: find skipped jobs: %w", err)
 	}
-	if found {
-		res.Skipped = append(res.Skipped, skipped)
-	}
+	res.Skipped = skipped
 	return res, nil
 }
 

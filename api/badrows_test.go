@@ -68,8 +68,8 @@ func TestReplayedDeadLetterKeepsItsUniqueness(t *testing.T) {
 
 // TestEndpointsReadRowsOfAnyShape: river_job and dead_letter_jobs rows
 // whose args or metadata are arrays, scalars, null, over 1 MiB or nested
-// 300 levels deep do not make the API's listings, job view, priority-stats
-// or metrics fail.
+// 300 levels deep, and rows whose scheduled_at is infinite, do not make the
+// API's listings, job view, priority-stats or metrics fail.
 func TestEndpointsReadRowsOfAnyShape(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -92,14 +92,24 @@ func TestEndpointsReadRowsOfAnyShape(t *testing.T) {
 		testdb.InsertRaw(t, b.db, testdb.RawJob{Kind: "analysis", Queue: "analysis_default", State: "discarded", Args: shape, Metadata: shape})
 	}
 
+	// Infinite scheduled_at, both ways (their own job view is River's
+	// JobGet, which cannot read them; the listings must).
+	for _, at := range []string{"-infinity", "infinity"} {
+		id := testdb.InsertRaw(t, b.db, testdb.RawJob{Kind: "analysis", Queue: "analysis_default"})
+		_, err := b.db.Pool.Exec(t.Context(), `UPDATE river_job SET scheduled_at = $2::timestamptz WHERE id = $1`, id, at)
+		require.NoError(t, err)
+	}
+
 	for _, path := range []string{
 		"/v1/queues", "/v1/queues/analysis_default/priority-stats", "/v1/dead-letters?limit=1000", "/metrics",
 	} {
 		res := b.do(t, "GET", path, adminToken, nil)
 		require.Equal(t, http.StatusOK, res.status, "%s: %.300s", path, res.body)
 	}
+	require.Contains(t, string(b.do(t, "GET", "/metrics", "", nil).body), "tierq_metrics_database_up 1",
+		"the metrics' read of the database succeeded")
 	stats := b.do(t, "GET", "/v1/queues/analysis_default/priority-stats", adminToken, nil).json(t)
-	require.EqualValues(t, 2*len(shapes), stats["priorities"].([]any)[3].(map[string]any)["counts"].(map[string]any)["available"])
+	require.EqualValues(t, 2*len(shapes)+2, stats["priorities"].([]any)[3].(map[string]any)["counts"].(map[string]any)["available"])
 	page := b.do(t, "GET", "/v1/dead-letters?limit=1000", adminToken, nil).json(t)
 	require.Len(t, page["dead_letters"], 2*len(shapes))
 	for _, d := range page["dead_letters"].([]any) {

@@ -63,7 +63,8 @@ GROUP BY queue, state`
 
 // oldestAvailableSQL finds each queue's longest-waiting available job with
 // one index probe per (queue, priority): the index is ordered by
-// scheduled_at within (state, queue, priority).
+// scheduled_at within (state, queue, priority). A hand-written infinite
+// scheduled_at has no age and is passed over.
 const oldestAvailableSQL = `
 SELECT q.queue, coalesce(extract(epoch FROM now() - min(o.scheduled_at)), 0)::float8
 FROM unnest($1::text[]) AS q(queue)
@@ -71,6 +72,7 @@ CROSS JOIN generate_series(1, 4) AS p(priority)
 LEFT JOIN LATERAL (
     SELECT scheduled_at FROM river_job
     WHERE state = 'available' AND queue = q.queue AND priority = p.priority
+      AND scheduled_at > '-infinity' AND scheduled_at < 'infinity'
     ORDER BY scheduled_at LIMIT 1
 ) AS o ON true
 GROUP BY q.queue`
@@ -172,7 +174,7 @@ var waitSQL = `
 SELECT j.priority, extract(epoch FROM now() - min(d.at))::float8,
        percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM now() - d.at))::float8[]
 FROM river_job AS j, LATERAL (SELECT ` + db.DueAtSQL("j") + ` AS at) AS d
-WHERE j.state = 'available' AND j.queue = $1
+WHERE j.state = 'available' AND j.queue = $1 AND ` + db.FiniteSQL("j.scheduled_at") + `
 GROUP BY j.priority`
 
 func (s *Server) priorityStats(w http.ResponseWriter, r *http.Request) {

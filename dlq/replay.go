@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tierq/tierq/internal/db"
 	"github.com/tierq/tierq/routing"
@@ -172,6 +173,8 @@ func Replay(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner, id
 				case !ok || outcomes[i].Err != nil:
 				case r.DuplicateOf != 0:
 					outcomes[i].DuplicateOf, outcomes[i].Err = r.DuplicateOf, r.duplicateErr(outcomes[i].ID)
+				case r.Invalid != "":
+					outcomes[i].Err = fmt.Errorf("%w: dead letter %d cannot be inserted as it is: %s", ErrInvalid, outcomes[i].ID, r.Invalid)
 				default:
 					outcomes[i].JobID, outcomes[i].Queue = r.JobID, r.Queue
 				}
@@ -208,11 +211,16 @@ type replayedJob struct {
 	JobID       int64
 	Queue       string
 	DuplicateOf int64
+	// HolderState is the state of the job DuplicateOf names.
+	HolderState string
+	// Invalid says why River refused to insert the job (its tags or queue
+	// are not valid for River), when it did.
+	Invalid string
 }
 
 func (r replayedJob) duplicateErr(id int64) error {
-	return fmt.Errorf("%w: dead letter %d: job %d is queued or running with the same unique key (replay it after that job finishes)",
-		ErrDuplicate, id, r.DuplicateOf)
+	return fmt.Errorf("%w: dead letter %d: job %d (%s) holds the same unique key; replay it once that job no longer does (it finishes, or River deletes it)",
+		ErrDuplicate, id, r.DuplicateOf, r.HolderState)
 }
 
 // rawArgs re-inserts a dead letter's args exactly as stored, under its kind,
@@ -225,17 +233,22 @@ type rawArgs struct {
 func (a rawArgs) Kind() string                 { return a.kind }
 func (a rawArgs) MarshalJSON() ([]byte, error) { return a.args, nil }
 
-// uniqueHoldersSQL finds, for the dead letters $1, their unique key and the
-// live job holding it (in a state the key's unique_states counts), if any.
-const uniqueHoldersSQL = `
-SELECT d.id, d.unique_key, holder.id
-FROM dead_letter_jobs AS d
-LEFT JOIN LATERAL (
-    SELECT j.id FROM river_job AS j
+// holderSQL is a LATERAL subquery: the live job holding the unique key of
+// the dead letter aliased d (in a state its unique_states counts, the
+// predicate of River's river_job_unique_idx), if any.
+const holderSQL = `LATERAL (
+    SELECT j.id AS holder_id, j.state::text AS holder_state FROM river_job AS j
     WHERE j.unique_key = d.unique_key AND j.unique_states IS NOT NULL
       AND river_job_state_in_bitmask(j.unique_states, j.state)
     LIMIT 1
-) AS holder ON true
+) AS h`
+
+// uniqueHoldersSQL finds, for the dead letters $1, their unique key and the
+// live job holding it, if any.
+const uniqueHoldersSQL = `
+SELECT d.id, d.unique_key, h.holder_id, h.holder_state
+FROM dead_letter_jobs AS d
+LEFT JOIN ` + holderSQL + ` ON true
 WHERE d.id = ANY($1) AND d.unique_key IS NOT NULL AND d.unique_states IS NOT NULL`
 
 // restoreUniqueSQL gives each new job its dead letter's unique key and
@@ -263,9 +276,10 @@ func replayTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, todo
 		return nil, fmt.Errorf("find unique key holders: %w", err)
 	}
 	type uniqueRow struct {
-		ID     int64
-		Key    []byte
-		Holder *int64
+		ID          int64
+		Key         []byte
+		Holder      *int64
+		HolderState *string
 	}
 	uniques, err := pgx.CollectRows(rows, pgx.RowToStructByPos[uniqueRow])
 	if err != nil {
@@ -285,7 +299,7 @@ func replayTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, todo
 	for _, d := range todo {
 		if u, ok := byID[d.ID]; ok {
 			if u.Holder != nil {
-				out[d.ID] = replayedJob{DuplicateOf: *u.Holder}
+				out[d.ID] = replayedJob{DuplicateOf: *u.Holder, HolderState: *u.HolderState}
 				continue
 			}
 			if _, seen := firstOfKey[string(u.Key)]; seen {
@@ -311,15 +325,18 @@ func replayTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, todo
 		})
 	}
 	if len(insert) > 0 {
-		results, err := client.InsertManyTx(ctx, tx, params)
+		results, err := insertEach(ctx, client, tx, params)
 		if err != nil {
 			return nil, fmt.Errorf("insert jobs: %w", err)
 		}
-		replayedIDs := make([]int64, len(insert))
-		jobIDs := make([]int64, len(insert))
+		var replayedIDs, jobIDs []int64
 		for i, r := range results {
-			replayedIDs[i], jobIDs[i] = insert[i].ID, r.Job.ID
-			out[insert[i].ID] = replayedJob{JobID: r.Job.ID, Queue: r.Job.Queue}
+			if r.invalid != "" {
+				out[insert[i].ID] = replayedJob{Invalid: r.invalid}
+				continue
+			}
+			replayedIDs, jobIDs = append(replayedIDs, insert[i].ID), append(jobIDs, r.job.ID)
+			out[insert[i].ID] = replayedJob{JobID: r.job.ID, Queue: r.job.Queue}
 		}
 		if _, err := tx.Exec(ctx, restoreUniqueSQL, replayedIDs, jobIDs); err != nil {
 			return nil, fmt.Errorf("restore uniqueness: %w", err)
@@ -335,10 +352,62 @@ func replayTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, todo
 	}
 	for _, d := range todo {
 		if u, ok := byID[d.ID]; ok && u.Holder == nil && firstOfKey[string(u.Key)] != d.ID {
-			out[d.ID] = replayedJob{DuplicateOf: out[firstOfKey[string(u.Key)]].JobID}
+			if first := out[firstOfKey[string(u.Key)]]; first.JobID != 0 {
+				out[d.ID] = replayedJob{DuplicateOf: first.JobID, HolderState: "replayed just now, in this request"}
+			} else {
+				out[d.ID] = replayedJob{Invalid: "the dead letter replayed first for its unique key could not be inserted; replay it again"}
+			}
 		}
 	}
 	return out, nil
+}
+
+// inserted is one job insertEach inserted, or why River refused it.
+type inserted struct {
+	job     *rivertype.JobRow
+	invalid string
+}
+
+// insertEach inserts params in one InsertManyTx. When River refuses the
+// batch before touching the database (a tag or a queue name it does not
+// accept, written into a dead letter by hand), it inserts them one by one,
+// so that only the refused ones fail; a database error fails them all.
+func insertEach(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, params []river.InsertManyParams) ([]inserted, error) {
+	out := make([]inserted, len(params))
+	results, err := client.InsertManyTx(ctx, tx, params)
+	if err == nil {
+		for i, r := range results {
+			out[i].job = r.Job
+		}
+		return out, nil
+	}
+	if isDatabaseError(ctx, err) || len(params) == 1 {
+		if !isDatabaseError(ctx, err) {
+			out[0].invalid = err.Error()
+			return out, nil
+		}
+		return nil, err
+	}
+	for i, p := range params {
+		results, err := client.InsertManyTx(ctx, tx, []river.InsertManyParams{p})
+		switch {
+		case err == nil:
+			out[i].job = results[0].Job
+		case isDatabaseError(ctx, err):
+			return nil, err
+		default:
+			out[i].invalid = err.Error()
+		}
+	}
+	return out, nil
+}
+
+// isDatabaseError says whether err came from PostgreSQL or the connection
+// (the transaction may be unusable), rather than from River's checks.
+func isDatabaseError(ctx context.Context, err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) || ctx.Err() != nil ||
+		errors.Is(err, pgx.ErrTxClosed)
 }
 
 // retryUniqueRace runs replay, a whole replay transaction, again when it
@@ -398,11 +467,14 @@ func basePriority(d *DeadLetter) int {
 type ReplayAllResult struct {
 	Replayed int            `json:"replayed"`
 	ByQueue  map[string]int `json:"by_queue"`
-	// Duplicates are dead letters not replayed because a live job holds
-	// their unique key (they stay pending); DuplicateOf maps the first
-	// MaxReplayIDs of them to that job.
+	// Duplicates are dead letters of the filter not replayed because a
+	// live job holds their unique key (they stay pending); DuplicateOf maps
+	// the first MaxReplayIDs of them to that job.
 	Duplicates  int             `json:"duplicates"`
 	DuplicateOf map[int64]int64 `json:"duplicate_of,omitempty"`
+	// Invalid maps dead letters River refused to insert as they are (a tag
+	// or queue name it does not accept) to why; they stay pending.
+	Invalid map[int64]string `json:"invalid,omitempty"`
 	// More is true when ReplayAll stopped at opts.Limit: call again.
 	More bool `json:"more"`
 }
@@ -436,13 +508,16 @@ func ReplayAll(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner,
 		` AND id <= $` + strconv.Itoa(lastArg) + ` AND id > $` + strconv.Itoa(afterArg) +
 		` ORDER BY id LIMIT $` + strconv.Itoa(limitArg) + ` FOR UPDATE SKIP LOCKED`
 
+	// Only replayed jobs count toward opts.Limit: a dead letter left
+	// pending (refused, or a duplicate of one replayed in the same batch) is
+	// passed over, so every call either replays or reaches the end.
 	for {
 		if opts.Limit > 0 {
-			if res.Replayed+res.Duplicates >= opts.Limit {
+			if res.Replayed >= opts.Limit {
 				res.More = true
-				return res, nil
+				break
 			}
-			args[limitIdx] = min(batch, opts.Limit-res.Replayed-res.Duplicates)
+			args[limitIdx] = min(batch, opts.Limit-res.Replayed)
 		}
 		n := 0
 		var replayed map[int64]replayedJob
@@ -470,28 +545,35 @@ func ReplayAll(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner,
 			return res, fmt.Errorf("replay dead letters: %w", err)
 		}
 		if n == 0 {
-			return res, nil
+			break
 		}
-		done := 0
 		for id, r := range replayed {
-			if r.DuplicateOf != 0 {
-				res.Duplicates++
-				if len(res.DuplicateOf) < MaxReplayIDs {
-					if res.DuplicateOf == nil {
-						res.DuplicateOf = map[int64]int64{}
-					}
-					res.DuplicateOf[id] = r.DuplicateOf
+			switch {
+			case r.DuplicateOf != 0:
+				// Held now by the job replayed for its key in this batch:
+				// heldDuplicates counts it below.
+			case r.Invalid != "":
+				if res.Invalid == nil {
+					res.Invalid = map[int64]string{}
 				}
-				continue
+				if len(res.Invalid) < MaxReplayIDs {
+					res.Invalid[id] = r.Invalid
+				}
+			default:
+				res.ByQueue[r.Queue]++
+				res.Replayed++
 			}
-			res.ByQueue[r.Queue]++
-			done++
 		}
-		res.Replayed += done
 		if progress != nil {
 			progress(n)
 		}
 	}
+	held, holders, err := heldDuplicates(ctx, pool, f, opts, lastID)
+	if err != nil {
+		return res, fmt.Errorf("replay dead letters: %w", err)
+	}
+	res.Duplicates, res.DuplicateOf = held, holders
+	return res, nil
 }
 
 // CountReplayable is how many dead letters ReplayAll(f, opts) would replay
@@ -506,7 +588,18 @@ func CountReplayable(ctx context.Context, q db.Querier, f Filter, opts ReplayOpt
 }
 
 // replayWhere is the condition selecting what ReplayAll replays.
+// It leaves out dead letters whose unique key a live job holds: they cannot
+// be replayed now, and taking them would spend a bounded replay's limit on
+// them at every call (heldSQL reports them instead).
 func replayWhere(f Filter, opts ReplayOptions) (string, []any) {
+	where, args := replayFilter(f, opts)
+	return where + ` AND NOT EXISTS (SELECT 1 FROM river_job AS j
+		WHERE j.unique_key = dead_letter_jobs.unique_key AND j.unique_states IS NOT NULL
+		  AND river_job_state_in_bitmask(j.unique_states, j.state))`, args
+}
+
+// replayFilter is the condition on dead_letter_jobs of f and opts.
+func replayFilter(f Filter, opts ReplayOptions) (string, []any) {
 	f.Pending = f.Pending || !opts.Force
 	where, args := f.where(nil)
 	if opts.ToQueue != "" {
@@ -514,4 +607,36 @@ func replayWhere(f Filter, opts ReplayOptions) (string, []any) {
 		where += " AND queue = ANY($" + strconv.Itoa(len(args)) + ")"
 	}
 	return where, args
+}
+
+// heldDuplicates counts the dead letters of f and opts (up to id lastID)
+// that replayWhere leaves out because a live job holds their unique key,
+// and maps the first MaxReplayIDs of them to that job.
+func heldDuplicates(ctx context.Context, q db.Querier, f Filter, opts ReplayOptions, lastID int64) (int, map[int64]int64, error) {
+	where, args := replayFilter(f, opts)
+	args = append(args, lastID, MaxReplayIDs)
+	rows, err := q.Query(ctx, `
+		SELECT id, h.holder_id, count(*) OVER ()
+		FROM (SELECT * FROM dead_letter_jobs WHERE `+where+` AND id <= $`+strconv.Itoa(len(args)-1)+`) AS d
+		JOIN `+holderSQL+` ON true
+		ORDER BY id LIMIT $`+strconv.Itoa(len(args)), args...)
+	if err != nil {
+		return 0, nil, fmt.Errorf("find dead letters held by live jobs: %w", err)
+	}
+	var (
+		id, holder int64
+		total      int
+		held       map[int64]int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &holder, &total}, func() error {
+		if held == nil {
+			held = map[int64]int64{}
+		}
+		held[id] = holder
+		return nil
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("find dead letters held by live jobs: %w", err)
+	}
+	return total, held, nil
 }

@@ -89,3 +89,79 @@ func TestReplayKeepsUniqueness(t *testing.T) {
 		DuplicateOf: map[int64]int64{ids[0]: live, ids[1]: live}}, all)
 	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'unique_test'`))
 }
+
+// TestBoundedReplayAllPassesOverHeldAndRefusedDeadLetters: dead letters
+// whose key a live job holds, and one River refuses to insert (a tag River
+// does not accept, written by hand), come first by id; a replay bounded to
+// 2 per call still replays the others, call after call, and then reports
+// "more": false. Before, the held ones counted toward the limit at every
+// call and a client calling again while "more" looped for ever.
+func TestBoundedReplayAllPassesOverHeldAndRefusedDeadLetters(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	client := db.Producer(t)
+
+	discard := func(args uniqueArgs, opts *river.InsertOpts) int64 {
+		res, err := client.Insert(ctx, args, opts)
+		require.NoError(t, err)
+		_, err = db.Pool.Exec(ctx, `UPDATE river_job SET state = 'discarded', finalized_at = now() WHERE id = $1`, res.Job.ID)
+		require.NoError(t, err)
+		return res.Job.ID
+	}
+	unique := &river.InsertOpts{Queue: "analysis_default", UniqueOpts: producer.UniqueOpts()}
+	var held []int64
+	for _, target := range []string{"/a", "/b", "/c"} {
+		held = append(held, discard(uniqueArgs{Target: target}, unique))
+	}
+	refused := discard(uniqueArgs{Target: "/bad-tag"}, &river.InsertOpts{Queue: "analysis_default"})
+	var free []int64
+	for _, target := range []string{"/d", "/e", "/f"} {
+		free = append(free, discard(uniqueArgs{Target: target}, &river.InsertOpts{Queue: "analysis_default"}))
+	}
+	_, err := dlq.Drain(ctx, db.Pool, 100)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `UPDATE dead_letter_jobs SET tags = '{x}' WHERE job_id = $1`, refused)
+	require.NoError(t, err)
+	// Live jobs now hold the three keys.
+	for _, target := range []string{"/a", "/b", "/c"} {
+		_, err := client.Insert(ctx, uniqueArgs{Target: target}, unique)
+		require.NoError(t, err)
+	}
+
+	opts := dlq.ReplayOptions{Actor: "alice", Limit: 2}
+	first, err := dlq.ReplayAll(ctx, client, db.Pool, dlq.Filter{}, opts, 10, nil)
+	require.NoError(t, err)
+	require.Equal(t, 2, first.Replayed)
+	require.True(t, first.More)
+	require.Equal(t, 3, first.Duplicates)
+	require.Len(t, first.DuplicateOf, 3)
+	require.Len(t, first.Invalid, 1)
+	for _, reason := range first.Invalid {
+		require.Contains(t, reason, "tag")
+	}
+	second, err := dlq.ReplayAll(ctx, client, db.Pool, dlq.Filter{}, opts, 10, nil)
+	require.NoError(t, err)
+	require.Equal(t, 1, second.Replayed)
+	require.False(t, second.More)
+	require.Equal(t, 3, second.Duplicates)
+	third, err := dlq.ReplayAll(ctx, client, db.Pool, dlq.Filter{}, opts, 10, nil)
+	require.NoError(t, err)
+	require.Zero(t, third.Replayed)
+	require.False(t, third.More)
+
+	require.Equal(t, 3, db.Count(t, `SELECT count(*) FROM dead_letter_jobs WHERE job_id = ANY($1) AND replay_job_id IS NOT NULL`, free))
+	require.Equal(t, 4, db.Count(t, `SELECT count(*) FROM dead_letter_jobs WHERE job_id = ANY($1) AND replayed_at IS NULL`,
+		append(held, refused)), "held and refused stay pending")
+
+	// One by one, the refused dead letter says why and the others go on.
+	var refusedID, freeID int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT id FROM dead_letter_jobs WHERE job_id = $1`, refused).Scan(&refusedID))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT id FROM dead_letter_jobs WHERE job_id = $1`, free[0]).Scan(&freeID))
+	out, err := dlq.Replay(ctx, client, db.Pool, []int64{refusedID, freeID}, dlq.ReplayOptions{Actor: "alice", Force: true})
+	require.NoError(t, err)
+	require.ErrorIs(t, out[0].Err, dlq.ErrInvalid)
+	require.Contains(t, out[0].Err.Error(), "cannot be inserted as it is")
+	require.NoError(t, out[1].Err)
+	require.Positive(t, out[1].JobID)
+}

@@ -243,7 +243,7 @@ func (m Move) String() string { return m.From + "->" + m.To }
 
 // SweepResult counts the jobs a sweep moved, by pair of queues, and the
 // jobs it left alone because it could not move them (metadata that is not a
-// JSON object).
+// JSON object, a scheduled_at of -infinity).
 type SweepResult struct {
 	Moved   map[Move]int
 	Total   int
@@ -252,15 +252,16 @@ type SweepResult struct {
 
 // sweepSQL moves at most $4 available jobs that waited longer than $3 seconds
 // in one of the from queues. A moved job joins the back of its new queue:
-// priority 4 (PriorityLowest) and scheduled_at now, so it does not jump
-// ahead of the work already waiting there. The time its attempt became due
-// is kept in its metadata (db.MetadataDueAt, with the scheduled_at the move
-// wrote in db.MetadataMovedAt), so that its reported wait and its aging still
-// count from then; created_at keeps its original enqueue time.
+// priority 4 (PriorityLowest) and scheduled_at now. The time its attempt
+// became due is kept in its metadata (db.MetadataDueAt, with the scheduled_at
+// the move wrote in db.MetadataMovedAt), so that its reported wait and its
+// aging still count from then: the next aging sweep lifts it by its whole
+// wait (docs/scheduling.md). created_at keeps its original enqueue time.
 //
 // Jobs of a paused queue, and jobs whose target queue is paused, stay where
 // they are. A job whose metadata is not a JSON object cannot carry its due
-// time: it is left alone too, and skippedSQL reports it.
+// time, and one whose scheduled_at is -infinity has no wait: both are left
+// alone too, and skippedSQL reports them.
 var sweepSQL = `
 WITH due AS (
     SELECT j.id, j.queue AS from_queue, m.to_queue, j.priority AS from_priority,
@@ -271,6 +272,7 @@ WITH due AS (
       AND j.queue = ANY($1::text[])
       AND j.priority = ANY('{1,2,3,4}'::smallint[])
       AND j.scheduled_at <= now() - make_interval(secs => $3)
+      AND j.scheduled_at > '-infinity'
       AND ` + db.IsObjectSQL("j.metadata") + `
       AND NOT ` + db.PausedSQL("j.queue") + `
       AND NOT ` + db.PausedSQL("m.to_queue") + `
@@ -292,16 +294,16 @@ moved AS (
 ),` + auditCTE + `,` + notifyCTE + `
 SELECT from_queue, to_queue FROM moved, (SELECT count(*) FROM notified) AS n`
 
-// skippedSQL finds the jobs a rule's sweep would move but cannot, because
-// their metadata is not a JSON object.
+// skippedSQL finds the jobs a rule's sweep would move but cannot: their
+// metadata is not a JSON object, or their scheduled_at is -infinity.
 var skippedSQL = `
-SELECT j.id FROM river_job AS j
+SELECT j.id, ` + db.SkipReasonSQL("j") + ` AS reason FROM river_job AS j
 JOIN unnest($1::text[], $2::text[]) AS m(from_queue, to_queue) ON m.from_queue = j.queue
 WHERE j.state = 'available'
   AND j.queue = ANY($1::text[])
   AND j.priority = ANY('{1,2,3,4}'::smallint[])
   AND j.scheduled_at <= now() - make_interval(secs => $3)
-  AND NOT ` + db.IsObjectSQL("j.metadata") + `
+  AND ` + db.SkipReasonSQL("j") + ` IS NOT NULL
   AND NOT ` + db.PausedSQL("j.queue") + `
   AND NOT ` + db.PausedSQL("m.to_queue") + `
 ORDER BY j.id
@@ -330,27 +332,15 @@ func Sweep(ctx context.Context, q db.Querier, rules []Rule, batch int) (SweepRes
 				break
 			}
 		}
-		skipped, found, err := db.FindSkipped(ctx, q, db.ReasonMetadataNotObject, skippedSQL, fromQueues, toQueues, rule.After.Seconds())
+		skipped, err := db.FindSkipped(ctx, q, skippedSQL, fromQueues, toQueues, rule.After.Seconds())
 		if err != nil {
 			return res, fmt.Errorf("escalation sweep: find skipped jobs: %w", err)
 		}
-		if found {
-			res.Skipped = mergeSkipped(res.Skipped, skipped)
+		for _, s := range skipped {
+			res.Skipped = db.AddSkipped(res.Skipped, s)
 		}
 	}
 	return res, nil
-}
-
-// mergeSkipped adds s to the entry of its reason.
-func mergeSkipped(all []db.Skipped, s db.Skipped) []db.Skipped {
-	for i := range all {
-		if all[i].Reason == s.Reason {
-			all[i].Count += s.Count
-			all[i].IDs = append(all[i].IDs, s.IDs...)[:min(len(all[i].IDs)+len(s.IDs), db.MaxSkippedIDs)]
-			return all
-		}
-	}
-	return append(all, s)
 }
 
 func sweepBatch(ctx context.Context, q db.Querier, fromQueues, toQueues []string, after time.Duration, batch int, reason string, res *SweepResult) (int, error) {

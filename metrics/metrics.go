@@ -150,7 +150,7 @@ type Scheduler struct {
 // Sweeps that report rows they skipped, and the reasons they skip one.
 var (
 	SkippingSweeps = []string{"aging", "escalation"}
-	SkipReasons    = []string{"metadata_not_object"}
+	SkipReasons    = []string{"metadata_not_object", "scheduled_at_not_finite"}
 )
 
 // NewScheduler registers the scheduler's metrics on reg. Every queue in
@@ -164,7 +164,7 @@ func NewScheduler(reg prometheus.Registerer, queues []string) *Scheduler {
 		}, []string{"queue"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tierq_sweep_skipped_rows_total",
-			Help: "Jobs a sweep found due but left alone because it cannot change them (reason: metadata_not_object), counted once per sweep that saw them, by sweep and reason.",
+			Help: "Jobs a sweep found due but left alone because it cannot change them (reason: metadata_not_object, scheduled_at_not_finite), counted once per sweep that saw them, by sweep and reason.",
 		}, []string{"sweep", "reason"}),
 		Escalations: NewEscalations(reg),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{

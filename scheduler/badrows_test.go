@@ -60,6 +60,7 @@ func TestBadRowsNeverStopTheSweeps(t *testing.T) {
 		metadata string
 	}
 	var good, poison, odd []row // odd: large or deep, handled as they are
+	var infinite []int64        // scheduled_at -infinity: no wait to compute
 	for _, queue := range queues {
 		add := func(list *[]row, metadata string) {
 			id := testdb.InsertRaw(t, db, testdb.RawJob{Kind: "loadtest", Queue: queue, Metadata: metadata, Wait: 2 * time.Hour})
@@ -71,6 +72,10 @@ func TestBadRowsNeverStopTheSweeps(t *testing.T) {
 		add(&good, `{}`)
 		add(&odd, testdb.Large())
 		add(&odd, testdb.Deep(300))
+		id := testdb.InsertRaw(t, db, testdb.RawJob{Kind: "loadtest", Queue: queue})
+		_, err := db.Pool.Exec(context.Background(), `UPDATE river_job SET scheduled_at = '-infinity' WHERE id = $1`, id)
+		require.NoError(t, err)
+		infinite = append(infinite, id)
 	}
 	// Discarded rows of every shape, in args and in metadata.
 	var discarded []int64
@@ -136,9 +141,10 @@ func TestBadRowsNeverStopTheSweeps(t *testing.T) {
 	require.Zero(t, db.Count(t, `SELECT count(*) FROM river_job WHERE kind IN ('aging_sweep', 'escalation_sweep', 'dlq_drain') AND state IN ('retryable', 'discarded')`),
 		"no sweep failed")
 
-	// Reported: each sweep logs the rows it skipped, with their ids, and
-	// counts them. Aging skips the 30 poison rows (5 shapes × 6 queues);
-	// the scheduled → default rule the 10 of the two _scheduled queues.
+	// Reported: each sweep logs the rows it skipped, with their ids, once
+	// per reason, and counts them. Aging skips the 30 poison rows (5 shapes
+	// × 6 queues) and the 6 with an infinite scheduled_at; the rules the 10
+	// poison rows of the two _scheduled queues and 4 infinite ones.
 	var poisonIDs, scheduledPoisonIDs []float64
 	for _, r := range poison {
 		poisonIDs = append(poisonIDs, float64(r.id))
@@ -152,21 +158,39 @@ func TestBadRowsNeverStopTheSweeps(t *testing.T) {
 	require.Len(t, scheduledPoisonIDs, 10)
 	agingLogs := records(t, logs, "aging sweep skipped jobs it cannot change")
 	escalationLogs := records(t, logs, "escalation sweep skipped jobs it cannot change")
-	require.GreaterOrEqual(t, len(agingLogs), 2)
-	require.GreaterOrEqual(t, len(escalationLogs), 2)
-	for _, rec := range agingLogs {
-		require.Equal(t, "metadata_not_object", rec["reason"])
-		require.EqualValues(t, 30, rec["num_skipped"])
-		require.Equal(t, poisonIDs, floats(rec["job_ids"]))
+	require.GreaterOrEqual(t, len(agingLogs), 4)
+	require.GreaterOrEqual(t, len(escalationLogs), 4)
+	// -infinity is older than both rules' thresholds: the _scheduled and
+	// the _default rows count.
+	var infiniteIDs, escalationInfiniteIDs []float64
+	for i, id := range infinite {
+		infiniteIDs = append(infiniteIDs, float64(id))
+		if !strings.HasSuffix(queues[i], "_priority") {
+			escalationInfiniteIDs = append(escalationInfiniteIDs, float64(id))
+		}
 	}
-	for _, rec := range escalationLogs {
-		require.EqualValues(t, 10, rec["num_skipped"])
-		require.Equal(t, scheduledPoisonIDs, floats(rec["job_ids"]))
+	// One line per reason and sweep.
+	want := map[string]map[string][]float64{
+		"aging":      {"metadata_not_object": poisonIDs, "scheduled_at_not_finite": infiniteIDs},
+		"escalation": {"metadata_not_object": scheduledPoisonIDs, "scheduled_at_not_finite": escalationInfiniteIDs},
 	}
+	for sweep, recs := range map[string][]map[string]any{"aging": agingLogs, "escalation": escalationLogs} {
+		for _, rec := range recs {
+			ids := want[sweep][rec["reason"].(string)]
+			require.NotNil(t, ids, "%s: unexpected reason %v", sweep, rec["reason"])
+			require.EqualValues(t, len(ids), rec["num_skipped"])
+			require.Equal(t, ids, floats(rec["job_ids"]))
+		}
+	}
+	require.Len(t, infiniteIDs, 6)
+	require.Len(t, escalationInfiniteIDs, 4)
 	values := promtest.Values(t, reg, "tierq_sweep_skipped_rows_total")
 	// The counter may run a sweep ahead of the log lines read above.
-	require.GreaterOrEqual(t, values["tierq_sweep_skipped_rows_total{reason=metadata_not_object,sweep=aging}"], float64(30*len(agingLogs)))
-	require.GreaterOrEqual(t, values["tierq_sweep_skipped_rows_total{reason=metadata_not_object,sweep=escalation}"], float64(10*len(escalationLogs)))
+	// Two reasons per sweep: each sweep wrote two lines.
+	require.GreaterOrEqual(t, values["tierq_sweep_skipped_rows_total{reason=metadata_not_object,sweep=aging}"], float64(30*len(agingLogs)/2))
+	require.GreaterOrEqual(t, values["tierq_sweep_skipped_rows_total{reason=metadata_not_object,sweep=escalation}"], float64(10*len(escalationLogs)/2))
+	require.GreaterOrEqual(t, values["tierq_sweep_skipped_rows_total{reason=scheduled_at_not_finite,sweep=aging}"], float64(6*len(agingLogs)/2))
+	require.GreaterOrEqual(t, values["tierq_sweep_skipped_rows_total{reason=scheduled_at_not_finite,sweep=escalation}"], float64(4*len(escalationLogs)/2))
 }
 
 func floats(v any) []float64 {

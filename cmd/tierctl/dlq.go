@@ -294,6 +294,12 @@ replayed. With --all, every dead letter not replayed yet that matches
 				for _, q := range slices.Sorted(maps.Keys(res.ByQueue)) {
 					fmt.Fprintf(a.stdout, "  %-20s %d\n", q, res.ByQueue[q])
 				}
+				if len(res.Invalid) > 0 {
+					fmt.Fprintf(a.stdout, "not replayed: %d dead letters River refuses to insert as they are (they stay pending)\n", len(res.Invalid))
+					for _, id := range slices.Sorted(maps.Keys(res.Invalid)) {
+						fmt.Fprintf(a.stdout, "  dead letter %d: %s\n", id, res.Invalid[id])
+					}
+				}
 				if res.Duplicates > 0 {
 					fmt.Fprintf(a.stdout, "not replayed: %d dead letters whose unique key a queued or running job holds (they stay pending)\n", res.Duplicates)
 					for _, id := range slices.Sorted(maps.Keys(res.DuplicateOf)) {

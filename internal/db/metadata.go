@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,6 +24,15 @@ const (
 	MetadataMovedAt = "tierq_moved_at"
 )
 
+// A kept due time counts only when both keys hold JSON numbers written as
+// plain non-negative integers of at most 18 digits (PostgreSQL prints a jsonb
+// number in that form whatever form it was written in), MetadataMovedAt
+// equals scheduled_at in microseconds, and MetadataDueAt is not after it.
+// Anything else (a string, a fraction, a key in another case, a due time
+// after the move) means scheduled_at. DueAtSQL and DueAt apply this one rule;
+// TestDueAtAgreesWithDueAtSQL checks that they agree.
+const keptMicrosPattern = `^[0-9]{1,18}$`
+
 // DueAtSQL is an SQL expression for when the current attempt of the
 // river_job row aliased alias became due (see MetadataDueAt): a timestamptz
 // that is never after scheduled_at. It reads metadata of any shape without
@@ -30,16 +40,24 @@ const (
 // range all mean "scheduled_at".
 func DueAtSQL(alias string) string {
 	m, s := alias+".metadata", alias+".scheduled_at"
+	due, moved := m+"->>'"+MetadataDueAt+"'", m+"->>'"+MetadataMovedAt+"'"
 	// CASE, not AND, orders the checks: PostgreSQL evaluates a THEN only
-	// when its WHEN held, so the numeric casts never see a non-number.
+	// when its WHEN held, so the casts never see anything but digits.
 	return `(CASE WHEN jsonb_typeof(` + m + `) = 'object'
-      AND jsonb_typeof(` + m + `->'` + MetadataMovedAt + `') = 'number'
-      AND jsonb_typeof(` + m + `->'` + MetadataDueAt + `') = 'number'
-    THEN CASE WHEN (` + m + `->'` + MetadataMovedAt + `')::numeric = extract(epoch FROM ` + s + `) * 1000000
-        THEN to_timestamp(greatest(0, least((` + m + `->'` + MetadataDueAt + `')::numeric,
-                                          extract(epoch FROM ` + s + `) * 1000000))::float8 / 1000000)
+      AND jsonb_typeof(` + m + `->'` + MetadataMovedAt + `') = 'number' AND ` + moved + ` ~ '` + keptMicrosPattern + `'
+      AND jsonb_typeof(` + m + `->'` + MetadataDueAt + `') = 'number' AND ` + due + ` ~ '` + keptMicrosPattern + `'
+    THEN CASE WHEN (` + moved + `)::numeric = extract(epoch FROM ` + s + `) * 1000000
+                AND (` + due + `)::numeric <= (` + moved + `)::numeric
+        THEN to_timestamp((` + due + `)::float8 / 1000000)
         ELSE ` + s + ` END
     ELSE ` + s + ` END)`
+}
+
+// FiniteSQL is an SQL condition: the timestamptz expression col is neither
+// infinity nor -infinity (a hand-written row may hold either; arithmetic on
+// it fails).
+func FiniteSQL(col string) string {
+	return `isfinite(` + col + `)`
 }
 
 // IsObjectSQL is an SQL condition: the jsonb column col holds a JSON object.
@@ -48,22 +66,34 @@ func IsObjectSQL(col string) string {
 }
 
 // DueAt is when the current attempt of a job became due, read from its
-// scheduled_at and metadata as DueAtSQL reads them in SQL. Metadata that is
-// not an object, or does not carry a matching pair, means scheduledAt.
+// scheduled_at and metadata (as PostgreSQL prints it) by the rule DueAtSQL
+// applies in SQL. Metadata that is not an object, or does not carry a
+// matching pair, means scheduledAt.
 func DueAt(scheduledAt time.Time, metadata []byte) time.Time {
-	var m struct {
-		DueAt   *json.Number `json:"tierq_due_at"`
-		MovedAt *json.Number `json:"tierq_moved_at"`
-	}
-	if json.Unmarshal(metadata, &m) != nil || m.DueAt == nil || m.MovedAt == nil {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(metadata, &m) != nil {
 		return scheduledAt
 	}
-	moved, err1 := m.MovedAt.Int64()
-	due, err2 := m.DueAt.Int64()
-	if err1 != nil || err2 != nil || moved != scheduledAt.UnixMicro() || due < 0 || due > moved {
+	moved, ok1 := keptMicros(m[MetadataMovedAt])
+	due, ok2 := keptMicros(m[MetadataDueAt])
+	if !ok1 || !ok2 || moved != scheduledAt.UnixMicro() || due > moved {
 		return scheduledAt
 	}
 	return time.UnixMicro(due)
+}
+
+// keptMicros reads a kept time: digits only (keptMicrosPattern).
+func keptMicros(raw json.RawMessage) (int64, bool) {
+	if len(raw) == 0 || len(raw) > 18 {
+		return 0, false
+	}
+	for _, c := range raw {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	return n, err == nil
 }
 
 // PausedSQL is an SQL condition: the queue named by the SQL expression
@@ -73,38 +103,72 @@ func PausedSQL(queue string) string {
 	return `EXISTS (SELECT 1 FROM river_queue AS pq WHERE pq.name = ` + queue + ` AND pq.paused_at IS NOT NULL)`
 }
 
-// ReasonMetadataNotObject: the job's metadata is an array, a string, a
-// number, a boolean or null, so tierq cannot keep its bookkeeping there.
-const ReasonMetadataNotObject = "metadata_not_object"
+// Reasons a sweep skips a row.
+const (
+	// ReasonMetadataNotObject: the job's metadata is an array, a string, a
+	// number, a boolean or null, so tierq cannot keep its bookkeeping there.
+	ReasonMetadataNotObject = "metadata_not_object"
+	// ReasonScheduledAtNotFinite: the job's scheduled_at is infinity or
+	// -infinity, so it has no wait to compute.
+	ReasonScheduledAtNotFinite = "scheduled_at_not_finite"
+)
+
+// SkipReasonSQL is an SQL expression naming why a sweep cannot change the
+// river_job row aliased alias (one of the Reason constants), or NULL when
+// it can.
+func SkipReasonSQL(alias string) string {
+	return `(CASE WHEN NOT ` + IsObjectSQL(alias+".metadata") + ` THEN '` + ReasonMetadataNotObject + `'
+                  WHEN NOT ` + FiniteSQL(alias+".scheduled_at") + ` THEN '` + ReasonScheduledAtNotFinite + `' END)`
+}
 
 // MaxSkippedIDs is the most ids a Skipped keeps (and a log line shows).
 const MaxSkippedIDs = 100
 
-// maxSkippedCount bounds the count of skipped rows one sweep reads.
+// maxSkippedCount bounds the rows one FindSkipped reads.
 const maxSkippedCount = 10000
 
 // Skipped are rows a sweep found but left alone for one reason: how many
-// (counting at most 10000) and the first MaxSkippedIDs ids.
+// (counting at most 10000 in all) and the first MaxSkippedIDs ids.
 type Skipped struct {
 	Reason string
 	Count  int
 	IDs    []int64
 }
 
-// FindSkipped runs sql, a query returning ids ordered by id whose last
-// parameter is a limit, and collects them as a Skipped for reason (ok false
-// when none).
-func FindSkipped(ctx context.Context, q Querier, reason, sql string, args ...any) (Skipped, bool, error) {
+// FindSkipped runs sql, a query returning (id, reason) rows ordered by id
+// whose last parameter is a limit, and groups them by reason, in the order
+// the reasons first appear.
+func FindSkipped(ctx context.Context, q Querier, sql string, args ...any) ([]Skipped, error) {
 	rows, err := q.Query(ctx, sql, append(args, maxSkippedCount)...)
 	if err != nil {
-		return Skipped{}, false, err
+		return nil, err
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	var (
+		id     int64
+		reason string
+		out    []Skipped
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &reason}, func() error {
+		out = AddSkipped(out, Skipped{Reason: reason, Count: 1, IDs: []int64{id}})
+		return nil
+	})
 	if err != nil {
-		return Skipped{}, false, err
+		return nil, err
 	}
-	if len(ids) == 0 {
-		return Skipped{}, false, nil
+	return out, nil
+}
+
+// AddSkipped adds s to the entry of its reason in all (a new one when none),
+// keeping at most MaxSkippedIDs ids.
+func AddSkipped(all []Skipped, s Skipped) []Skipped {
+	for i := range all {
+		if all[i].Reason == s.Reason {
+			all[i].Count += s.Count
+			room := max(0, MaxSkippedIDs-len(all[i].IDs))
+			all[i].IDs = append(all[i].IDs, s.IDs[:min(room, len(s.IDs))]...)
+			return all
+		}
 	}
-	return Skipped{Reason: reason, Count: len(ids), IDs: ids[:min(len(ids), MaxSkippedIDs)]}, true, nil
+	s.IDs = s.IDs[:min(len(s.IDs), MaxSkippedIDs)]
+	return append(all, s)
 }
