@@ -39,13 +39,21 @@ func TestEnvExampleListsEveryVariable(t *testing.T) {
 	defer f.Close()
 
 	documented := map[string]string{}
-	var previous string
+	comments := map[string]string{} // the comment lines right above each variable
+	var previous, block string
 	scanner := bufio.NewScanner(f)
 	for scanner.Scan() {
 		line := scanner.Text()
 		if key, value, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
 			require.NotEmpty(t, previous, "%s has no comment above it", key)
 			documented[key] = strings.Trim(value, `"`) // quoted where a shell would split or glob it
+			comments[key] = block
+		}
+		switch {
+		case strings.HasPrefix(line, "#"):
+			block += line + "\n"
+		default:
+			block = ""
 		}
 		if line != "" {
 			previous = line
@@ -54,11 +62,20 @@ func TestEnvExampleListsEveryVariable(t *testing.T) {
 	require.NoError(t, scanner.Err())
 
 	required := map[string]bool{"DATABASE_URL": true, "WORKER_SERVICE": true, "API_TOKEN": true, "API_ADMIN_TOKEN": true}
+	// Variables whose example is a real setting rather than the default.
+	examples := map[string]string{"ANALYSIS_ROOTS": "/srv/repos"}
 	for _, typ := range []reflect.Type{reflect.TypeFor[config.Worker](), reflect.TypeFor[config.Scheduler](), reflect.TypeFor[config.CLI](), reflect.TypeFor[config.API]()} {
 		for key, def := range envVars(typ) {
 			value, ok := documented[key]
 			require.True(t, ok, "%s (%s) missing from .env.example", key, typ.Name())
-			if !required[key] {
+			switch {
+			case required[key]:
+			case examples[key] != "":
+				// A value a deployment should set, not the default: the
+				// comment above says what the default is.
+				require.Equal(t, examples[key], value, "%s in .env.example", key)
+				require.Contains(t, comments[key], "(default "+def+")", "%s: the comment above names the default", key)
+			default:
 				require.Equal(t, def, value, "%s default in .env.example", key)
 			}
 		}
