@@ -52,7 +52,7 @@ func TestReplayedDeadLetterKeepsItsUniqueness(t *testing.T) {
 	res = b.do(t, "POST", replay, adminToken, map[string]any{"actor": "alice", "force": true})
 	require.Equal(t, http.StatusConflict, res.status, string(res.body))
 	require.EqualValues(t, replayed, res.json(t)["duplicate_of"])
-	require.Contains(t, res.json(t)["error"], fmt.Sprintf("job %d is queued or running", replayed))
+	require.Contains(t, res.json(t)["error"], fmt.Sprintf("job %d (available) holds the same unique key", replayed))
 	require.Equal(t, 1, b.db.Count(t, live, target))
 
 	// Once the replayed job has finished, force replays again.

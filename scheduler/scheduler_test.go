@@ -408,14 +408,16 @@ func TestSweepMetricsMatchTheDatabase(t *testing.T) {
 
 	want := map[string]float64{
 		"tierq_leader{}": 0,
-		"tierq_sweep_skipped_rows_total{reason=metadata_not_object,sweep=aging}":      0,
-		"tierq_sweep_skipped_rows_total{reason=metadata_not_object,sweep=escalation}": 0,
-		"tierq_aging_promotions_total{queue=analysis_priority}":                       0,
-		"tierq_aging_promotions_total{queue=analysis_default}":                        0,
-		"tierq_aging_promotions_total{queue=analysis_scheduled}":                      0,
-		"tierq_aging_promotions_total{queue=specview_priority}":                       5,
-		"tierq_aging_promotions_total{queue=specview_default}":                        0,
-		"tierq_aging_promotions_total{queue=specview_scheduled}":                      0,
+		"tierq_sweep_skipped_rows_total{reason=metadata_not_object,sweep=aging}":          0,
+		"tierq_sweep_skipped_rows_total{reason=metadata_not_object,sweep=escalation}":     0,
+		"tierq_sweep_skipped_rows_total{reason=scheduled_at_not_finite,sweep=aging}":      0,
+		"tierq_sweep_skipped_rows_total{reason=scheduled_at_not_finite,sweep=escalation}": 0,
+		"tierq_aging_promotions_total{queue=analysis_priority}":                           0,
+		"tierq_aging_promotions_total{queue=analysis_default}":                            0,
+		"tierq_aging_promotions_total{queue=analysis_scheduled}":                          0,
+		"tierq_aging_promotions_total{queue=specview_priority}":                           5,
+		"tierq_aging_promotions_total{queue=specview_default}":                            0,
+		"tierq_aging_promotions_total{queue=specview_scheduled}":                          0,
 	}
 	audited := db.Count(t, `SELECT count(*) FROM job_escalations WHERE actor = 'scheduler'
 		AND from_queue = 'analysis_scheduled' AND to_queue = 'analysis_default'`)
