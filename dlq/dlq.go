@@ -23,7 +23,9 @@ var (
 	ErrAlreadyReplayed = errors.New("dead letter already replayed")
 	// ErrInvalid: the request itself is wrong (HTTP 400).
 	ErrInvalid = errors.New("invalid dead-letter request")
-	// ErrDuplicate: a live job (queued or running) holds the dead letter's
+	// ErrDuplicate: a job in a state its uniqueness counts (queued or
+	// running for tierq's producer.UniqueOpts; River's default also counts
+	// completed) holds the dead letter's
 	// unique key, so replaying it would run the same job twice (HTTP 409).
 	ErrDuplicate = errors.New("dead letter duplicates a live job")
 )

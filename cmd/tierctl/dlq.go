@@ -301,7 +301,7 @@ replayed. With --all, every dead letter not replayed yet that matches
 					}
 				}
 				if res.Duplicates > 0 {
-					fmt.Fprintf(a.stdout, "not replayed: %d dead letters whose unique key a queued or running job holds (they stay pending)\n", res.Duplicates)
+					fmt.Fprintf(a.stdout, "not replayed: %d dead letters whose unique key another job holds (they stay pending)\n", res.Duplicates)
 					for _, id := range slices.Sorted(maps.Keys(res.DuplicateOf)) {
 						fmt.Fprintf(a.stdout, "  dead letter %d: job %d\n", id, res.DuplicateOf[id])
 					}
