@@ -25,8 +25,8 @@ var (
 	ErrInvalid = errors.New("invalid dead-letter request")
 	// ErrDuplicate: a job in a state its uniqueness counts (queued or
 	// running for tierq's producer.UniqueOpts; River's default also counts
-	// completed) holds the dead letter's
-	// unique key, so replaying it would run the same job twice (HTTP 409).
+	// completed) holds the dead letter's unique key, so replaying it would
+	// run the same job twice (HTTP 409).
 	ErrDuplicate = errors.New("dead letter duplicates a live job")
 )
 
