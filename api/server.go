@@ -4,6 +4,10 @@
 // priority statistics, dead letters, health and metrics. JSON in and out;
 // every error is {"error": "..."} with a 4xx or 5xx status. The OpenAPI
 // document is openapi.json (served at /openapi.json, copied in docs/).
+//
+// The API can also serve River UI (riverqueue.com/riverui) under /riverui/,
+// behind the admin token (riverui.go); it is not part of the JSON API nor of
+// the OpenAPI document.
 package api
 
 import (
@@ -59,6 +63,13 @@ type Config struct {
 	// a database that does not answer in time makes a 503, not a hung
 	// client.
 	RequestTimeout time.Duration
+	// RiverUI, when set, is served under RiverUIPrefix (/riverui/) for
+	// operators: the admin token as the Basic auth password (any user name)
+	// or as a bearer token, and state-changing requests with Basic auth
+	// only from River UI's own page (docs/api.md, "River UI").
+	// StartRiverUI makes it. Nil (the default): no River UI, /riverui/ is
+	// a 404.
+	RiverUI http.Handler
 }
 
 // DefaultRequestTimeout is Config.RequestTimeout's default.
@@ -130,7 +141,8 @@ func (s *Server) routes() []Route {
 	}
 }
 
-// Patterns are the ServeMux patterns of every endpoint.
+// Patterns are the ServeMux patterns of every endpoint of the JSON API,
+// the ones openapi.json describes; River UI (Config.RiverUI) is not one.
 func (s *Server) Patterns() []string {
 	var out []string
 	for _, r := range s.routes() {
@@ -142,7 +154,7 @@ func (s *Server) Patterns() []string {
 // OpenAPI is the OpenAPI 3 document served at /openapi.json.
 func OpenAPI() []byte { return openAPI }
 
-// Handler routes every endpoint.
+// Handler routes every endpoint, and River UI when Config.RiverUI is set.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	for _, r := range s.routes() {
@@ -151,6 +163,9 @@ func (s *Server) Handler() http.Handler {
 		} else {
 			mux.Handle(r.Pattern, s.auth(r.need, r.handler))
 		}
+	}
+	if s.cfg.RiverUI != nil {
+		mux.Handle(RiverUIPrefix+"/", s.riverUI(s.cfg.RiverUI))
 	}
 	timeout := cmp.Or(s.cfg.RequestTimeout, DefaultRequestTimeout)
 	return withTimeout(timeout, jsonMuxErrors(mux))
@@ -218,9 +233,18 @@ func (s *Server) auth(need role, next http.HandlerFunc) http.Handler {
 	})
 }
 
+// roleOf is the role of r's bearer token.
 func (s *Server) roleOf(r *http.Request) role {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return roleNone
+	}
+	return s.tokenRole(token)
+}
+
+// tokenRole is the role token grants (roleNone for "" and for a wrong one).
+func (s *Server) tokenRole(token string) role {
+	if token == "" {
 		return roleNone
 	}
 	digest := sha256.Sum256([]byte(token))

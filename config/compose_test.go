@@ -33,10 +33,15 @@ func TestComposeFileIsValid(t *testing.T) {
 	}
 	require.NoError(t, yaml.Unmarshal(raw, &compose)) // resolves anchors and merge keys
 
-	for _, name := range []string{"postgres", "migrate", "worker-analyzer", "worker-specgen", "scheduler", "api", "riverui"} {
+	for _, name := range []string{"postgres", "migrate", "worker-analyzer", "worker-specgen", "scheduler", "api"} {
 		require.Contains(t, compose.Services, name)
 	}
-	require.True(t, strings.HasPrefix(compose.Services["riverui"].Image, "ghcr.io/riverqueue/riverui:"))
+	// River UI is served by the api service (/riverui/), not by a container
+	// of its own.
+	for name, s := range compose.Services {
+		require.NotContains(t, s.Image, "riverui", name)
+	}
+	require.NotContains(t, compose.Services, "riverui")
 	require.Equal(t, []string{"/usr/local/bin/tierctl", "migrate"}, compose.Services["migrate"].Entrypoint)
 
 	for name, svc := range map[string]string{"worker-analyzer": "analyzer", "worker-specgen": "specgen"} {

@@ -58,6 +58,7 @@ pids+=($!)
 echo "api started on http://$API_ADDR (pid $!, log .tierq/logs/api.log); analysis targets must be in ANALYSIS_ROOTS=$ANALYSIS_ROOTS"
 echo "  API_TOKEN=$API_TOKEN"
 echo "  API_ADMIN_TOKEN=$API_ADMIN_TOKEN"
+echo "River UI: http://$API_ADDR/riverui/ (log in with any user name and API_ADMIN_TOKEN as the password)"
 
 targets=(--target "$root")
 for d in "$root"/*/; do targets+=(--target "$d"); done

@@ -1,5 +1,7 @@
 // Command api serves tierq's HTTP API (package api): tier-aware enqueue for
-// producers, operations for operators, /healthz, /readyz and /metrics.
+// producers, operations for operators, /healthz, /readyz and /metrics, and
+// River UI at /riverui/ for operators (the admin token as the Basic auth
+// password, any user name).
 //
 // API_TOKEN and API_ADMIN_TOKEN are required: there is no open-by-default
 // API. An analysis target outside ANALYSIS_ROOTS is refused (400). SIGINT or SIGTERM stops accepting connections and lets requests in
@@ -56,9 +58,18 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 		return err
 	}
 
+	// River UI's background counts run until run returns, after the last
+	// request has been served.
+	uiCtx, stopUI := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopUI()
+	riverUI, err := api.StartRiverUI(uiCtx, client, logger)
+	if err != nil {
+		return err
+	}
+
 	server := api.New(api.Config{
 		Token: cfg.Token, AdminToken: cfg.AdminToken, Schema: cfg.Schema, MaxAttempts: cfg.MaxAttempts,
-		AnalysisRoots: cfg.Analysis.Roots,
+		AnalysisRoots: cfg.Analysis.Roots, RiverUI: riverUI,
 	}, pool, client, api.NewMetrics(pool, logger), logger)
 	httpServer := &http.Server{
 		Handler:           server.Handler(),
@@ -73,7 +84,8 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	logger.InfoContext(ctx, "api listening", slog.String("addr", listener.Addr().String()),
-		slog.String("analysis_roots", cfg.Analysis.Roots.String()))
+		slog.String("analysis_roots", cfg.Analysis.Roots.String()),
+		slog.String("river_ui", api.RiverUIPrefix+"/"))
 
 	served := make(chan error, 1)
 	go func() { served <- httpServer.Serve(listener) }()

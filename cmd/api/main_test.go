@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -107,6 +108,41 @@ func TestServesUntilSIGTERM(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(metrics), "\ntierq_leader_present 0\n")
 
+	// River UI, for the admin token as the Basic auth password, on the
+	// process's schema (DATABASE_SCHEMA).
+	_, err = db.Pool.Exec(context.Background(),
+		`INSERT INTO river_queue (name, created_at, metadata, updated_at) VALUES ('analysis_priority', now(), '{}', now())`)
+	require.NoError(t, err)
+	for _, path := range []string{"/riverui/", "/riverui/api/queues"} {
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, base+path, nil)
+		require.NoError(t, err)
+		resp, err = http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, path)
+		require.Equal(t, `Basic realm="tierq River UI"`, resp.Header.Get("WWW-Authenticate"), path)
+
+		req.SetBasicAuth("operator", adminToken)
+		resp, err = http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", path, body)
+		if path == "/riverui/" {
+			require.Contains(t, string(body), "<title>River</title>")
+		} else {
+			var queues struct {
+				Data []struct {
+					Name string `json:"name"`
+				} `json:"data"`
+			}
+			require.NoError(t, json.Unmarshal(body, &queues))
+			require.Len(t, queues.Data, 1, string(body))
+			require.Equal(t, "analysis_priority", queues.Data[0].Name)
+		}
+	}
+
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, base+"/v1/jobs",
 		strings.NewReader(`{"kind":"analysis","user_id":"u_1","args":{"target":"/srv/a"}}`))
 	require.NoError(t, err)
@@ -134,7 +170,8 @@ func TestServesUntilSIGTERM(t *testing.T) {
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, cmd.Wait(), out.String())
 	require.Contains(t, out.String(), "api stopped")
-	for _, secret := range []string{producerToken, adminToken, "db-password-9876", "wrong-secret-token"} {
+	basicAuth := base64.StdEncoding.EncodeToString([]byte("operator:" + adminToken))
+	for _, secret := range []string{producerToken, adminToken, basicAuth, "db-password-9876", "wrong-secret-token"} {
 		require.NotContains(t, out.String(), secret)
 	}
 }
