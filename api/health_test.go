@@ -253,15 +253,7 @@ func TestReadyzDoesNotCacheAFailedCheck(t *testing.T) {
 // present.
 func TestReadyzDatabaseUnreachable(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken}, pool, db.Producer(t), api.NewMetrics(pool, logger), logger)
-	ts := httptest.NewServer(server.Handler())
-	t.Cleanup(ts.Close)
-	b := &bundle{db: db, url: ts.URL}
+	b, pool := setupUnreachable(t)
 
 	status, body := b.readyz(t)
 	require.Equal(t, http.StatusServiceUnavailable, status)

@@ -172,15 +172,7 @@ func TestSubscriptionLookupFailureRoutesToDefaultCounted(t *testing.T) {
 
 func TestUnreachableDatabaseIs503(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken}, pool, db.Producer(t), api.NewMetrics(pool, logger), logger)
-	ts := httptest.NewServer(server.Handler())
-	t.Cleanup(ts.Close)
-	b := &bundle{db: db, url: ts.URL}
+	b, _ := setupUnreachable(t)
 
 	require.Equal(t, http.StatusServiceUnavailable, b.do(t, "POST", "/v1/jobs", producerToken, analysisBody("u", "/srv/a")).status)
 	require.Equal(t, http.StatusServiceUnavailable, b.do(t, "GET", "/v1/queues", adminToken, nil).status)
@@ -259,4 +251,19 @@ func TestPatchJobEscalates(t *testing.T) {
 	res = b.do(t, "PATCH", path, adminToken, map[string]any{"queue_class": "default", "actor": "a", "reason": "r"})
 	require.Equal(t, http.StatusConflict, res.status)
 	require.Contains(t, res.json(t)["error"], "completed")
+}
+
+// setupUnreachable starts the API with a pool whose database never answers
+// (the River client still has the test's schema).
+func setupUnreachable(t *testing.T) (*bundle, *pgxpool.Pool) {
+	t.Helper()
+	db := testdb.New(t)
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken}, pool, db.Producer(t), api.NewMetrics(pool, logger), logger)
+	ts := httptest.NewServer(server.Handler())
+	t.Cleanup(ts.Close)
+	return &bundle{db: db, url: ts.URL}, pool
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -159,14 +158,8 @@ func isOwnOrigin(origin string, r *http.Request) bool {
 // body is read (at most MaxBodyBytes) for the job ids it names and handed on
 // unchanged.
 func (s *Server) riverUIAction(w http.ResponseWriter, r *http.Request, kind string, next http.Handler) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "body larger than %d bytes", MaxBodyBytes)
-		} else {
-			writeError(w, http.StatusBadRequest, "read body: %v", err)
-		}
+	body, ok := readLimited(w, r)
+	if !ok {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))

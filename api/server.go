@@ -312,6 +312,22 @@ func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error
 	writeError(w, http.StatusInternalServerError, "internal error")
 }
 
+// readLimited reads r's body, at most MaxBodyBytes (413 beyond). It writes
+// the 4xx itself and returns false when the body is unusable.
+func readLimited(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, "body larger than %d bytes", MaxBodyBytes)
+		} else {
+			writeError(w, http.StatusBadRequest, "read body: %v", err)
+		}
+		return nil, false
+	}
+	return body, true
+}
+
 // decodeBody decodes a JSON request body into v strictly: at most
 // MaxBodyBytes (413 beyond), no unknown fields, exactly one JSON value. It
 // writes the 4xx itself and returns false when the body is unusable.
@@ -322,14 +338,8 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 			return false
 		}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "body larger than %d bytes", MaxBodyBytes)
-		} else {
-			writeError(w, http.StatusBadRequest, "read body: %v", err)
-		}
+	body, ok := readLimited(w, r)
+	if !ok {
 		return false
 	}
 	if err := DecodeStrict(body, v); err != nil {
