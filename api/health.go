@@ -36,9 +36,9 @@ const leaderSQL = `SELECT leader_id FROM river_leader WHERE expires_at > now() -
 // within leaderFreshness. It does not make the API unready.
 const noLeader = "absent: no River leader in the last minute: is a scheduler running?"
 
-// recentLeader returns the ID of the River leader that held a lease within
+// RecentLeader returns the ID of the River leader that held a lease within
 // leaderFreshness, or "" when there is none.
-func recentLeader(ctx context.Context, q db.Querier) (string, error) {
+func RecentLeader(ctx context.Context, q db.Querier) (string, error) {
 	var id string
 	err := q.QueryRow(ctx, leaderSQL, leaderFreshness.Seconds()).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -97,7 +97,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	case pending:
 		res.Migrations = "pending: run tierctl migrate"
 	}
-	switch leader, err := recentLeader(ctx, s.pool); {
+	switch leader, err := RecentLeader(ctx, s.pool); {
 	case err != nil:
 		res.Leader = "unknown: could not check"
 	case leader == "":

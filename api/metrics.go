@@ -140,7 +140,7 @@ func (c *dbCollector) read() []prometheus.Metric {
 		c.logger.WarnContext(ctx, "metrics: read dead-letter depth", slog.String("error", err.Error()))
 		return down
 	}
-	leader, err := recentLeader(ctx, c.q)
+	leader, err := RecentLeader(ctx, c.q)
 	if err != nil {
 		c.logger.WarnContext(ctx, "metrics: read leader", slog.String("error", err.Error()))
 		return down

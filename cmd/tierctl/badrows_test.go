@@ -2,6 +2,7 @@ package main
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -9,7 +10,8 @@ import (
 )
 
 // TestWatchCountsRowsOfAnyShape: rows whose args or metadata are not JSON
-// objects, or are very large or deep, are counted like any other.
+// objects, or are very large or deep, are counted like any other, and
+// started ones count as tier "unknown" in the waits.
 func TestWatchCountsRowsOfAnyShape(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -19,8 +21,12 @@ func TestWatchCountsRowsOfAnyShape(t *testing.T) {
 	}
 	for _, shape := range shapes {
 		testdb.InsertRaw(t, db, testdb.RawJob{Kind: "analysis", Queue: "analysis_default", Args: shape, Metadata: shape})
+		// Discarded by InsertRaw: attempted now, due 20s ago.
+		testdb.InsertRaw(t, db, testdb.RawJob{Kind: "analysis", Queue: "analysis_priority", State: "discarded",
+			Args: shape, Metadata: shape, Wait: 20 * time.Second})
 	}
 	out, err := runTierctl(t, dbEnv(db), "watch", "--once")
 	require.NoError(t, err, out)
-	require.Regexp(t, `analysis_default\s+0\s+7\s+0\s+0\s+0\s+0\s+0\s+\[\.+\] 0/7`, out)
+	require.Regexp(t, `(?m)^\s*analysis_default\s+0\s+0\s+7\s+0\s+0\s+\d+\.\ds\s+0$`, out)
+	require.Regexp(t, `(?m)^\s*unknown\s+7\s+20\.0s\s+20\.0s$`, out)
 }

@@ -4,24 +4,93 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/charmbracelet/x/ansi"
+	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+
+	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/dlq"
+	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/tiers"
 )
 
-// watchStates are the River states shown, in lifecycle order.
-var watchStates = []string{"scheduled", "available", "running", "retryable", "completed", "cancelled", "discarded"}
+// watchStates are the queued states (api.QueueSummaries' counts) shown per
+// queue, in lifecycle order. Finished jobs are River's history and not
+// counted: that would read the whole table.
+var watchStates = []string{"scheduled", "pending", "available", "retryable", "running"}
 
-// queueCountsQuery counts jobs per queue and state. It reads every row of
-// river_job, which is fine for watching a demo or a test database; the
-// metrics endpoint (a later issue) uses cheaper, indexed queries.
-const queueCountsQuery = `SELECT queue, state::text, count(*) FROM river_job GROUP BY queue, state`
+// waitWindow is how far back watch looks for started jobs.
+const waitWindow = 5 * time.Minute
+
+// startedWaitsSQL gives, per tier, how many jobs were started (attempted_at)
+// in the last $1 seconds and the p50 and p99 of their waits: attempted_at
+// minus when the attempt became due (db.DueAtSQL). For a job on its second
+// or later attempt that is the retry's due time, not its insert. Retryable
+// jobs are left out: River has already set their scheduled_at to the next
+// retry, so the due time of the attempt that ran is gone.
+//
+// The tier is args' "tier" when args is a JSON object and the value one of
+// the four tiers, "unknown" otherwise (CASE orders the checks, so args of
+// any shape reads as "unknown").
+//
+// Indexes: attempted_at has none. Running jobs are found through River's
+// (state, queue, priority, scheduled_at, id) index (they are few: one per
+// busy worker). Finished jobs (completed, cancelled, discarded) through
+// River's (state, finalized_at) index, bounded by finalized_at in the window:
+// a finished job was finalized after it was attempted. EXPLAIN at 1M
+// completed jobs finalized an hour ago: two index scans that read only the
+// recent rows (Bitmap/Index Scan on river_job_state_and_finalized_at_index
+// and river_job_prioritized_fetching_index), about a millisecond
+// (TestStartedWaitsAtOneMillionRows).
+var startedWaitsSQL = `
+WITH started AS (
+    SELECT j.* FROM river_job AS j
+    WHERE j.state = 'running' AND j.attempted_at > now() - make_interval(secs => $1)
+    UNION ALL
+    SELECT j.* FROM river_job AS j
+    WHERE j.state IN ('completed', 'cancelled', 'discarded')
+      AND j.finalized_at > now() - make_interval(secs => $1)
+      AND j.attempted_at > now() - make_interval(secs => $1)
+)
+SELECT t.tier, count(*),
+       percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM j.attempted_at - d.at))::float8[]
+FROM started AS j,
+     LATERAL (SELECT ` + db.DueAtSQL("j") + ` AS at) AS d,
+     LATERAL (SELECT CASE WHEN ` + db.IsObjectSQL("j.args") + ` AND j.args->>'tier' IN ` + tierListSQL() + `
+                          THEN j.args->>'tier' ELSE 'unknown' END AS tier) AS t
+WHERE ` + db.FiniteSQL("j.scheduled_at") + ` AND ` + db.FiniteSQL("j.attempted_at") + `
+GROUP BY t.tier`
+
+// tierListSQL is the four tiers as an SQL list of literals.
+func tierListSQL() string {
+	names := make([]string, 0, len(tiers.All()))
+	for _, tier := range tiers.All() {
+		names = append(names, "'"+tier.String()+"'")
+	}
+	return "(" + strings.Join(names, ", ") + ")"
+}
+
+// tierWait is one tier's row of startedWaitsSQL.
+type tierWait struct {
+	Tier     string
+	Started  int
+	P50, P99 float64 // seconds
+}
+
+// dashboard is one frame of watch.
+type dashboard struct {
+	At     time.Time
+	Queues []api.QueueSummary
+	Dead   dlq.Depth
+	Waits  []tierWait // one per tier in tiers.All() order, then "unknown" if any
+	Leader string     // "" when none
+}
 
 func (a *app) watchCommand() *cobra.Command {
 	var (
@@ -30,8 +99,12 @@ func (a *app) watchCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "watch",
-		Short: "Show live job counts and progress per queue until interrupted",
-		Args:  usageArgs(cobra.NoArgs),
+		Short: "Show a live dashboard of queues, waits by tier, dead letters and the leader until interrupted",
+		Long: `Show, per queue, jobs by queued state, the oldest available job's age and
+the dead letters pending; the p50 and p99 wait of the jobs started in the last
+5 minutes by tier; and which scheduler leads River. On a terminal the view is
+redrawn in place; otherwise each refresh is appended with a timestamp.`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if interval < 100*time.Millisecond {
 				return &usageError{fmt.Errorf("--interval must be at least 100ms, not %s", interval)}
@@ -43,24 +116,19 @@ func (a *app) watchCommand() *cobra.Command {
 			}
 			defer pool.Close()
 
-			redraw := isTerminal(a.stdout) && !once
-			lines := 0
+			out := newScreen(a.stdout, !once)
+			defer out.close()
 			ticker := time.NewTicker(interval)
 			defer ticker.Stop()
 			for {
-				counts, err := queueCounts(ctx, pool)
+				d, err := readDashboard(ctx, pool)
 				if err != nil {
 					if ctx.Err() != nil {
 						return nil // interrupted
 					}
 					return err
 				}
-				table := renderCounts(counts)
-				if redraw && lines > 0 {
-					fmt.Fprintf(a.stdout, "\033[%dA\033[J", lines) // back over the last table
-				}
-				fmt.Fprint(a.stdout, table)
-				lines = strings.Count(table, "\n")
+				out.draw(renderDashboard(d))
 				if once {
 					return nil
 				}
@@ -73,76 +141,162 @@ func (a *app) watchCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "refresh interval")
-	cmd.Flags().BoolVar(&once, "once", false, "print the counts once and exit")
+	cmd.Flags().BoolVar(&once, "once", false, "print the dashboard once and exit")
 	return cmd
 }
 
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(interface{ Fd() uintptr })
-	return ok && term.IsTerminal(int(f.Fd())) //nolint:gosec // file descriptors fit in int
+// readDashboard reads one frame, reusing the API's queue summaries and
+// leader query and the dead-letter depth.
+func readDashboard(ctx context.Context, q db.Querier) (dashboard, error) {
+	d := dashboard{At: time.Now()}
+	var err error
+	if d.Queues, err = api.QueueSummaries(ctx, q); err != nil {
+		return d, fmt.Errorf("summarize queues: %w", err)
+	}
+	if d.Dead, err = dlq.PendingDepth(ctx, q); err != nil {
+		return d, err
+	}
+	if d.Waits, err = startedWaits(ctx, q, waitWindow); err != nil {
+		return d, err
+	}
+	if d.Leader, err = api.RecentLeader(ctx, q); err != nil {
+		return d, err
+	}
+	return d, nil
 }
 
-func queueCounts(ctx context.Context, pool *pgxpool.Pool) (map[string]map[string]int64, error) {
-	rows, err := pool.Query(ctx, queueCountsQuery)
+// startedWaits runs startedWaitsSQL: a row for each tier (zero when none
+// started) and one for "unknown" when any such job started.
+func startedWaits(ctx context.Context, q db.Querier, window time.Duration) ([]tierWait, error) {
+	rows, err := q.Query(ctx, startedWaitsSQL, window.Seconds())
 	if err != nil {
-		return nil, fmt.Errorf("count jobs: %w", err)
+		return nil, fmt.Errorf("read waits: %w", err)
 	}
-	defer rows.Close()
-	counts := map[string]map[string]int64{}
-	for rows.Next() {
-		var (
-			queue, state string
-			n            int64
-		)
-		if err := rows.Scan(&queue, &state, &n); err != nil {
-			return nil, fmt.Errorf("count jobs: %w", err)
+	byTier := map[string]tierWait{}
+	var (
+		w   tierWait
+		pct []float64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&w.Tier, &w.Started, &pct}, func() error {
+		if len(pct) == 2 {
+			w.P50, w.P99 = pct[0], pct[1]
 		}
-		if counts[queue] == nil {
-			counts[queue] = map[string]int64{}
+		byTier[w.Tier] = w
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read waits: %w", err)
+	}
+	var out []tierWait
+	for _, tier := range tiers.All() {
+		out = append(out, tierWait{Tier: tier.String()})
+		if w, ok := byTier[tier.String()]; ok {
+			out[len(out)-1] = w
 		}
-		counts[queue][state] = n
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("count jobs: %w", err)
+	if w, ok := byTier["unknown"]; ok {
+		out = append(out, w)
 	}
-	return counts, nil
+	return out, nil
 }
 
-// renderCounts renders one table: a row per queue, a column per state, and a
-// bar of finished (completed, cancelled, discarded) over all jobs.
-func renderCounts(counts map[string]map[string]int64) string {
+// renderDashboard lays out a frame in fewer than 100 columns.
+func renderDashboard(d dashboard) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n", time.Now().Format("15:04:05"))
+	leader := d.Leader
+	if leader == "" {
+		leader = "none"
+	}
+	fmt.Fprintf(&b, "%s  leader: %s  dead letters pending: %d\n\n", d.At.Format("15:04:05"), leader, d.Dead.Total)
+
+	// Numbers align right; names are padded to one width so that they
+	// read left-aligned.
+	nameWidth := len("QUEUE")
+	for _, q := range d.Queues {
+		nameWidth = max(nameWidth, len(q.Name))
+	}
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "QUEUE\t")
+	fmt.Fprintf(tw, "%-*s\t", nameWidth, "QUEUE")
 	for _, state := range watchStates {
 		fmt.Fprintf(tw, "%s\t", strings.ToUpper(state))
 	}
-	fmt.Fprint(tw, "PROGRESS\t\n")
-	if len(counts) == 0 {
-		fmt.Fprint(tw, "(no jobs)\t\n")
-	}
-	for _, queue := range slices.Sorted(maps.Keys(counts)) {
-		var total, finished int64
-		fmt.Fprintf(tw, "%s\t", queue)
+	fmt.Fprint(tw, "OLDEST\tDEAD\t\n")
+	for _, q := range d.Queues {
+		fmt.Fprintf(tw, "%-*s\t", nameWidth, q.Name)
 		for _, state := range watchStates {
-			n := counts[queue][state]
-			total += n
-			if state == "completed" || state == "cancelled" || state == "discarded" {
-				finished += n
-			}
-			fmt.Fprintf(tw, "%d\t", n)
+			fmt.Fprintf(tw, "%d\t", q.Counts[state])
 		}
-		fmt.Fprintf(tw, "%s\t\n", bar(finished, total, 20))
+		fmt.Fprintf(tw, "%s\t%d\t\n", formatSeconds(q.OldestAvailableSeconds), d.Dead.ByQueue[q.Name])
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintf(&b, "\nwait from due to start, jobs started in the last %.0f minutes\n", waitWindow.Minutes())
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%-*s\tSTARTED\tP50\tP99\t\n", nameWidth, "TIER")
+	for _, w := range d.Waits {
+		if w.Started == 0 {
+			fmt.Fprintf(tw, "%-*s\t0\t-\t-\t\n", nameWidth, w.Tier)
+			continue
+		}
+		fmt.Fprintf(tw, "%-*s\t%d\t%s\t%s\t\n", nameWidth, w.Tier, w.Started, formatSeconds(w.P50), formatSeconds(w.P99))
 	}
 	_ = tw.Flush()
 	return b.String()
 }
 
-func bar(done, total int64, width int) string {
-	filled := 0
-	if total > 0 {
-		filled = int(done * int64(width) / total)
+// formatSeconds shows a wait or an age: tenths of a second under a minute
+// ("4.9s"), whole seconds above ("3m12s"); time.ParseDuration reads both.
+func formatSeconds(s float64) string {
+	if s < 60 {
+		return fmt.Sprintf("%.1fs", s)
 	}
-	return fmt.Sprintf("[%s%s] %d/%d", strings.Repeat("#", filled), strings.Repeat(".", width-filled), done, total)
+	return time.Duration(s * float64(time.Second)).Round(time.Second).String()
+}
+
+// screen writes frames: on a terminal (and when live) each frame replaces
+// the last in place, with the cursor hidden meanwhile; elsewhere frames
+// are appended. No raw mode is entered, so Ctrl-C reaches tierctl's signal
+// handling as SIGINT, and close leaves the cursor shown after the last
+// frame.
+type screen struct {
+	w     io.Writer
+	fd    int // the terminal's descriptor, or -1 when appending
+	lines int // lines of the frame on screen
+}
+
+func newScreen(w io.Writer, live bool) *screen {
+	s := &screen{w: w, fd: -1}
+	if f, ok := w.(*os.File); ok && live && term.IsTerminal(int(f.Fd())) { //nolint:gosec // file descriptors fit in int
+		s.fd = int(f.Fd()) //nolint:gosec // as above
+		fmt.Fprint(w, ansi.HideCursor)
+	}
+	return s
+}
+
+func (s *screen) draw(frame string) {
+	if s.fd < 0 {
+		fmt.Fprint(s.w, frame)
+		return
+	}
+	// Lines wider than the terminal would wrap and throw off the count
+	// of lines to move back over: cut them.
+	if width, _, err := term.GetSize(s.fd); err == nil && width > 0 {
+		lines := strings.Split(strings.TrimSuffix(frame, "\n"), "\n")
+		for i, l := range lines {
+			lines[i] = ansi.Truncate(l, width-1, "")
+		}
+		frame = strings.Join(lines, "\n") + "\n"
+	}
+	if s.lines > 0 {
+		fmt.Fprint(s.w, ansi.CursorUp(s.lines)+ansi.EraseScreenBelow)
+	}
+	fmt.Fprint(s.w, frame)
+	s.lines = strings.Count(frame, "\n")
+}
+
+// close shows the cursor again and ends on a fresh line (after the ^C the
+// terminal echoed).
+func (s *screen) close() {
+	if s.fd >= 0 {
+		fmt.Fprint(s.w, ansi.ShowCursor+"\n")
+	}
 }
