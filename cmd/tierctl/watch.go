@@ -43,11 +43,13 @@ const waitWindow = 5 * time.Minute
 // (state, queue, priority, scheduled_at, id) index (they are few: one per
 // busy worker). Finished jobs (completed, cancelled, discarded) through
 // River's (state, finalized_at) index, bounded by finalized_at in the window:
-// a finished job was finalized after it was attempted. EXPLAIN at 1M
-// completed jobs finalized an hour ago: two index scans that read only the
-// recent rows (Bitmap/Index Scan on river_job_state_and_finalized_at_index
-// and river_job_prioritized_fetching_index), about a millisecond
-// (TestStartedWaitsAtOneMillionRows).
+// a finished job was finalized after it was attempted. No sequential scan:
+// its cost follows the jobs started in the window, not the table. Measured
+// (BenchmarkStartedWaits, PostgreSQL 15) with 1M completed jobs finalized
+// an hour ago, 2,000 finished in the window and 100 running: an Index Scan
+// on river_job_prioritized_fetching_index (state = 'running') and one on
+// river_job_state_and_finalized_at_index, 3.8 ms to execute, 6.8 ms per
+// call from Go.
 var startedWaitsSQL = `
 WITH started AS (
     SELECT j.* FROM river_job AS j
