@@ -1,14 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"math"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/charmbracelet/x/ansi"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/dlq"
@@ -168,4 +171,39 @@ func TestLinearPercentile(t *testing.T) {
 			require.InDelta(t, tt.want, linearPercentile(tt.give, tt.p), 1e-9)
 		})
 	}
+}
+
+// TestWatchStopsCleanlyWhenInterrupted cancels watch's context, as SIGINT
+// does through run's signal handling: watch returns nil after appending
+// frames (stdout is not a terminal here), with no escape sequences.
+func TestWatchStopsCleanlyWhenInterrupted(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	var out bytes.Buffer
+	err := run(ctx, []string{"tierctl", "watch", "--interval", "100ms"}, dbEnv(db), &out)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, strings.Count(out.String(), "leader: none"), 2, out.String())
+	require.NotContains(t, out.String(), "\x1b")
+}
+
+// TestScreenRedrawsInPlace: on a terminal each frame moves back over the
+// last one and erases below it, and close shows the cursor and ends the
+// line.
+func TestScreenRedrawsInPlace(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	s := &screen{w: &out, fd: math.MaxInt32} // no such descriptor: no width to cut to
+	s.draw("a\nb\n")
+	s.draw("c\n")
+	s.close()
+	require.Equal(t, "a\nb\n"+ansi.CursorUp(2)+ansi.EraseScreenBelow+"c\n"+ansi.ShowCursor+"\n", out.String())
+
+	out.Reset()
+	s = newScreen(&out, true) // not a terminal: frames are appended
+	s.draw("a\n")
+	s.draw("b\n")
+	s.close()
+	require.Equal(t, "a\nb\n", out.String())
 }
