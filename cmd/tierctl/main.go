@@ -2,7 +2,7 @@
 //
 //	tierctl migrate            apply River's and tierq's migrations (idempotent)
 //	tierctl enqueue            insert demo analysis work across every tier
-//	tierctl watch              live job counts per queue and state
+//	tierctl watch              live view: queues, waits by tier, dead letters, leader
 //	tierctl escalate JOB_ID    move a queued job to another queue (audited)
 //	tierctl dlq ...            list, show, replay, purge and drain dead letters
 //	tierctl subscriptions ...  set and list users' tiers
