@@ -3,24 +3,17 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/queuestats"
 	"github.com/tierq/tierq/migrate"
 )
-
-// leaderFreshness is how recently a River leader must have held a lease to
-// count as present (readyz's leader field, tierq_leader_present): River's
-// lease is 15s, a hand-over takes up to about 20s.
-const leaderFreshness = time.Minute
 
 // MigrationsCacheFor is how long readyz trusts a migration check that found
 // the schema current: probes within it do not check again. A check that
@@ -28,27 +21,9 @@ const leaderFreshness = time.Minute
 // again.
 const MigrationsCacheFor = 10 * time.Second
 
-// leaderSQL reads the River leader that held a lease within $1 seconds
-// (river_leader has at most one row).
-const leaderSQL = `SELECT leader_id FROM river_leader WHERE expires_at > now() - make_interval(secs => $1)`
-
 // noLeader is readyz's leader field when no River leader held a lease
-// within leaderFreshness. It does not make the API unready.
+// within queuestats.LeaderFreshness. It does not make the API unready.
 const noLeader = "absent: no River leader in the last minute: is a scheduler running?"
-
-// RecentLeader returns the ID of the River leader that held a lease within
-// leaderFreshness, or "" when there is none.
-func RecentLeader(ctx context.Context, q db.Querier) (string, error) {
-	var id string
-	err := q.QueryRow(ctx, leaderSQL, leaderFreshness.Seconds()).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("read river_leader: %w", err)
-	}
-	return id, nil
-}
 
 // healthz answers 200 while the process serves requests.
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -64,8 +39,8 @@ type Readiness struct {
 	Database   string `json:"database"`
 	Migrations string `json:"migrations"`
 	// Leader is the ID of the River leader (a scheduler) that held a lease
-	// within leaderFreshness, noLeader, or "unknown: ..." when it could not
-	// be read. Information only: it never makes the API unready, since
+	// within queuestats.LeaderFreshness, noLeader, or "unknown: ..." when
+	// it could not be read. Information only: it never makes the API unready, since
 	// inserts do not need a leader.
 	Leader string `json:"leader"`
 }
@@ -97,7 +72,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	case pending:
 		res.Migrations = "pending: run tierctl migrate"
 	}
-	switch leader, err := RecentLeader(ctx, s.pool); {
+	switch leader, err := queuestats.RecentLeader(ctx, s.pool); {
 	case err != nil:
 		res.Leader = "unknown: could not check"
 	case leader == "":

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/queuestats"
 	"github.com/tierq/tierq/metrics"
 )
 
@@ -73,8 +74,8 @@ func (m *Metrics) Escalation(from, to, actorKind string) {
 
 // dbCollector reads queue depth, oldest available job, dead-letter depth
 // and whether a River leader held a lease recently from PostgreSQL at most
-// once per cacheFor, with indexed queries (see QueueSummaries,
-// dlq.PendingDepth and leaderSQL, which reads river_leader's one row).
+// once per cacheFor, with indexed queries (see queuestats.Summaries,
+// dlq.PendingDepth and queuestats.RecentLeader, which reads river_leader's one row).
 type dbCollector struct {
 	q        db.Querier
 	logger   *slog.Logger
@@ -130,7 +131,7 @@ func (c *dbCollector) read() []prometheus.Metric {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	down := []prometheus.Metric{prometheus.MustNewConstMetric(c.dbUp, prometheus.GaugeValue, 0)}
-	queues, err := QueueSummaries(ctx, c.q)
+	queues, err := queuestats.Summaries(ctx, c.q)
 	if err != nil {
 		c.logger.WarnContext(ctx, "metrics: read queues", slog.String("error", err.Error()))
 		return down
@@ -140,7 +141,7 @@ func (c *dbCollector) read() []prometheus.Metric {
 		c.logger.WarnContext(ctx, "metrics: read dead-letter depth", slog.String("error", err.Error()))
 		return down
 	}
-	leader, err := RecentLeader(ctx, c.q)
+	leader, err := queuestats.RecentLeader(ctx, c.q)
 	if err != nil {
 		c.logger.WarnContext(ctx, "metrics: read leader", slog.String("error", err.Error()))
 		return down

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/dlq"
+	"github.com/tierq/tierq/internal/queuestats"
 	"github.com/tierq/tierq/internal/testdb"
 )
 
@@ -40,7 +40,7 @@ func BenchmarkScrapeQueries(b *testing.B) {
 			}
 			b.ResetTimer()
 			for range b.N {
-				queues, err := api.QueueSummaries(ctx, db.Pool)
+				queues, err := queuestats.Summaries(ctx, db.Pool)
 				require.NoError(b, err)
 				require.NotEmpty(b, queues)
 				_, err = dlq.PendingDepth(ctx, db.Pool)

@@ -1,129 +1,21 @@
 package api
 
 import (
-	"context"
 	"net/http"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/queuestats"
 	"github.com/tierq/tierq/routing"
 )
 
-// queuedStates are the states a queue's depth counts: waiting or running.
-// Finished jobs (completed, cancelled, discarded) are River's history, kept
-// for a day and deleted by River; counting them would read that history.
-var queuedStates = []string{"available", "scheduled", "retryable", "pending", "running"}
-
-// queuedStatesSQL is queuedStates as SQL literals. Literals, not a
-// parameter cast to river_job_state[]: the planner cannot see through that
-// cast, guesses that most of the table matches and scans all of it (210 ms
-// at 1M rows instead of a few ms through the index).
-const queuedStatesSQL = `('available', 'scheduled', 'retryable', 'pending', 'running')`
-
-// knownQueues are the service queues, the scheduler's queue and any queue a
-// River client has registered (river_queue).
-func knownQueues(ctx context.Context, q db.Querier) ([]string, error) {
-	rows, err := q.Query(ctx, `SELECT name FROM river_queue ORDER BY name`)
-	if err != nil {
-		return nil, err
-	}
-	registered, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, err
-	}
-	queues := append(routing.Queues(), "scheduler")
-	for _, name := range registered {
-		if !slices.Contains(queues, name) {
-			queues = append(queues, name)
-		}
-	}
-	return queues, nil
-}
-
 // QueueSummary is one queue in GET /v1/queues.
-type QueueSummary struct {
-	Name string `json:"name"`
-	// Counts are jobs per state, for the queued states and running.
-	Counts map[string]int `json:"counts"`
-	// OldestAvailableSeconds is how long the longest-waiting available job
-	// has been available in this queue (0 when none is available): since
-	// its scheduled_at, so a job the escalation sweep moved here counts from
-	// the move (priority-stats counts from when it became due).
-	OldestAvailableSeconds float64 `json:"oldest_available_seconds"`
-}
-
-// queueCountsSQL counts queued and running jobs per queue and state over
-// River's (state, queue, ...) index: one range per state.
-const queueCountsSQL = `
-SELECT queue, state::text, count(*) FROM river_job
-WHERE state IN ` + queuedStatesSQL + `
-GROUP BY queue, state`
-
-// oldestAvailableSQL finds each queue's longest-waiting available job with
-// one index probe per (queue, priority): the index is ordered by
-// scheduled_at within (state, queue, priority). A hand-written infinite
-// scheduled_at has no age and is passed over.
-const oldestAvailableSQL = `
-SELECT q.queue, coalesce(extract(epoch FROM now() - min(o.scheduled_at)), 0)::float8
-FROM unnest($1::text[]) AS q(queue)
-CROSS JOIN generate_series(1, 4) AS p(priority)
-LEFT JOIN LATERAL (
-    SELECT scheduled_at FROM river_job
-    WHERE state = 'available' AND queue = q.queue AND priority = p.priority
-      AND scheduled_at > '-infinity' AND scheduled_at < 'infinity'
-    ORDER BY scheduled_at LIMIT 1
-) AS o ON true
-GROUP BY q.queue`
-
-// QueueSummaries counts every known queue.
-func QueueSummaries(ctx context.Context, q db.Querier) ([]QueueSummary, error) {
-	queues, err := knownQueues(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	byName := map[string]*QueueSummary{}
-	out := make([]QueueSummary, len(queues))
-	for i, name := range queues {
-		out[i] = QueueSummary{Name: name, Counts: map[string]int{}}
-		for _, state := range queuedStates {
-			out[i].Counts[state] = 0
-		}
-		byName[name] = &out[i]
-	}
-	rows, err := q.Query(ctx, queueCountsSQL)
-	if err != nil {
-		return nil, err
-	}
-	var (
-		queue, state string
-		n            int
-		age          float64
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&queue, &state, &n}, func() error {
-		if s, ok := byName[queue]; ok {
-			s.Counts[state] = n
-		}
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	rows, err = q.Query(ctx, oldestAvailableSQL, queues)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := pgx.ForEachRow(rows, []any{&queue, &age}, func() error {
-		byName[queue].OldestAvailableSeconds = age
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
+type QueueSummary = queuestats.Summary
 
 func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) {
-	queues, err := QueueSummaries(r.Context(), s.pool)
+	queues, err := queuestats.Summaries(r.Context(), s.pool)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
@@ -163,7 +55,7 @@ type Percentiles struct {
 
 const priorityCountsSQL = `
 SELECT priority, state::text, count(*) FROM river_job
-WHERE state IN ` + queuedStatesSQL + ` AND queue = $1
+WHERE state IN ` + queuestats.QueuedStatesSQL + ` AND queue = $1
 GROUP BY priority, state`
 
 // waitSQL reads the queue's available jobs through the (state, queue, ...)
@@ -180,7 +72,7 @@ GROUP BY j.priority`
 func (s *Server) priorityStats(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	name := r.PathValue("queue")
-	queues, err := knownQueues(ctx, s.pool)
+	queues, err := queuestats.KnownQueues(ctx, s.pool)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
@@ -192,7 +84,7 @@ func (s *Server) priorityStats(w http.ResponseWriter, r *http.Request) {
 	out := PriorityStats{Queue: name}
 	for p := routing.PriorityEscalated; p <= routing.PriorityLowest; p++ {
 		stat := PriorityStat{Priority: p, Counts: map[string]int{}}
-		for _, state := range queuedStates {
+		for _, state := range queuestats.QueuedStates {
 			stat.Counts[state] = 0
 		}
 		out.Priorities = append(out.Priorities, stat)

@@ -14,13 +14,13 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/queuestats"
 	"github.com/tierq/tierq/tiers"
 )
 
-// watchStates are the queued states (api.QueueSummaries' counts) shown per
+// watchStates are the queued states (queuestats.Summaries' counts) shown per
 // queue, in lifecycle order. Finished jobs are River's history and not
 // counted: that would read the whole table.
 var watchStates = []string{"scheduled", "pending", "available", "retryable", "running"}
@@ -88,7 +88,7 @@ type tierWait struct {
 // dashboard is one frame of watch.
 type dashboard struct {
 	At     time.Time
-	Queues []api.QueueSummary
+	Queues []queuestats.Summary
 	Dead   dlq.Depth
 	Waits  []tierWait // one per tier in tiers.All() order, then "unknown" if any
 	Leader string     // "" when none
@@ -148,11 +148,11 @@ redrawn in place; otherwise each refresh is appended with a timestamp.`,
 }
 
 // readDashboard reads one frame, reusing the API's queue summaries and
-// leader query and the dead-letter depth.
+// leader query (queuestats) and the dead-letter depth.
 func readDashboard(ctx context.Context, q db.Querier) (dashboard, error) {
 	d := dashboard{At: time.Now()}
 	var err error
-	if d.Queues, err = api.QueueSummaries(ctx, q); err != nil {
+	if d.Queues, err = queuestats.Summaries(ctx, q); err != nil {
 		return d, fmt.Errorf("summarize queues: %w", err)
 	}
 	if d.Dead, err = dlq.PendingDepth(ctx, q); err != nil {
@@ -161,7 +161,7 @@ func readDashboard(ctx context.Context, q db.Querier) (dashboard, error) {
 	if d.Waits, err = startedWaits(ctx, q, waitWindow); err != nil {
 		return d, err
 	}
-	if d.Leader, err = api.RecentLeader(ctx, q); err != nil {
+	if d.Leader, err = queuestats.RecentLeader(ctx, q); err != nil {
 		return d, err
 	}
 	return d, nil
