@@ -87,7 +87,7 @@ prints a summary, and fails unless every one of them completed.
 
 The workers must run the load-test workload (LOAD_TEST_WORKLOAD=true), as
 make run's do; otherwise nothing is worked and the demo times out.`,
-		Example: `  tierctl demo                                   # about 3 minutes
+		Example: `  tierctl demo                                   # about 2 minutes on a laptop
   tierctl demo --free 300 --burst 5s --duration 15s --sleep-ms 50`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
