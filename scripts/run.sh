@@ -3,8 +3,10 @@
 #
 # Finds or starts PostgreSQL (scripts/pg.sh), migrates, starts one worker per
 # service (analyzer and specgen), the scheduler and the API in the background, enqueues a demo mix of
-# analyses of this repository's directories across every tier, and shows live
-# per-queue progress until Ctrl-C, which stops the workers gracefully.
+# analyses of this repository's directories across every tier, runs
+# `tierctl demo` (a free flood beside a paid trickle, a few minutes; DEMO=off
+# skips it), and shows live per-queue progress until Ctrl-C, which stops the
+# workers gracefully.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -39,8 +41,10 @@ stop_workers() {
 trap stop_workers EXIT
 trap 'exit 0' INT TERM
 
+# The demo's flood is the load-test workload (jobs that only sleep), which
+# make run's own workers, and only they, register.
 for svc in analyzer specgen; do
-  WORKER_SERVICE=$svc .tierq/bin/worker >".tierq/logs/worker-$svc.log" 2>&1 &
+  LOAD_TEST_WORKLOAD=true WORKER_SERVICE=$svc .tierq/bin/worker >".tierq/logs/worker-$svc.log" 2>&1 &
   pids+=($!)
   echo "worker $svc started (pid $!, log .tierq/logs/worker-$svc.log)"
 done
@@ -58,11 +62,20 @@ pids+=($!)
 echo "api started on http://$API_ADDR (pid $!, log .tierq/logs/api.log); analysis targets must be in ANALYSIS_ROOTS=$ANALYSIS_ROOTS"
 echo "  API_TOKEN=$API_TOKEN"
 echo "  API_ADMIN_TOKEN=$API_ADMIN_TOKEN"
-echo "River UI: http://$API_ADDR/riverui/ (log in with any user name and API_ADMIN_TOKEN as the password)"
+echo "River UI: http://$API_ADDR/riverui/ (user: any, password: $API_ADMIN_TOKEN)"
 
 targets=(--target "$root")
 for d in "$root"/*/; do targets+=(--target "$d"); done
 .tierq/bin/tierctl enqueue --count "${DEMO_JOBS:-60}" "${targets[@]}"
+
+if [ "${DEMO:-on}" != off ]; then
+  echo
+  echo "the demo runs the load-test workload: jobs that sleep ${DEMO_SLEEP_MS:-100} ms on average (no real analysis);"
+  echo "watch the free backlog grow and drain while paid waits stay low (also in River UI). DEMO=off skips it."
+  .tierq/bin/tierctl demo --sleep-ms "${DEMO_SLEEP_MS:-100}" ${DEMO_FLAGS:-} || echo "demo failed (see above); everything stays up"
+  echo
+  echo "demo done; everything stays up for exploring: curl http://$API_ADDR, River UI http://$API_ADDR/riverui/ (user: any, password: $API_ADMIN_TOKEN)"
+fi
 
 echo "watching queues; Ctrl-C to stop"
 .tierq/bin/tierctl watch || true

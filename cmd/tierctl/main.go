@@ -3,6 +3,7 @@
 //	tierctl migrate            apply River's and tierq's migrations (idempotent)
 //	tierctl enqueue            insert demo analysis work across every tier
 //	tierctl watch              live view: queues, waits by tier, dead letters, leader
+//	tierctl demo               a free flood beside a paid trickle: paid waits stay low
 //	tierctl escalate JOB_ID    move a queued job to another queue (audited)
 //	tierctl dlq ...            list, show, replay, purge and drain dead letters
 //	tierctl subscriptions ...  set and list users' tiers
@@ -58,7 +59,7 @@ func run(ctx context.Context, args, environ []string, stdout io.Writer) error {
 	root.SetOut(stdout)
 	root.SetErr(stdout)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(app.migrateCommand(), app.enqueueCommand(), app.watchCommand(), app.escalateCommand(), app.dlqCommand(), app.subscriptionsCommand(), app.benchCommand())
+	root.AddCommand(app.migrateCommand(), app.enqueueCommand(), app.watchCommand(), app.demoCommand(), app.escalateCommand(), app.dlqCommand(), app.subscriptionsCommand(), app.benchCommand())
 	root.SetArgs(args[1:])
 	err := root.ExecuteContext(ctx)
 	if err != nil && strings.HasPrefix(err.Error(), "unknown command") {

@@ -1,0 +1,425 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/spf13/cobra"
+
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/tiers"
+)
+
+// demoSettings are tierctl demo's flags.
+type demoSettings struct {
+	free        int
+	burst       time.Duration
+	paidEvery   time.Duration
+	duration    time.Duration
+	background  int
+	sleepMS     int
+	reportEvery time.Duration
+	timeout     time.Duration
+}
+
+func (s demoSettings) check() error {
+	switch {
+	case s.free < 0 || s.free > 1_000_000:
+		return fmt.Errorf("--free must be between 0 and 1000000, not %d", s.free)
+	case s.background < 0 || s.background > 10_000:
+		return fmt.Errorf("--background must be between 0 and 10000, not %d", s.background)
+	case s.sleepMS < 1 || s.sleepMS > 60_000:
+		return fmt.Errorf("--sleep-ms must be between 1 and 60000, not %d", s.sleepMS)
+	case s.paidEvery < 10*time.Millisecond:
+		return fmt.Errorf("--paid-every must be at least 10ms, not %s", s.paidEvery)
+	case s.duration < s.paidEvery:
+		return fmt.Errorf("--duration (%s) must be at least --paid-every (%s)", s.duration, s.paidEvery)
+	case s.burst < 0 || s.burst > s.duration:
+		return fmt.Errorf("--burst must be between 0 and --duration (%s), not %s", s.duration, s.burst)
+	case s.reportEvery < 100*time.Millisecond:
+		return fmt.Errorf("--report-every must be at least 100ms, not %s", s.reportEvery)
+	case s.timeout <= 0:
+		return fmt.Errorf("--timeout must be positive, not %s", s.timeout)
+	}
+	return nil
+}
+
+// sleep is a job's sleep: uniform in [sleepMS/2, 3*sleepMS/2].
+func (s demoSettings) sleep(rng *rand.Rand) int {
+	lo := s.sleepMS / 2
+	return lo + rng.IntN(s.sleepMS+1)
+}
+
+func (a *app) demoCommand() *cobra.Command {
+	var s demoSettings
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Flood the free queues, trickle paid work, and show that paid waits stay low",
+		Long: `Run a demo of tierq's claim: a free-tier flood does not slow paying users.
+
+The demo inserts load-test jobs (kind loadtest: each sleeps for a time in
+[SLEEP_MS/2, 3*SLEEP_MS/2] and does nothing else), into both services'
+queues, routed by routing.InsertOpts exactly as a producer does:
+
+  free        --free jobs inserted over --burst, far more than the default
+              queues' workers (3 analyzer, 2 specgen by default) can take:
+              they go to analysis_default and specview_default (3:2).
+  paid        one job every --paid-every for --duration (--duration /
+              --paid-every jobs, the first at once), cycling pro,
+              pro_plus and enterprise and the two services: they go to
+              analysis_priority and specview_priority.
+  background  --background scheduled-class jobs at the start, into
+              analysis_scheduled and specview_scheduled.
+
+Every --report-every it prints the free backlog (the demo's jobs available
+in *_default), the waits (attempted_at - scheduled_at, p50 and p99 in SQL) of
+the paid and free jobs started so far, and the completed counts. After
+--duration it waits (at most --timeout) for every job it inserted to finish,
+prints a summary, and fails unless every one of them completed.
+
+The workers must run the load-test workload (LOAD_TEST_WORKLOAD=true), as
+make run's do; otherwise nothing is worked and the demo times out.`,
+		Example: `  tierctl demo                                   # about 2 minutes on a laptop
+  tierctl demo --free 300 --burst 5s --duration 15s --sleep-ms 50`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := s.check(); err != nil {
+				return &usageError{err}
+			}
+			ctx := cmd.Context()
+			cfg, pool, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			client, err := insertClient(cfg, pool)
+			if err != nil {
+				return err
+			}
+			d := &demo{settings: s, client: client, pool: pool, app: a, byTier: map[tiers.Tier]int{}, byQueue: map[string]int{}}
+			return d.run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&s.free, "free", 4000, "free-tier jobs in the flood")
+	f.DurationVar(&s.burst, "burst", 30*time.Second, "time over which the free flood is inserted (0: all at once)")
+	f.DurationVar(&s.paidEvery, "paid-every", 150*time.Millisecond, "gap between two paid jobs")
+	f.DurationVar(&s.duration, "duration", 90*time.Second, "how long paid jobs keep coming")
+	f.IntVar(&s.background, "background", 6, "background (scheduled-class) jobs")
+	f.IntVar(&s.sleepMS, "sleep-ms", 100, "mean sleep of a job in ms (each sleeps between half and one and a half times this)")
+	f.DurationVar(&s.reportEvery, "report-every", 5*time.Second, "interval between two progress lines")
+	f.DurationVar(&s.timeout, "timeout", 10*time.Minute, "how long to wait after --duration for every job to finish")
+	return cmd
+}
+
+// demo is one run of tierctl demo: what it inserted and how to read it back.
+type demo struct {
+	settings demoSettings
+	client   *river.Client[pgx.Tx]
+	pool     *pgxpool.Pool
+	app      *app
+	rng      *rand.Rand
+
+	ids     []int64
+	byTier  map[tiers.Tier]int
+	byQueue map[string]int
+	free    int // free jobs inserted so far
+	paid    int // paid jobs inserted so far
+}
+
+// demoFreeBatchEvery is how often the flood inserts a batch of free jobs.
+const demoFreeBatchEvery = 250 * time.Millisecond
+
+var demoPaidTiers = []tiers.Tier{tiers.Pro, tiers.ProPlus, tiers.Enterprise}
+
+func (d *demo) run(ctx context.Context) error {
+	s := d.settings
+	// A fixed seed: the same command line sleeps the same way.
+	d.rng = rand.New(rand.NewPCG(3, 4)) //nolint:gosec // demo data, not secrets
+	out := d.app.stdout
+	fmt.Fprintf(out, "demo: load-test jobs (kind loadtest) that sleep %d-%d ms and do nothing else, routed by routing.InsertOpts:\n",
+		s.sleepMS/2, s.sleepMS/2+s.sleepMS)
+	fmt.Fprintf(out, "  free:       %d jobs over %s into analysis_default and specview_default (3:2)\n", s.free, s.burst)
+	fmt.Fprintf(out, "  paid:       one every %s for %s (pro, pro_plus, enterprise) into analysis_priority and specview_priority\n", s.paidEvery, s.duration)
+	fmt.Fprintf(out, "  background: %d scheduled-class jobs into analysis_scheduled and specview_scheduled\n", s.background)
+	fmt.Fprintf(out, "  waits are attempted_at - scheduled_at of the jobs started so far; the free backlog is the demo's jobs available in *_default\n")
+
+	start := time.Now()
+	if err := d.insertBackground(ctx); err != nil {
+		return err
+	}
+	if s.burst == 0 {
+		if err := d.insertFree(ctx, s.free); err != nil {
+			return err
+		}
+	}
+	freeTicker := time.NewTicker(demoFreeBatchEvery)
+	defer freeTicker.Stop()
+	paidTicker := time.NewTicker(s.paidEvery)
+	defer paidTicker.Stop()
+	report := time.NewTicker(s.reportEvery)
+	defer report.Stop()
+	end := time.NewTimer(s.duration)
+	defer end.Stop()
+
+	// One paid job now and one per tick: --duration / --paid-every in all.
+	paidJobs := int(s.duration / s.paidEvery)
+	if err := d.insertPaid(ctx); err != nil {
+		return err
+	}
+insert:
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-freeTicker.C:
+			// The share of the flood due by now, so it is spread evenly over --burst.
+			due := s.free
+			if elapsed := time.Since(start); elapsed < s.burst {
+				due = int(float64(s.free) * float64(elapsed) / float64(s.burst))
+			}
+			if err := d.insertFree(ctx, due-d.free); err != nil {
+				return err
+			}
+		case <-paidTicker.C:
+			if d.paid < paidJobs {
+				if err := d.insertPaid(ctx); err != nil {
+					return err
+				}
+			}
+		case <-report.C:
+			if err := d.report(ctx, start); err != nil {
+				return err
+			}
+		case <-end.C:
+			break insert
+		}
+	}
+	if err := d.insertFree(ctx, s.free-d.free); err != nil {
+		return err
+	}
+	for d.paid < paidJobs { // ticks a busy machine dropped
+		if err := d.insertPaid(ctx); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintf(out, "demo: all %d jobs inserted; waiting (at most %s) for them to finish\n", len(d.ids), s.timeout)
+	deadline := time.NewTimer(s.timeout)
+	defer deadline.Stop()
+	poll := time.NewTicker(200 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		stats, err := d.stats(ctx)
+		if err != nil {
+			return err
+		}
+		if stats.total().unfinished == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("demo: %d of %d jobs still unfinished after %s: are the workers running with LOAD_TEST_WORKLOAD=true?",
+				stats.total().unfinished, len(d.ids), s.timeout)
+		case <-report.C:
+			if err := d.report(ctx, start); err != nil {
+				return err
+			}
+		case <-poll.C:
+		}
+	}
+	return d.summary(ctx, start)
+}
+
+func (d *demo) insertBackground(ctx context.Context) error {
+	params := make([]river.InsertManyParams, 0, d.settings.background)
+	for i := range d.settings.background {
+		tier := []tiers.Tier{tiers.Free, tiers.Pro}[i%2]
+		svc := routing.Services()[i/2%2]
+		params = append(params, d.params(svc, tier, true))
+	}
+	return d.insertMany(ctx, params)
+}
+
+func (d *demo) insertFree(ctx context.Context, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	params := make([]river.InsertManyParams, 0, min(n, 1000))
+	for range n {
+		svc := routing.Analyzer
+		if d.free%5 >= 3 { // 3:2, as the default queues' default workers
+			svc = routing.SpecGen
+		}
+		params = append(params, d.params(svc, tiers.Free, false))
+		d.free++
+		if len(params) == cap(params) {
+			if err := d.insertMany(ctx, params); err != nil {
+				return err
+			}
+			params = params[:0]
+		}
+	}
+	return d.insertMany(ctx, params)
+}
+
+// insertPaid inserts one paid job: one Insert, as a producer serving one
+// request does (it notifies the queue's workers at once).
+func (d *demo) insertPaid(ctx context.Context) error {
+	tier := demoPaidTiers[d.paid%len(demoPaidTiers)]
+	svc := routing.Services()[d.paid%2]
+	p := d.params(svc, tier, false)
+	res, err := d.client.Insert(ctx, p.Args, p.InsertOpts)
+	if err != nil {
+		return fmt.Errorf("insert paid job: %w", err)
+	}
+	d.paid++
+	d.ids = append(d.ids, res.Job.ID)
+	return nil
+}
+
+func (d *demo) params(svc routing.Service, tier tiers.Tier, scheduled bool) river.InsertManyParams {
+	opts := routing.InsertOpts(svc, tier, scheduled)
+	d.byTier[tier]++
+	d.byQueue[opts.Queue]++
+	return river.InsertManyParams{Args: jobs.LoadTestArgs{SleepMS: d.settings.sleep(d.rng)}, InsertOpts: opts}
+}
+
+func (d *demo) insertMany(ctx context.Context, params []river.InsertManyParams) error {
+	if len(params) == 0 {
+		return nil
+	}
+	res, err := d.client.InsertMany(ctx, params)
+	if err != nil {
+		return fmt.Errorf("insert demo jobs: %w", err)
+	}
+	for _, r := range res {
+		d.ids = append(d.ids, r.Job.ID)
+	}
+	return nil
+}
+
+// demoStatsQuery reads the demo's jobs back by id (the primary key), per
+// class of queue: counts by state and the waits (attempted_at -
+// scheduled_at, in ms) of those started.
+const demoStatsQuery = `
+WITH demo AS (
+	SELECT CASE WHEN queue LIKE '%\_priority' THEN 'paid'
+	            WHEN queue LIKE '%\_scheduled' THEN 'background'
+	            ELSE 'free' END AS class,
+	       state, extract(epoch FROM attempted_at - scheduled_at) * 1000 AS wait_ms
+	FROM river_job WHERE id = ANY($1)
+)
+SELECT class,
+       count(*),
+       count(*) FILTER (WHERE state = 'available'),
+       count(*) FILTER (WHERE state = 'completed'),
+       count(*) FILTER (WHERE state NOT IN ('completed', 'cancelled', 'discarded')),
+       count(wait_ms),
+       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY wait_ms), 0),
+       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY wait_ms), 0)
+FROM demo GROUP BY class`
+
+// demoClass is the demo's jobs of one class of queue.
+type demoClass struct {
+	jobs, available, completed, unfinished, started int
+	p50, p99                                        float64 // ms
+}
+
+type demoStats map[string]demoClass
+
+func (s demoStats) total() demoClass {
+	var t demoClass
+	for _, c := range s {
+		t.jobs += c.jobs
+		t.available += c.available
+		t.completed += c.completed
+		t.unfinished += c.unfinished
+	}
+	return t
+}
+
+func (d *demo) stats(ctx context.Context) (demoStats, error) {
+	rows, err := d.pool.Query(ctx, demoStatsQuery, d.ids)
+	if err != nil {
+		return nil, fmt.Errorf("read demo jobs: %w", err)
+	}
+	stats := demoStats{}
+	var (
+		class string
+		c     demoClass
+	)
+	_, err = pgx.ForEachRow(rows, []any{&class, &c.jobs, &c.available, &c.completed, &c.unfinished, &c.started, &c.p50, &c.p99}, func() error {
+		stats[class] = c
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read demo jobs: %w", err)
+	}
+	return stats, nil
+}
+
+func (d *demo) report(ctx context.Context, start time.Time) error {
+	stats, err := d.stats(ctx)
+	if err != nil {
+		return err
+	}
+	free, paid, bg := stats["free"], stats["paid"], stats["background"]
+	fmt.Fprintf(d.app.stdout, "[%4s] free backlog %5d | paid wait p50 %s p99 %s (%d started) | free wait p50 %s p99 %s | completed: free %d/%d, paid %d/%d, background %d/%d\n",
+		time.Since(start).Round(time.Second), free.available,
+		ms(paid.p50), ms(paid.p99), paid.started, ms(free.p50), ms(free.p99),
+		free.completed, free.jobs, paid.completed, paid.jobs, bg.completed, bg.jobs)
+	return nil
+}
+
+// ErrDemoIncomplete is a demo whose jobs did not all complete.
+var ErrDemoIncomplete = errors.New("demo: not every job completed")
+
+func (d *demo) summary(ctx context.Context, start time.Time) error {
+	stats, err := d.stats(ctx)
+	if err != nil {
+		return err
+	}
+	out := d.app.stdout
+	total := stats.total()
+	fmt.Fprintf(out, "demo finished in %s: %d jobs, %d completed\n", time.Since(start).Round(time.Second), total.jobs, total.completed)
+	var byTier []string
+	for _, tier := range tiers.All() {
+		byTier = append(byTier, fmt.Sprintf("%s %d", tier, d.byTier[tier]))
+	}
+	fmt.Fprintf(out, "  by tier:  %s (%d background jobs included)\n", strings.Join(byTier, ", "), stats["background"].jobs)
+	var byQueue []string
+	for _, queue := range routing.Queues() {
+		if n := d.byQueue[queue]; n > 0 {
+			byQueue = append(byQueue, fmt.Sprintf("%s %d", queue, n))
+		}
+	}
+	fmt.Fprintf(out, "  by queue: %s\n", strings.Join(byQueue, ", "))
+	for _, class := range []string{"paid", "free", "background"} {
+		c := stats[class]
+		fmt.Fprintf(out, "  %-10s completed %d/%d, wait p50 %s, p99 %s\n", class, c.completed, c.jobs, ms(c.p50), ms(c.p99))
+	}
+	fmt.Fprintf(out, "  the claim: paid p99 wait %s while free work waited up to %s (p99)\n", ms(stats["paid"].p99), ms(stats["free"].p99))
+	if total.completed != total.jobs {
+		return fmt.Errorf("%w: %d of %d jobs ended in another state (cancelled or discarded)", ErrDemoIncomplete, total.jobs-total.completed, total.jobs)
+	}
+	return nil
+}
+
+// ms formats milliseconds readably: 4ms, 12.3s.
+func ms(v float64) string {
+	if v >= 1000 {
+		return fmt.Sprintf("%.1fs", v/1000)
+	}
+	return fmt.Sprintf("%.0fms", v)
+}
