@@ -19,7 +19,7 @@ const KindLoadTest = "loadtest"
 
 // LoadTestArgs are the args of the load-test workload. JSON:
 //
-//	{"sleep_ms": 250, "record": true, "fail_until": "2026-11-21T12:00:00Z"}
+//	{"sleep_ms": 250, "record": true, "fail_until": "2026-11-21T12:00:00Z", "tier": "pro"}
 type LoadTestArgs struct {
 	// SleepMS is how long the job "works", in milliseconds (0 to 1 hour).
 	SleepMS int `json:"sleep_ms"`
@@ -31,6 +31,10 @@ type LoadTestArgs struct {
 	// transient error (retried with backoff, dead-lettered when attempts run
 	// out): an outage of whatever the job depends on.
 	FailUntil *time.Time `json:"fail_until,omitempty"`
+	// Tier is the tier the job was routed for, when the inserter says so
+	// (tierctl demo does): the worker ignores it; the metrics hook, the API
+	// and tierctl watch read it as they read an analysis job's.
+	Tier string `json:"tier,omitempty"`
 
 	decodeErr error
 }

@@ -292,7 +292,7 @@ func (d *demo) params(svc routing.Service, tier tiers.Tier, scheduled bool) rive
 	opts := routing.InsertOpts(svc, tier, scheduled)
 	d.byTier[tier]++
 	d.byQueue[opts.Queue]++
-	return river.InsertManyParams{Args: jobs.LoadTestArgs{SleepMS: d.settings.sleep(d.rng)}, InsertOpts: opts}
+	return river.InsertManyParams{Args: jobs.LoadTestArgs{SleepMS: d.settings.sleep(d.rng), Tier: tier.String()}, InsertOpts: opts}
 }
 
 func (d *demo) insertMany(ctx context.Context, params []river.InsertManyParams) error {

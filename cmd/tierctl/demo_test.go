@@ -46,6 +46,9 @@ func TestDemoRunsToCompletion(t *testing.T) {
 	require.Equal(t, 2, db.Count(t, `SELECT count(*) FROM river_job WHERE queue IN ('analysis_scheduled', 'specview_scheduled')`))
 	// Paid tiers cycle pro, pro_plus, enterprise: priorities 4, 3, 2.
 	require.Equal(t, 5, db.Count(t, `SELECT count(*) FROM river_job WHERE queue LIKE '%\_priority' AND priority = 2`))
+	// Each job says its tier (read by the metrics, the API and tierctl watch).
+	require.Equal(t, 5, db.Count(t, `SELECT count(*) FROM river_job WHERE queue LIKE '%\_priority' AND args->>'tier' = 'enterprise'`))
+	require.Equal(t, 60, db.Count(t, `SELECT count(*) FROM river_job WHERE queue LIKE '%\_default' AND args->>'tier' = 'free'`))
 }
 
 // TestDemoUsageErrors: bad sizes exit 2 before anything is inserted.
