@@ -95,15 +95,11 @@ make run's do; otherwise nothing is worked and the demo times out.`,
 				return &usageError{err}
 			}
 			ctx := cmd.Context()
-			cfg, pool, err := a.connect(ctx)
+			pool, client, err := a.connectProducer(ctx)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			client, err := insertClient(cfg, pool)
-			if err != nil {
-				return err
-			}
 			d := &demo{settings: s, client: client, pool: pool, app: a, byTier: map[tiers.Tier]int{}, byQueue: map[string]int{}}
 			return d.run(ctx)
 		},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +19,6 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
-	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/internal/process"
 	"github.com/tierq/tierq/producer"
@@ -251,15 +251,11 @@ replayed. With --all, every dead letter not replayed yet that matches
 			}
 
 			ctx := cmd.Context()
-			cfg, pool, err := a.connect(ctx)
+			pool, client, err := a.connectProducer(ctx)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			client, err := insertClient(cfg, pool)
-			if err != nil {
-				return err
-			}
 
 			if !all {
 				outcomes, err := dlq.Replay(ctx, client, pool, ids, opts)
@@ -474,9 +470,19 @@ It is safe next to a running scheduler: concurrent drains never copy a job twice
 	return cmd
 }
 
-// insertClient is an insert-only River client (no queues, never a leader).
-func insertClient(cfg config.CLI, pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
-	return process.NewClient(pool, producer.ClientConfig(cfg.Schema, nil))
+// connectProducer connects (a.connect) and builds an insert-only River
+// client (no queues, never a leader) on the pool; the caller closes the pool.
+func (a *app) connectProducer(ctx context.Context) (*pgxpool.Pool, *river.Client[pgx.Tx], error) {
+	cfg, pool, err := a.connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := process.NewClient(pool, producer.ClientConfig(cfg.Schema, nil))
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, client, nil
 }
 
 // checkRange is a usage error unless lo <= n <= hi.

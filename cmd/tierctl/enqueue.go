@@ -70,15 +70,11 @@ cancel a job whose target is elsewhere.`,
 			}
 
 			ctx := cmd.Context()
-			cfg, pool, err := a.connect(ctx)
+			pool, client, err := a.connectProducer(ctx)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			client, err := insertClient(cfg, pool)
-			if err != nil {
-				return err
-			}
 
 			bar := a.progressBar(count, "enqueue")
 			perQueue := map[string]int{}
