@@ -84,15 +84,21 @@ func (b *bundle) do(t *testing.T, method, path, token string, body any) response
 	data, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	if resp.StatusCode >= 400 {
-		// Every error is JSON with an "error" string.
-		require.Equal(t, "application/json", resp.Header.Get("Content-Type"), "%s %s: %s", method, path, data)
-		var e struct {
-			Error string `json:"error"`
-		}
-		require.NoError(t, json.Unmarshal(data, &e), "%s %s: %s", method, path, data)
-		require.NotEmpty(t, e.Error)
+		requireJSONError(t, resp.Header, data, method, path)
 	}
 	return response{status: resp.StatusCode, header: resp.Header, body: data}
+}
+
+// requireJSONError checks an error answer: JSON with an "error" string, as
+// every error of the API is.
+func requireJSONError(t *testing.T, header http.Header, body []byte, method, path string) {
+	t.Helper()
+	require.Equal(t, "application/json", header.Get("Content-Type"), "%s %s: %s", method, path, body)
+	var e struct {
+		Error string `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(body, &e), "%s %s: %s", method, path, body)
+	require.NotEmpty(t, e.Error)
 }
 
 func (b *bundle) subscribe(t *testing.T, user string, tier tiers.Tier) {

@@ -2,9 +2,7 @@ package api_test
 
 import (
 	"fmt"
-	"maps"
 	"net/http"
-	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -74,10 +72,7 @@ func TestEndpointsReadRowsOfAnyShape(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 
-	shapes := []string{testdb.Large(), testdb.Deep(300)}
-	for _, name := range slices.Sorted(maps.Keys(testdb.NotObjects)) {
-		shapes = append(shapes, testdb.NotObjects[name])
-	}
+	shapes := testdb.BadShapes()
 	var live []int64
 	for _, shape := range shapes {
 		for _, state := range []string{"available", "discarded"} {

@@ -114,12 +114,7 @@ func (b *riverUIBundle) do(t *testing.T, method, path string, cred credential, h
 	data, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
-		require.Equal(t, "application/json", resp.Header.Get("Content-Type"), "%s %s: %s", method, path, data)
-		var e struct {
-			Error string `json:"error"`
-		}
-		require.NoError(t, json.Unmarshal(data, &e), "%s %s: %s", method, path, data)
-		require.NotEmpty(t, e.Error)
+		requireJSONError(t, resp.Header, data, method, path)
 	}
 	return response{status: resp.StatusCode, header: resp.Header, body: data}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/scheduler"
@@ -221,9 +222,7 @@ func TestPoisonInput(t *testing.T) {
 // ledger: worked to completion, or dead-lettered. It returns how many.
 func (s *system) insertBadRows(ctx context.Context) int {
 	s.t.Helper()
-	shapes := []string{`[]`, `"tierq_base_priority"`, `42`, `null`, `true`,
-		`{"filler": "` + strings.Repeat("x", 1<<20+1024) + `"}`,
-		strings.Repeat(`{"a": `, 300) + `{}` + strings.Repeat(`}`, 300)}
+	shapes := testdb.BadShapes()
 	n := 0
 	add := func(queue, state, args, metadata string, want final) {
 		var id int64

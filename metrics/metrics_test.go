@@ -98,11 +98,7 @@ func TestJobsHookReadsMetadataOfAnyShape(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	workers := river.NewWorkers()
 	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[outcomeArgs]) error { return nil }))
-	shapes := []string{testdb.Large(), testdb.Deep(300)}
-	for _, shape := range testdb.NotObjects {
-		shapes = append(shapes, shape)
-	}
-	for _, shape := range shapes {
+	for _, shape := range testdb.BadShapes() {
 		testdb.InsertRaw(t, db, testdb.RawJob{Kind: "outcome", Queue: "analysis_priority", Args: `{"tier": "pro", "do": "ok"}`,
 			Metadata: shape, Wait: time.Hour})
 	}

@@ -79,10 +79,7 @@ func TestBadRowsNeverStopTheSweeps(t *testing.T) {
 	}
 	// Discarded rows of every shape, in args and in metadata.
 	var discarded []int64
-	shapes := []string{`{}`, testdb.Large(), testdb.Deep(300)}
-	for _, name := range slices.Sorted(maps.Keys(testdb.NotObjects)) {
-		shapes = append(shapes, testdb.NotObjects[name])
-	}
+	shapes := append([]string{`{}`}, testdb.BadShapes()...)
 	for i, shape := range shapes {
 		queue := queues[i%len(queues)]
 		discarded = append(discarded,

@@ -15,11 +15,7 @@ import (
 func TestWatchCountsRowsOfAnyShape(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	shapes := []string{testdb.Large(), testdb.Deep(300)}
-	for _, shape := range testdb.NotObjects {
-		shapes = append(shapes, shape)
-	}
-	for _, shape := range shapes {
+	for _, shape := range testdb.BadShapes() {
 		testdb.InsertRaw(t, db, testdb.RawJob{Kind: "analysis", Queue: "analysis_default", Args: shape, Metadata: shape})
 		// Discarded by InsertRaw: attempted now, due 20s ago.
 		testdb.InsertRaw(t, db, testdb.RawJob{Kind: "analysis", Queue: "analysis_priority", State: "discarded",

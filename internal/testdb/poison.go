@@ -2,6 +2,8 @@ package testdb
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +30,17 @@ func Large() string {
 // Deep is a JSON object nested levels deep: {"a": {"a": ... {} ...}}.
 func Deep(levels int) string {
 	return strings.Repeat(`{"a": `, levels) + `{}` + strings.Repeat(`}`, levels)
+}
+
+// BadShapes are every value of NotObjects (in the order of their names),
+// then Large() and Deep(300): the args and metadata a reader of river_job
+// must cope with.
+func BadShapes() []string {
+	var shapes []string
+	for _, name := range slices.Sorted(maps.Keys(NotObjects)) {
+		shapes = append(shapes, NotObjects[name])
+	}
+	return append(shapes, Large(), Deep(300))
 }
 
 // RawJob is a river_job row written with SQL, as another producer (or a
