@@ -7,8 +7,8 @@
 //
 // where wait counts from when the job's current attempt became due: its
 // scheduled_at, or, for a job the escalation sweep moved, the due time the
-// move kept in its metadata (db.MetadataDueAt), and base is the priority the job had before aging first touched it (kept in
-// its metadata under db.MetadataBasePriority). Aging never makes a priority
+// move kept in its metadata (jobmeta.DueAt), and base is the priority the job had before aging first touched it (kept in
+// its metadata under jobmeta.BasePriority). Aging never makes a priority
 // worse: a job already better than maxPriority (an operator's priority 1) is
 // left as it is.
 //
@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/routing"
 )
 
@@ -75,9 +76,7 @@ WITH due AS (
     SELECT j.id, b.base, extract(epoch FROM now() - d.at) AS wait_s
     FROM river_job AS j,
          LATERAL (SELECT ` + db.DueAtSQL("j") + ` AS at) AS d,
-         LATERAL (SELECT CASE WHEN j.metadata->>'` + db.MetadataBasePriority + `' ~ '^[1-4]$'
-                              THEN (j.metadata->>'` + db.MetadataBasePriority + `')::smallint
-                              ELSE j.priority END AS base) AS b
+         LATERAL (SELECT ` + db.BasePrioritySQL("j") + ` AS base) AS b
     WHERE j.state = 'available'
       AND j.queue = ANY($1::text[])
       AND j.priority = ANY($2::smallint[])
@@ -90,7 +89,10 @@ WITH due AS (
 )
 UPDATE river_job AS j
 SET priority = greatest($4::int, due.base - floor(due.wait_s / $3))::smallint,
-    metadata = j.metadata || jsonb_build_object('` + db.MetadataBasePriority + `', due.base)
+    metadata = ` + db.WithMoveSQL("j.metadata",
+		`jsonb_build_object('`+jobmeta.BasePriority+`', due.base)`,
+		`jsonb_build_object('kind', '`+jobmeta.MoveAging+`', 'at', now(), 'from_queue', j.queue, 'to_queue', j.queue,
+            'from_priority', j.priority, 'to_priority', greatest($4::int, due.base - floor(due.wait_s / $3))::int)`) + `
 FROM due
 WHERE j.id = due.id
 RETURNING j.queue`
@@ -99,13 +101,13 @@ RETURNING j.queue`
 // sweepRanges split the jobs a sweep looks at into two index ranges of
 // scheduled_at: the jobs available in their queue for at least a step, and
 // the recent ones a move carried an earlier due time across
-// (db.MetadataMovedAt): an escalated job ages from when it became due, not
+// (jobmeta.MovedAt): an escalated job ages from when it became due, not
 // from its move. Each range is one plain index scan; a join of the two (a
 // UNION) let the planner re-run it per row (seconds instead of milliseconds
 // at 1M rows).
 var sweepRanges = []string{
 	`j.scheduled_at <= now() - make_interval(secs => $3) AND j.scheduled_at > '-infinity'`,
-	`j.scheduled_at > now() - make_interval(secs => $3) AND j.scheduled_at < 'infinity' AND j.metadata ? '` + db.MetadataMovedAt + `'`,
+	`j.scheduled_at > now() - make_interval(secs => $3) AND j.scheduled_at < 'infinity' AND ` + db.HasMovedAtSQL("j"),
 }
 
 // skippedSQL finds the jobs the sweep would look at but cannot change: their

@@ -93,7 +93,7 @@ func TestSweepAppliesTheFormulaOnceAndOnlyToAvailableServiceJobs(t *testing.T) {
 		if j.wantPrio != j.base {
 			wantTotal++
 			var base int
-			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT (metadata->>'tierq_base_priority')::int FROM river_job WHERE id = $1`, j.id).Scan(&base))
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT (metadata->>'tierq:base_priority')::int FROM river_job WHERE id = $1`, j.id).Scan(&base))
 			require.Equal(t, j.base, base, "base priority kept in metadata")
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tierq/tierq/escalation"
+	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/jobs/scan"
 	"github.com/tierq/tierq/producer"
@@ -130,11 +131,15 @@ func checkTarget(target string, roots []string) error {
 
 // Job is a job as the API shows it.
 type Job struct {
-	ID          int64                    `json:"id"`
-	Kind        string                   `json:"kind"`
-	Queue       string                   `json:"queue"`
-	Priority    int                      `json:"priority"`
-	Tier        string                   `json:"tier,omitempty"`
+	ID       int64  `json:"id"`
+	Kind     string `json:"kind"`
+	Queue    string `json:"queue"`
+	Priority int    `json:"priority"`
+	Tier     string `json:"tier,omitempty"`
+	// Tenant and Moves are read from the job's metadata (package jobmeta):
+	// who the job runs for, and the last moves tierq made to it.
+	Tenant      string                   `json:"tenant,omitempty"`
+	Moves       []jobmeta.Move           `json:"moves,omitempty"`
 	State       string                   `json:"state"`
 	Attempt     int                      `json:"attempt"`
 	MaxAttempts int                      `json:"max_attempts"`
@@ -164,19 +169,24 @@ func jobFromRow(row *rivertype.JobRow) Job {
 	if j.Errors == nil {
 		j.Errors = []rivertype.AttemptError{}
 	}
-	j.Tier = tierOf(row.EncodedArgs)
+	j.explain(row.Metadata)
 	return j
 }
 
-// tierOf is the tier recorded in a job's args ("" when none).
-func tierOf(args []byte) string {
-	var t struct {
-		Tier string `json:"tier"`
+// explain fills in what the job's metadata says about it. The tier comes
+// from its args when its metadata has none (a job inserted by a producer
+// that records the tier only there).
+func (j *Job) explain(metadata []byte) {
+	info := jobmeta.Read(metadata)
+	j.Tier, j.Tenant, j.Moves = info.Tier, info.Tenant, info.Moves
+	if j.Tier == "" {
+		var t struct {
+			Tier string `json:"tier"`
+		}
+		if json.Unmarshal(j.Args, &t) == nil {
+			j.Tier = t.Tier
+		}
 	}
-	if json.Unmarshal(args, &t) != nil {
-		return ""
-	}
-	return t.Tier
 }
 
 // tierFor looks the user's tier up. When the lookup fails for a reason
@@ -213,7 +223,7 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
-	job.Tier = tier
+	job.Tier, job.Tenant = tier, req.UserID
 	job.MaxAttempts = s.cfg.MaxAttempts
 	switch args := job.Args.(type) {
 	case jobs.AnalysisArgs:
@@ -292,20 +302,22 @@ func (s *Server) findJob(ctx context.Context, id int64) (Job, error) {
 		return Job{}, err
 	}
 	var (
-		j  Job
-		dl int64
+		j        Job
+		dl       int64
+		metadata []byte
 	)
 	err = s.pool.QueryRow(ctx, `
-		SELECT id, job_id, kind, queue, priority, attempt, max_attempts, errors, args, created_at, finalized_at
+		SELECT id, job_id, kind, queue, priority, attempt, max_attempts, errors, args, metadata, created_at, finalized_at
 		FROM dead_letter_jobs WHERE job_id = $1`, id).
-		Scan(&dl, &j.ID, &j.Kind, &j.Queue, &j.Priority, &j.Attempt, &j.MaxAttempts, &j.Errors, &j.Args, &j.CreatedAt, &j.FinalizedAt)
+		Scan(&dl, &j.ID, &j.Kind, &j.Queue, &j.Priority, &j.Attempt, &j.MaxAttempts, &j.Errors, &j.Args, &metadata, &j.CreatedAt, &j.FinalizedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Job{}, fmt.Errorf("%w: id %d", errJobNotFound, id)
 	}
 	if err != nil {
 		return Job{}, err
 	}
-	j.State, j.DeadLetterID, j.ScheduledAt, j.Tier = "dead_letter", dl, j.CreatedAt, tierOf(j.Args)
+	j.State, j.DeadLetterID, j.ScheduledAt = "dead_letter", dl, j.CreatedAt
+	j.explain(metadata)
 	return j, nil
 }
 

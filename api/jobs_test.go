@@ -197,6 +197,9 @@ func TestGetJob(t *testing.T) {
 		require.Equal(t, "available", job["state"])
 		require.EqualValues(t, 0, job["attempt"])
 		require.Equal(t, []any{}, job["errors"])
+		require.Equal(t, "free", job["tier"])
+		require.Equal(t, "u", job["tenant"], "the user id, from the job's metadata")
+		require.NotContains(t, job, "moves", "not moved yet")
 	}
 	require.Equal(t, http.StatusNotFound, b.do(t, "GET", "/v1/jobs/424242", producerToken, nil).status)
 	for _, bad := range []string{"abc", "-1", "0", "99999999999999999999", "1%20OR%201=1"} {
@@ -212,6 +215,7 @@ func TestGetJob(t *testing.T) {
 	job := b.do(t, "GET", fmt.Sprintf("/v1/jobs/%v", created["id"]), producerToken, nil).json(t)
 	require.Equal(t, "dead_letter", job["state"])
 	require.NotNil(t, job["dead_letter_id"])
+	require.Equal(t, "u", job["tenant"], "read from the dead letter's metadata")
 	require.Equal(t, "boom", job["errors"].([]any)[0].(map[string]any)["error"])
 }
 
@@ -226,6 +230,15 @@ func TestPatchJobEscalates(t *testing.T) {
 	require.Equal(t, "analysis_priority", res.json(t)["queue"])
 	require.EqualValues(t, 1, res.json(t)["priority"])
 	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM job_escalations WHERE actor = 'alice'`))
+	moves := b.do(t, "GET", path, producerToken, nil).json(t)["moves"].([]any)
+	require.Len(t, moves, 1)
+	move := moves[0].(map[string]any)
+	require.NotEmpty(t, move["at"])
+	delete(move, "at")
+	require.Equal(t, map[string]any{
+		"kind": "escalation", "actor": "alice", "reason": "customer escalation #812",
+		"from_queue": "analysis_default", "to_queue": "analysis_priority", "from_priority": 4.0, "to_priority": 1.0,
+	}, move)
 	require.Contains(t, string(b.do(t, "GET", "/metrics", "", nil).body),
 		`tierq_escalations_total{actor_kind="operator",from="analysis_default",to="analysis_priority"} 1`)
 

@@ -125,7 +125,7 @@ func TestDrainedRowReadsBackWithItsErrors(t *testing.T) {
 	require.WithinDuration(t, time.Now().Add(-time.Hour), d.CreatedAt, 15*time.Minute)
 	require.NotNil(t, d.FinalizedAt)
 	require.Nil(t, d.ReplayedAt)
-	require.JSONEq(t, `{"tierq_base_priority": 4}`, string(d.Metadata))
+	require.JSONEq(t, `{"tierq:base_priority": 4}`, string(d.Metadata))
 
 	_, err = dlq.Get(ctx, db.Pool, 999_999)
 	require.ErrorIs(t, err, dlq.ErrNotFound)

@@ -17,17 +17,12 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/routing"
 )
 
 // MaxReplayIDs is the most ids one Replay takes; ReplayAll has no limit.
 const MaxReplayIDs = 1000
-
-// Metadata keys of a replayed job, pointing back at its dead letter.
-const (
-	MetadataReplayOf      = "tierq_replay_of"        // dead_letter_jobs.id
-	MetadataReplayOfJobID = "tierq_replay_of_job_id" // the discarded job's id
-)
 
 // Beginner starts transactions and runs single statements: *pgxpool.Pool,
 // *pgx.Conn.
@@ -308,7 +303,8 @@ func replayTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, todo
 			firstOfKey[string(u.Key)] = d.ID
 		}
 		queue := cmp.Or(opts.ToQueue, d.Queue)
-		metadata, err := replayMetadata(d)
+		priority := basePriority(d)
+		metadata, err := replayMetadata(d, queue, priority, time.Now())
 		if err != nil {
 			return nil, err
 		}
@@ -318,7 +314,7 @@ func replayTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, todo
 			InsertOpts: &river.InsertOpts{
 				MaxAttempts: d.MaxAttempts,
 				Metadata:    metadata,
-				Priority:    basePriority(d),
+				Priority:    priority,
 				Queue:       queue,
 				Tags:        d.Tags,
 			},
@@ -427,25 +423,45 @@ func retryUniqueRace(replay func() error) error {
 
 // replayMetadata is the new job's metadata: the dead letter's own keys when
 // its metadata is a JSON object (not River's "river:" keys nor tierq's
-// per-attempt ones), its base priority, and where it came from.
-func replayMetadata(d *DeadLetter) ([]byte, error) {
+// per-attempt ones; legacy keys under their jobmeta names), its base
+// priority, where it came from, and the replay added to its moves.
+func replayMetadata(d *DeadLetter, queue string, priority int, now time.Time) ([]byte, error) {
 	meta := map[string]json.RawMessage{}
 	var old map[string]json.RawMessage
 	if json.Unmarshal(d.Metadata, &old) == nil {
 		for k, v := range old {
-			switch {
-			case strings.HasPrefix(k, "river:"), k == db.MetadataDueAt, k == db.MetadataMovedAt:
+			switch k {
+			case jobmeta.DueAt, jobmeta.MovedAt, jobmeta.LegacyDueAt, jobmeta.LegacyMovedAt,
+				jobmeta.LegacyBasePriority, jobmeta.LegacyReplayOf, jobmeta.LegacyReplayOfJobID:
 			default:
-				meta[k] = v
+				if !strings.HasPrefix(k, "river:") {
+					meta[k] = v
+				}
 			}
 		}
 	}
 	for k, v := range map[string]int64{
-		db.MetadataBasePriority: int64(basePriority(d)),
-		MetadataReplayOf:        d.ID,
-		MetadataReplayOfJobID:   d.JobID,
+		jobmeta.BasePriority:  int64(priority),
+		jobmeta.ReplayOf:      d.ID,
+		jobmeta.ReplayOfJobID: d.JobID,
 	} {
 		meta[k] = json.RawMessage(strconv.FormatInt(v, 10))
+	}
+	var moves []json.RawMessage
+	if json.Unmarshal(meta[jobmeta.Moves], &moves) != nil {
+		moves = nil
+	}
+	move, err := json.Marshal(jobmeta.Move{
+		Kind: jobmeta.MoveReplay, At: now.UTC(),
+		FromQueue: d.Queue, ToQueue: queue, FromPriority: d.Priority, ToPriority: priority,
+		DeadLetterID: d.ID, FromJobID: d.JobID,
+	})
+	if err != nil {
+		return nil, err
+	}
+	moves = append(moves[max(0, len(moves)-(jobmeta.MaxMoves-1)):], move)
+	if meta[jobmeta.Moves], err = json.Marshal(moves); err != nil {
+		return nil, err
 	}
 	return json.Marshal(meta)
 }
@@ -453,12 +469,8 @@ func replayMetadata(d *DeadLetter) ([]byte, error) {
 // basePriority is the priority the job started with, before aging improved
 // it (tierq keeps it in metadata), so a replayed job ages again from there.
 func basePriority(d *DeadLetter) int {
-	var meta map[string]json.RawMessage
-	if json.Unmarshal(d.Metadata, &meta) == nil {
-		if p, err := strconv.Atoi(string(meta[db.MetadataBasePriority])); err == nil &&
-			p >= routing.PriorityEscalated && p <= routing.PriorityLowest {
-			return p
-		}
+	if p := jobmeta.Read(d.Metadata).BasePriority; p >= routing.PriorityEscalated && p <= routing.PriorityLowest {
+		return p
 	}
 	return min(max(d.Priority, routing.PriorityEscalated), routing.PriorityLowest)
 }

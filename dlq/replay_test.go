@@ -80,8 +80,8 @@ func TestReplayInsertsAFreshJobAndMarksTheDeadLetter(t *testing.T) {
 	require.Equal(t, 4, priority, "the base priority from before aging, not the aged one")
 	var meta map[string]any
 	require.NoError(t, json.Unmarshal(metadata, &meta))
-	require.EqualValues(t, d.ID, meta[dlq.MetadataReplayOf])
-	require.EqualValues(t, d.JobID, meta[dlq.MetadataReplayOfJobID])
+	require.EqualValues(t, d.ID, meta["tierq:replay_of"])
+	require.EqualValues(t, d.JobID, meta["tierq:replay_of_job_id"])
 
 	after, err := dlq.Get(ctx, b.db.Pool, d.ID)
 	require.NoError(t, err)

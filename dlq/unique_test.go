@@ -74,7 +74,7 @@ func TestReplayKeepsUniqueness(t *testing.T) {
 	require.NoError(t, json.Unmarshal(res.Job.Metadata, &metadata))
 	require.Equal(t, "payments", metadata["team"])
 	require.NotContains(t, metadata, "river:rescue_count")
-	require.EqualValues(t, ids[0], metadata[dlq.MetadataReplayOf])
+	require.EqualValues(t, ids[0], metadata["tierq:replay_of"])
 
 	// Forced and bulk replays are refused while the job is live.
 	out, err = dlq.Replay(ctx, client, db.Pool, ids, dlq.ReplayOptions{Actor: "alice", Force: true})

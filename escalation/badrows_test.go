@@ -101,7 +101,7 @@ func TestSweepKeepsTheDueTime(t *testing.T) {
 
 	// A second move keeps the same time.
 	_, err = tdb.Pool.Exec(ctx, `UPDATE river_job SET scheduled_at = scheduled_at - interval '2 hours',
-		metadata = metadata || jsonb_build_object('tierq_moved_at', (extract(epoch FROM scheduled_at - interval '2 hours') * 1000000)::bigint)
+		metadata = metadata || jsonb_build_object('tierq:moved_at', (extract(epoch FROM scheduled_at - interval '2 hours') * 1000000)::bigint)
 		WHERE id = $1`, id)
 	require.NoError(t, err)
 	_, err = escalation.Sweep(ctx, tdb.Pool, escalation.Rules(0, time.Hour), 100)

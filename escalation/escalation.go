@@ -18,12 +18,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/routing"
 )
 
@@ -129,6 +131,15 @@ notified AS (
     FROM (SELECT DISTINCT to_queue FROM moved WHERE state = 'available') AS q
 )`
 
+// moveSQL is the jobmeta.Move of an escalation, as an SQL expression: kind
+// and toPriority are SQL expressions; t is the alias of a row with
+// from_queue, to_queue and from_priority; $5 and $6 are the actor and the
+// reason.
+func moveSQL(kind, t, toPriority string) string {
+	return `jsonb_build_object('kind', ` + kind + `, 'at', now(), 'from_queue', ` + t + `.from_queue, 'to_queue', ` + t + `.to_queue,
+            'from_priority', ` + t + `.from_priority, 'to_priority', ` + toPriority + `, 'actor', $5::text, 'reason', left($6::text, ` + strconv.Itoa(jobmeta.MaxReasonChars) + `))`
+}
+
 const auditCTE = `
 audit AS (
     INSERT INTO job_escalations (job_id, from_queue, to_queue, from_priority, to_priority, actor, reason)
@@ -151,7 +162,8 @@ moved AS (
     SET queue = t.to_queue,
         priority = t.to_priority,
         metadata = CASE WHEN ` + db.IsObjectSQL("j.metadata") + `
-                        THEN j.metadata || jsonb_build_object('` + db.MetadataBasePriority + `', t.to_priority)
+                        THEN ` + db.WithMoveSQL("j.metadata", `jsonb_build_object('`+jobmeta.BasePriority+`', t.to_priority)`,
+	moveSQL(`CASE WHEN $5 = '`+ActorDedup+`' THEN '`+jobmeta.MoveDedup+`' ELSE '`+jobmeta.MoveEscalation+`' END`, "t", "t.to_priority")) + `
                         ELSE j.metadata END
     FROM target AS t
     WHERE j.id = t.id AND (j.queue, j.priority) IS DISTINCT FROM (t.to_queue, t.to_priority)
@@ -253,8 +265,8 @@ type SweepResult struct {
 // sweepSQL moves at most $4 available jobs that waited longer than $3 seconds
 // in one of the from queues. A moved job joins the back of its new queue:
 // priority 4 (PriorityLowest) and scheduled_at now. The time its attempt
-// became due is kept in its metadata (db.MetadataDueAt, with the scheduled_at
-// the move wrote in db.MetadataMovedAt), so that its reported wait and its
+// became due is kept in its metadata (jobmeta.DueAt, with the scheduled_at
+// the move wrote in jobmeta.MovedAt), so that its reported wait and its
 // aging still count from then: the next aging sweep lifts it by its whole
 // wait (docs/scheduling.md). created_at keeps its original enqueue time.
 //
@@ -284,10 +296,11 @@ moved AS (
     SET queue = due.to_queue,
         priority = 4,
         scheduled_at = now(),
-        metadata = j.metadata || jsonb_build_object(
-            '` + db.MetadataBasePriority + `', 4,
-            '` + db.MetadataDueAt + `', (extract(epoch FROM due.due_at) * 1000000)::bigint,
-            '` + db.MetadataMovedAt + `', (extract(epoch FROM now()) * 1000000)::bigint)
+        metadata = ` + db.WithMoveSQL("j.metadata", `jsonb_build_object(
+            '`+jobmeta.BasePriority+`', 4,
+            '`+jobmeta.DueAt+`', (extract(epoch FROM due.due_at) * 1000000)::bigint,
+            '`+jobmeta.MovedAt+`', (extract(epoch FROM now()) * 1000000)::bigint)`,
+	moveSQL(`'`+jobmeta.MoveEscalation+`'`, "due", "4")) + `
     FROM due
     WHERE j.id = due.id
     RETURNING j.id, j.state::text AS state, due.from_queue, due.to_queue, due.from_priority, j.priority AS to_priority

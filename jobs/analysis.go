@@ -125,7 +125,7 @@ func (w *AnalysisWorker) Work(ctx context.Context, job *river.Job[AnalysisArgs])
 			return fmt.Errorf("store analysis result: %w", err)
 		default:
 			client := river.ClientFromContext[pgx.Tx](ctx)
-			opts := specViewInsertOpts(job.Queue, tier)
+			opts := specViewInsertOpts(job.Queue, tier, args.UserID)
 			if _, err := client.InsertTx(ctx, tx, SpecViewArgs{AnalysisResultID: resultID, Tier: args.Tier}, opts); err != nil {
 				return fmt.Errorf("chain specview job: %w", err)
 			}
@@ -139,12 +139,14 @@ func (w *AnalysisWorker) Work(ctx context.Context, job *river.Job[AnalysisArgs])
 
 // specViewInsertOpts routes the spec of an analysis through routing, to the
 // specview queue of the same class as the analysis job's queue (so a scheduled
-// or escalated analysis keeps its class), at the tier's starting priority.
-func specViewInsertOpts(analysisQueue string, tier tiers.Tier) *river.InsertOpts {
+// or escalated analysis keeps its class), at the tier's starting priority,
+// for the same tenant.
+func specViewInsertOpts(analysisQueue string, tier tiers.Tier, tenant string) *river.InsertOpts {
 	_, class, ok := routing.ClassOf(analysisQueue)
-	opts := routing.InsertOpts(routing.SpecGen, tier, ok && class == routing.Scheduled)
+	opts := routing.InsertOptsFor(routing.SpecGen, tier, tenant, ok && class == routing.Scheduled)
 	if ok {
 		opts.Queue = routing.SpecGen.Queue(class)
+		opts.Metadata = routing.InsertMetadata(tier, tenant, opts.Queue, opts.Priority)
 	}
 	return opts
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tierq/tierq/escalation"
+	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/tiers"
 )
@@ -66,9 +67,12 @@ func ClientConfig(schema string, logger *slog.Logger) *river.Config {
 
 // Job is one insert request.
 type Job struct {
-	Args      river.JobArgs
-	Service   routing.Service
-	Tier      tiers.Tier
+	Args    river.JobArgs
+	Service routing.Service
+	Tier    tiers.Tier
+	// Tenant is who the job runs for (the user id), kept in the job's
+	// metadata (jobmeta.Tenant). Empty leaves it out.
+	Tenant    string
 	Scheduled bool
 	// MaxAttempts overrides River's default (25) when positive.
 	MaxAttempts int
@@ -88,7 +92,7 @@ type Inserted struct {
 
 // Insert inserts job in tx. The caller commits.
 func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Job) (Inserted, error) {
-	opts := routing.InsertOpts(job.Service, job.Tier, job.Scheduled)
+	opts := routing.InsertOptsFor(job.Service, job.Tier, job.Tenant, job.Scheduled)
 	opts.UniqueOpts = UniqueOpts()
 	if job.MaxAttempts > 0 {
 		opts.MaxAttempts = job.MaxAttempts
@@ -121,10 +125,16 @@ func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Jo
 	}
 	out.Upgraded, out.FromQueue = moved.Changed, moved.FromQueue
 	if moved.Changed {
-		// The job now runs for this tier: its args say so too, so that the
-		// work it chains (the specview job) is routed for this tier. The row
-		// is still locked by the move in tx.
-		_, err := tx.Exec(ctx, `UPDATE river_job SET args = jsonb_set(args, '{tier}', to_jsonb($2::text)) WHERE id = $1 AND jsonb_typeof(args) = 'object' AND args ? 'tier'`,
+		// The job now runs for this tier: its metadata says so, and its args
+		// too, so that the work it chains (the specview job) is routed for
+		// this tier. The row is still locked by the move in tx.
+		_, err := tx.Exec(ctx, `
+			UPDATE river_job
+			SET args = CASE WHEN jsonb_typeof(args) = 'object' AND args ? 'tier'
+			                THEN jsonb_set(args, '{tier}', to_jsonb($2::text)) ELSE args END,
+			    metadata = CASE WHEN jsonb_typeof(metadata) = 'object'
+			                    THEN metadata || jsonb_build_object('`+jobmeta.Tier+`', $2::text) ELSE metadata END
+			WHERE id = $1`,
 			res.Job.ID, job.Tier.String())
 		if err != nil {
 			return Inserted{}, fmt.Errorf("record upgraded tier: %w", err)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -185,15 +186,37 @@ func StartingPriority(tier tiers.Tier) int {
 }
 
 // InsertOpts is what a producer passes to River's Insert for a job of svc on
-// behalf of a user of the given tier: the queue from SelectQueue and the
-// tier's starting priority.
+// behalf of a user of the given tier: the queue from SelectQueue, the tier's
+// starting priority, and metadata recording the tier and where the job
+// starts (jobmeta.Insert; no tenant: producer.Insert adds it, or see
+// InsertOptsFor).
 //
 //	_, err := client.InsertTx(ctx, tx, args, routing.InsertOpts(routing.Analyzer, tier, false))
 func InsertOpts(svc Service, tier tiers.Tier, isScheduled bool) *river.InsertOpts {
-	return &river.InsertOpts{
+	return InsertOptsFor(svc, tier, "", isScheduled)
+}
+
+// InsertOptsFor is InsertOpts for a job of the given tenant (the user id
+// the job runs for; empty for none), recorded in its metadata
+// (jobmeta.Tenant).
+func InsertOptsFor(svc Service, tier tiers.Tier, tenant string, isScheduled bool) *river.InsertOpts {
+	opts := &river.InsertOpts{
 		Queue:    SelectQueue(svc.BaseQueue(), tier, isScheduled),
 		Priority: StartingPriority(tier),
 	}
+	opts.Metadata = InsertMetadata(tier, tenant, opts.Queue, opts.Priority)
+	return opts
+}
+
+// InsertMetadata is the metadata of a job inserted for tier and tenant into
+// queue at priority (jobmeta.Insert): for a producer that chooses the queue
+// itself. An unknown tier is left out.
+func InsertMetadata(tier tiers.Tier, tenant, queue string, priority int) []byte {
+	in := jobmeta.Insert{Tenant: tenant, Queue: queue, Priority: priority}
+	if tier.Valid() {
+		in.Tier = tier.String()
+	}
+	return in.JSON()
 }
 
 // TierOrDefault parses a tier name from a subscription, job args or a request.

@@ -150,14 +150,42 @@ func TestStartingPriority(t *testing.T) {
 func TestInsertOpts(t *testing.T) {
 	t.Parallel()
 
-	opts := routing.InsertOpts(routing.Analyzer, tiers.Enterprise, false)
-	require.Equal(t, &river.InsertOpts{Queue: "analysis_priority", Priority: 2}, opts)
-
-	opts = routing.InsertOpts(routing.SpecGen, tiers.Free, true)
-	require.Equal(t, &river.InsertOpts{Queue: "specview_scheduled", Priority: 4}, opts)
-
-	opts = routing.InsertOpts(routing.SpecGen, tiers.ProPlus, false)
-	require.Equal(t, &river.InsertOpts{Queue: "specview_priority", Priority: 3}, opts)
+	tests := []struct {
+		opts         *river.InsertOpts
+		wantQueue    string
+		wantPriority int
+		wantMetadata string
+	}{
+		{
+			routing.InsertOpts(routing.Analyzer, tiers.Enterprise, false), "analysis_priority", 2,
+			`{"tierq:tier": "enterprise", "tierq:original_queue": "analysis_priority", "tierq:original_priority": 2}`,
+		},
+		{
+			routing.InsertOpts(routing.SpecGen, tiers.Free, true), "specview_scheduled", 4,
+			`{"tierq:tier": "free", "tierq:original_queue": "specview_scheduled", "tierq:original_priority": 4}`,
+		},
+		{
+			routing.InsertOptsFor(routing.SpecGen, tiers.ProPlus, "u_42", false), "specview_priority", 3,
+			`{"tierq:tier": "pro_plus", "tierq:tenant": "u_42", "tierq:original_queue": "specview_priority", "tierq:original_priority": 3}`,
+		},
+		{
+			// A tenant id is any string: it is escaped as JSON.
+			routing.InsertOptsFor(routing.Analyzer, tiers.Pro, "o'brien \"ü\"\n<&>", false), "analysis_priority", 4,
+			`{"tierq:tier": "pro", "tierq:tenant": "o'brien \"\u00fc\"\n<&>", "tierq:original_queue": "analysis_priority", "tierq:original_priority": 4}`,
+		},
+		{
+			// An unknown tier routes to _default and records no tier.
+			routing.InsertOptsFor(routing.Analyzer, tiers.Tier(9), "u_1", false), "analysis_default", 4,
+			`{"tierq:tenant": "u_1", "tierq:original_queue": "analysis_default", "tierq:original_priority": 4}`,
+		},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.wantQueue, tt.opts.Queue)
+		require.Equal(t, tt.wantPriority, tt.opts.Priority)
+		require.JSONEq(t, tt.wantMetadata, string(tt.opts.Metadata))
+		require.Zero(t, tt.opts.MaxAttempts)
+		require.Empty(t, tt.opts.Tags)
+	}
 }
 
 // TestUnknownTierCounted is not parallel so that no other test of this package

@@ -95,12 +95,12 @@ cancel a job whose target is elsewhere.`,
 			for i := range count {
 				tier := cycle[i%len(cycle)]
 				isScheduled := rng.Float64() < scheduled
-				opts := routing.InsertOpts(routing.Analyzer, tier, isScheduled)
 				args := jobs.AnalysisArgs{
 					Target: absTargets[i%len(absTargets)],
 					UserID: demoUserID(userID, tier, i),
 					Tier:   tier.String(),
 				}
+				opts := routing.InsertOptsFor(routing.Analyzer, tier, args.UserID, isScheduled)
 				batch = append(batch, river.InsertManyParams{Args: args, InsertOpts: opts})
 				perQueue[opts.Queue]++
 				if len(batch) == enqueueBatch {

@@ -15,8 +15,3 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
-
-// MetadataBasePriority is the River job metadata key holding the priority a
-// job had before aging first improved it. Aging computes from it, so a sweep
-// run twice gives the same result; escalation resets it.
-const MetadataBasePriority = "tierq_base_priority"

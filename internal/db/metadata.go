@@ -4,48 +4,57 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tierq/tierq/jobmeta"
 )
 
-// Metadata keys tierq keeps on a River job besides MetadataBasePriority.
-//
 // River's scheduled_at is when the job became available in its current
 // queue: the escalation sweep sets it to now() so that a moved job joins the
 // back of its new queue. The time the current attempt became due (its
 // insert, or the end of a retry's backoff or snooze) is kept across such
-// moves in MetadataDueAt, in Unix microseconds, next to MetadataMovedAt, the
+// moves in jobmeta.DueAt, in Unix microseconds, next to jobmeta.MovedAt, the
 // scheduled_at the move wrote. The pair only counts while scheduled_at still
-// equals MetadataMovedAt: once River gives the job a new scheduled_at (a
+// equals jobmeta.MovedAt: once River gives the job a new scheduled_at (a
 // retry, a snooze), that new time is when the next attempt is due.
-const (
-	MetadataDueAt   = "tierq_due_at"
-	MetadataMovedAt = "tierq_moved_at"
-)
+//
+// A job queued before tierq's keys took the "tierq:" prefix carries the pair
+// under the legacy keys (jobmeta.LegacyDueAt, jobmeta.LegacyMovedAt): they
+// count when the job has no jobmeta.MovedAt.
 
 // A kept due time counts only when both keys hold JSON numbers written as
 // plain non-negative integers of at most 18 digits (PostgreSQL prints a jsonb
-// number in that form whatever form it was written in), MetadataMovedAt
-// equals scheduled_at in microseconds, and MetadataDueAt is not after it.
+// number in that form whatever form it was written in), the moved key
+// equals scheduled_at in microseconds, and the due key is not after it.
 // Anything else (a string, a fraction, a key in another case, a due time
 // after the move) means scheduled_at. DueAtSQL and DueAt apply this one rule;
 // TestDueAtAgreesWithDueAtSQL checks that they agree.
 const keptMicrosPattern = `^[0-9]{1,18}$`
 
 // DueAtSQL is an SQL expression for when the current attempt of the
-// river_job row aliased alias became due (see MetadataDueAt): a timestamptz
+// river_job row aliased alias became due (see jobmeta.DueAt): a timestamptz
 // that is never after scheduled_at. It reads metadata of any shape without
 // failing: an array, a scalar, a key of the wrong type or a number out of
 // range all mean "scheduled_at".
 func DueAtSQL(alias string) string {
+	m := alias + ".metadata"
+	return `(CASE WHEN ` + m + ` ? '` + jobmeta.MovedAt + `'
+    THEN ` + dueAtSQL(alias, jobmeta.DueAt, jobmeta.MovedAt) + `
+    ELSE ` + dueAtSQL(alias, jobmeta.LegacyDueAt, jobmeta.LegacyMovedAt) + ` END)`
+}
+
+// dueAtSQL applies the rule to one pair of keys.
+func dueAtSQL(alias, dueKey, movedKey string) string {
 	m, s := alias+".metadata", alias+".scheduled_at"
-	due, moved := m+"->>'"+MetadataDueAt+"'", m+"->>'"+MetadataMovedAt+"'"
+	due, moved := m+"->>'"+dueKey+"'", m+"->>'"+movedKey+"'"
 	// CASE, not AND, orders the checks: PostgreSQL evaluates a THEN only
 	// when its WHEN held, so the casts never see anything but digits.
 	return `(CASE WHEN jsonb_typeof(` + m + `) = 'object'
-      AND jsonb_typeof(` + m + `->'` + MetadataMovedAt + `') = 'number' AND ` + moved + ` ~ '` + keptMicrosPattern + `'
-      AND jsonb_typeof(` + m + `->'` + MetadataDueAt + `') = 'number' AND ` + due + ` ~ '` + keptMicrosPattern + `'
+      AND jsonb_typeof(` + m + `->'` + movedKey + `') = 'number' AND ` + moved + ` ~ '` + keptMicrosPattern + `'
+      AND jsonb_typeof(` + m + `->'` + dueKey + `') = 'number' AND ` + due + ` ~ '` + keptMicrosPattern + `'
     THEN CASE WHEN (` + moved + `)::numeric = extract(epoch FROM ` + s + `) * 1000000
                 AND (` + due + `)::numeric <= (` + moved + `)::numeric
         THEN to_timestamp((` + due + `)::float8 / 1000000)
@@ -53,16 +62,53 @@ func DueAtSQL(alias string) string {
     ELSE ` + s + ` END)`
 }
 
-// FiniteSQL is an SQL condition: the timestamptz expression col is neither
-// infinity nor -infinity (a hand-written row may hold either; arithmetic on
-// it fails).
-func FiniteSQL(col string) string {
-	return `isfinite(` + col + `)`
+// HasMovedAtSQL is an SQL condition: the river_job row aliased alias carries
+// a kept move time under either generation of keys.
+func HasMovedAtSQL(alias string) string {
+	return alias + `.metadata ?| '{` + jobmeta.MovedAt + `,` + jobmeta.LegacyMovedAt + `}'::text[]`
 }
 
-// IsObjectSQL is an SQL condition: the jsonb column col holds a JSON object.
-func IsObjectSQL(col string) string {
-	return `jsonb_typeof(` + col + `) = 'object'`
+// BasePrioritySQL is an SQL expression for the priority aging computes from
+// for the river_job row aliased alias: jobmeta.BasePriority (or its legacy
+// key) when it holds 1..4, else the job's priority.
+func BasePrioritySQL(alias string) string {
+	m := alias + ".metadata"
+	return `(CASE WHEN ` + m + `->>'` + jobmeta.BasePriority + `' ~ '^[1-4]$' THEN (` + m + `->>'` + jobmeta.BasePriority + `')::smallint
+      WHEN NOT ` + m + ` ? '` + jobmeta.BasePriority + `' AND ` + m + `->>'` + jobmeta.LegacyBasePriority + `' ~ '^[1-4]$' THEN (` + m + `->>'` + jobmeta.LegacyBasePriority + `')::smallint
+      ELSE ` + alias + `.priority END)`
+}
+
+// WithMoveSQL is an SQL expression for the metadata m (an object) after a
+// move: legacy keys renamed (UpgradeKeysSQL), the entries of fields (an SQL
+// expression for a JSON object of jobmeta keys) set, and move (an SQL
+// expression for a JSON object, see jobmeta.Move) added to jobmeta.Moves,
+// keeping the last jobmeta.MaxMoves.
+func WithMoveSQL(m, fields, move string) string {
+	moves := m + `->'` + jobmeta.Moves + `'`
+	return `(` + UpgradeKeysSQL(m) + ` || ` + fields + ` || jsonb_build_object('` + jobmeta.Moves + `',
+        (CASE WHEN jsonb_typeof(` + moves + `) = 'array'
+              THEN jsonb_path_query_array(` + moves + `, 'lax $[last-` + strconv.Itoa(jobmeta.MaxMoves-2) + ` to last]')
+              ELSE '[]'::jsonb END) || jsonb_build_array(` + move + `)))`
+}
+
+// UpgradeKeysSQL is an SQL expression for the metadata m (an object) with
+// each legacy key renamed to its jobmeta key, unless that key is already
+// set.
+func UpgradeKeysSQL(m string) string {
+	pairs := make([]string, 0, len(legacyRenames))
+	for _, r := range legacyRenames {
+		pairs = append(pairs, `'`+r[1]+`', `+m+`->'`+r[0]+`'`)
+	}
+	return `(jsonb_strip_nulls(jsonb_build_object(` + strings.Join(pairs, ", ") + `)) || (` + m + ` - '{` + strings.Join(jobmeta.LegacyKeys(), ",") + `}'::text[]))`
+}
+
+// legacyRenames pairs each legacy key with its jobmeta key.
+var legacyRenames = [][2]string{
+	{jobmeta.LegacyBasePriority, jobmeta.BasePriority},
+	{jobmeta.LegacyDueAt, jobmeta.DueAt},
+	{jobmeta.LegacyMovedAt, jobmeta.MovedAt},
+	{jobmeta.LegacyReplayOf, jobmeta.ReplayOf},
+	{jobmeta.LegacyReplayOfJobID, jobmeta.ReplayOfJobID},
 }
 
 // DueAt is when the current attempt of a job became due, read from its
@@ -74,8 +120,12 @@ func DueAt(scheduledAt time.Time, metadata []byte) time.Time {
 	if json.Unmarshal(metadata, &m) != nil {
 		return scheduledAt
 	}
-	moved, ok1 := keptMicros(m[MetadataMovedAt])
-	due, ok2 := keptMicros(m[MetadataDueAt])
+	dueKey, movedKey := jobmeta.DueAt, jobmeta.MovedAt
+	if _, ok := m[movedKey]; !ok {
+		dueKey, movedKey = jobmeta.LegacyDueAt, jobmeta.LegacyMovedAt
+	}
+	moved, ok1 := keptMicros(m[movedKey])
+	due, ok2 := keptMicros(m[dueKey])
 	if !ok1 || !ok2 || moved != scheduledAt.UnixMicro() || due > moved {
 		return scheduledAt
 	}
@@ -94,6 +144,18 @@ func keptMicros(raw json.RawMessage) (int64, bool) {
 	}
 	n, err := strconv.ParseInt(string(raw), 10, 64)
 	return n, err == nil
+}
+
+// FiniteSQL is an SQL condition: the timestamptz expression col is neither
+// infinity nor -infinity (a hand-written row may hold either; arithmetic on
+// it fails).
+func FiniteSQL(col string) string {
+	return `isfinite(` + col + `)`
+}
+
+// IsObjectSQL is an SQL condition: the jsonb column col holds a JSON object.
+func IsObjectSQL(col string) string {
+	return `jsonb_typeof(` + col + `) = 'object'`
 }
 
 // PausedSQL is an SQL condition: the queue named by the SQL expression

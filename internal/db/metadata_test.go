@@ -3,6 +3,7 @@ package db_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +49,25 @@ func TestDueAtAgreesWithDueAtSQL(t *testing.T) {
 		{"null", `null`, scheduled},
 		{"deep", `{"a": {"a": {"tierq_due_at": 1}}}`, scheduled},
 	}
+	// The same cases under the "tierq:" keys (jobmeta.DueAt and
+	// jobmeta.MovedAt); the legacy "tierq_" ones above are still read.
+	for _, tt := range tests[:len(tests):len(tests)] {
+		r := strings.NewReplacer("tierq_", "tierq:", "TIERQ_", "TIERQ:")
+		tests = append(tests, struct {
+			name     string
+			metadata string
+			want     time.Time
+		}{"prefixed, " + tt.name, r.Replace(tt.metadata), tt.want})
+	}
+	tests = append(tests, []struct {
+		name     string
+		metadata string
+		want     time.Time
+	}{
+		{"both, the prefixed pair counts", `{"tierq:due_at": 1795417200005000, "tierq:moved_at": ` + moved + `, "tierq_due_at": 1, "tierq_moved_at": ` + moved + `}`, earlier},
+		{"a prefixed move hides a legacy pair", `{"tierq:moved_at": ` + moved + `, "tierq_due_at": 1795417200005000, "tierq_moved_at": ` + moved + `}`, scheduled},
+		{"a prefixed due alone does not", `{"tierq:due_at": 1, "tierq_due_at": 1795417200005000, "tierq_moved_at": ` + moved + `}`, earlier},
+	}...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var (

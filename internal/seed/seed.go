@@ -47,7 +47,7 @@ func Discarded(ctx context.Context, q db.Querier, n int) ([]int64, error) {
 		       CASE WHEN q.queue LIKE 'analysis%' THEN 'analysis' ELSE 'specview' END,
 		       CASE WHEN q.queue LIKE 'analysis%' THEN jsonb_build_object('target', '/srv/t' || i, 'tier', 'pro')
 		            ELSE jsonb_build_object('analysis_result_id', i, 'tier', 'pro') END,
-		       jsonb_build_object('tierq_base_priority', 4), 2, 2, now() - interval '1 minute',
+		       jsonb_build_object('tierq:base_priority', 4), 2, 2, now() - interval '1 minute',
 		       now() - interval '1 hour' - make_interval(secs => i), now() - interval '1 hour', now(),
 		       ARRAY[jsonb_build_object('at', now() - interval '2 minutes', 'attempt', 1, 'error', 'attempt 1 of job ' || i, 'trace', ''),
 		             jsonb_build_object('at', now() - interval '1 minute', 'attempt', 2, 'error', 'attempt 2 of job ' || i, 'trace', '')]

@@ -1,0 +1,223 @@
+// Package jobmeta names the keys tierq keeps in a River job's metadata, so
+// that a job explains itself wherever River shows it (River UI's job page,
+// `river_job.metadata` in psql): the tier and tenant it runs for, where it
+// was first inserted, and the last moves tierq made to it.
+//
+// Every key starts with Prefix ("tierq:"), as River's own keys start with
+// "river:"; tierq reads and writes no other key of a job's metadata. The
+// contract for producers in other languages is the same: a job they insert
+// with Tier and Tenant set is shown and counted like one inserted here.
+//
+// A job whose metadata is not a JSON object (written by hand, or by another
+// tool) is never rewritten: tierq moves it when asked and leaves its
+// metadata as it is.
+package jobmeta
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// Prefix starts every key tierq keeps in a job's metadata.
+const Prefix = "tierq:"
+
+// Keys of a job's metadata. The first four are written at insert (For);
+// the rest by tierq's own moves.
+const (
+	// Tier is the billing tier the job runs for ("free", "pro",
+	// "pro_plus", "enterprise"). A dedup upgrade rewrites it.
+	Tier = Prefix + "tier"
+	// Tenant is who the job runs for: the user id of the request.
+	Tenant = Prefix + "tenant"
+	// OriginalQueue and OriginalPriority are where the job was inserted,
+	// before aging, escalation or a dedup upgrade moved it.
+	OriginalQueue    = Prefix + "original_queue"
+	OriginalPriority = Prefix + "original_priority"
+
+	// Moves is the job's last moves (at most MaxMoves, oldest first): a JSON
+	// array of Move objects.
+	Moves = Prefix + "moves"
+
+	// BasePriority is the priority the job had before aging first improved
+	// it. Aging computes from it, so a sweep run twice gives the same
+	// result; an escalation resets it.
+	BasePriority = Prefix + "base_priority"
+	// DueAt and MovedAt are kept by the escalation sweep, which gives a
+	// moved job a new scheduled_at: DueAt is when the job's current attempt
+	// became due, MovedAt the scheduled_at the move wrote, both in Unix
+	// microseconds. The pair counts only while scheduled_at still equals
+	// MovedAt (internal/db.DueAtSQL has the whole rule).
+	DueAt   = Prefix + "due_at"
+	MovedAt = Prefix + "moved_at"
+
+	// ReplayOf is the dead letter (dead_letter_jobs.id) a replayed job was
+	// made from, and ReplayOfJobID the id of the discarded job it held.
+	ReplayOf      = Prefix + "replay_of"
+	ReplayOfJobID = Prefix + "replay_of_job_id"
+)
+
+// Legacy keys: tierq's first releases wrote these. Jobs queued before an upgrade
+// still carry them: tierq reads them when the key above is missing, and a
+// move that rewrites the job's metadata drops them.
+const (
+	LegacyBasePriority  = "tierq_base_priority"
+	LegacyDueAt         = "tierq_due_at"
+	LegacyMovedAt       = "tierq_moved_at"
+	LegacyReplayOf      = "tierq_replay_of"
+	LegacyReplayOfJobID = "tierq_replay_of_job_id"
+)
+
+// LegacyKeys lists every legacy key.
+func LegacyKeys() []string {
+	return []string{LegacyBasePriority, LegacyDueAt, LegacyMovedAt, LegacyReplayOf, LegacyReplayOfJobID}
+}
+
+// MaxMoves is how many moves a job's metadata keeps: the oldest go first.
+const MaxMoves = 10
+
+// Kinds of Move.
+const (
+	// MoveAging: the aging sweep improved the job's priority in its queue.
+	MoveAging = "aging"
+	// MoveEscalation: the escalation sweep or an operator moved the job to
+	// a better queue or priority (Actor says who).
+	MoveEscalation = "escalation"
+	// MoveDedup: a duplicate of the job was inserted for a better tier, and
+	// the job moved where that insert would have gone.
+	MoveDedup = "dedup"
+	// MoveReplay: the job was made from a dead letter (DeadLetterID).
+	MoveReplay = "replay"
+)
+
+// Move is one move tierq made to a job.
+type Move struct {
+	Kind         string    `json:"kind"`
+	At           time.Time `json:"at"`
+	FromQueue    string    `json:"from_queue,omitempty"`
+	ToQueue      string    `json:"to_queue"`
+	FromPriority int       `json:"from_priority,omitempty"`
+	ToPriority   int       `json:"to_priority"`
+	// Actor is who asked for an escalation: "scheduler", "dedup", or the
+	// operator's name.
+	Actor string `json:"actor,omitempty"`
+	// Reason is why, cut to MaxReasonChars.
+	Reason string `json:"reason,omitempty"`
+	// DeadLetterID and FromJobID are where a replayed job came from.
+	DeadLetterID int64 `json:"dead_letter_id,omitempty"`
+	FromJobID    int64 `json:"from_job_id,omitempty"`
+}
+
+// MaxReasonChars bounds a move's reason in metadata, in characters (the
+// audit table keeps the whole reason).
+const MaxReasonChars = 200
+
+// Insert is what tierq records on a job when it is inserted.
+type Insert struct {
+	// Tier is the tier name; empty leaves the key out (an unknown tier).
+	Tier string
+	// Tenant is who the job is for; empty leaves the key out.
+	Tenant string
+	// Queue and Priority are where the job is inserted.
+	Queue    string
+	Priority int
+}
+
+// JSON is the metadata of a new job: a JSON object with Tier, Tenant,
+// OriginalQueue and OriginalPriority.
+func (in Insert) JSON() []byte {
+	buf := make([]byte, 0, 128)
+	buf = append(buf, '{')
+	if in.Tier != "" {
+		buf = appendString(buf, Tier, in.Tier)
+		buf = append(buf, ',')
+	}
+	if in.Tenant != "" {
+		buf = appendString(buf, Tenant, in.Tenant)
+		buf = append(buf, ',')
+	}
+	buf = appendString(buf, OriginalQueue, in.Queue)
+	buf = append(buf, ',')
+	buf = appendKey(buf, OriginalPriority)
+	buf = strconv.AppendInt(buf, int64(in.Priority), 10)
+	return append(buf, '}')
+}
+
+func appendKey(buf []byte, key string) []byte {
+	buf = appendJSONString(buf, key)
+	return append(buf, ':')
+}
+
+func appendString(buf []byte, key, value string) []byte {
+	return appendJSONString(appendKey(buf, key), value)
+}
+
+// appendJSONString appends s as a JSON string. Plain ASCII (tier, queue and
+// key names, most tenant ids) is copied; anything else goes through
+// encoding/json.
+func appendJSONString(buf []byte, s string) []byte {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s) //nolint:errchkjson // a string always marshals
+			return append(buf, b...)
+		}
+	}
+	buf = append(buf, '"')
+	buf = append(buf, s...)
+	return append(buf, '"')
+}
+
+// Info is what a job's metadata says about it.
+type Info struct {
+	Tier             string
+	Tenant           string
+	OriginalQueue    string
+	OriginalPriority int
+	Moves            []Move
+	// BasePriority is 0 when the job has none (aging never touched it).
+	BasePriority int
+	// ReplayOf and ReplayOfJobID are 0 unless the job was replayed.
+	ReplayOf      int64
+	ReplayOfJobID int64
+}
+
+// Read reads a job's metadata. Metadata that is not a JSON object, and keys
+// of the wrong type, read as absent; legacy keys count when the new key is
+// missing.
+func Read(metadata []byte) Info {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(metadata, &m) != nil {
+		return Info{}
+	}
+	var info Info
+	readInto(m, Tier, "", &info.Tier)
+	readInto(m, Tenant, "", &info.Tenant)
+	readInto(m, OriginalQueue, "", &info.OriginalQueue)
+	readInto(m, OriginalPriority, "", &info.OriginalPriority)
+	readInto(m, BasePriority, LegacyBasePriority, &info.BasePriority)
+	readInto(m, ReplayOf, LegacyReplayOf, &info.ReplayOf)
+	readInto(m, ReplayOfJobID, LegacyReplayOfJobID, &info.ReplayOfJobID)
+	var moves []json.RawMessage
+	if json.Unmarshal(m[Moves], &moves) == nil {
+		for _, raw := range moves {
+			var mv Move
+			if json.Unmarshal(raw, &mv) == nil {
+				info.Moves = append(info.Moves, mv)
+			}
+		}
+	}
+	return info
+}
+
+// readInto decodes m[key], or m[legacy] when key is missing, into v; a value
+// of the wrong type leaves v as it is.
+func readInto[T any](m map[string]json.RawMessage, key, legacy string, v *T) {
+	raw, ok := m[key]
+	if !ok && legacy != "" {
+		raw = m[legacy]
+	}
+	var out T
+	if len(raw) > 0 && json.Unmarshal(raw, &out) == nil {
+		*v = out
+	}
+}

@@ -1,0 +1,27 @@
+package jobmeta_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/jobmeta"
+)
+
+func TestReadIgnoresWhatItCannotRead(t *testing.T) {
+	t.Parallel()
+	for _, metadata := range []string{`null`, `[]`, `"tierq:tier"`, `7`, `{`, ``,
+		`{"tierq:tier": 5, "tierq:tenant": ["u"], "tierq:base_priority": "2", "tierq:moves": {"kind": "aging"}}`} {
+		require.Equal(t, jobmeta.Info{}, jobmeta.Read([]byte(metadata)), metadata)
+	}
+	// A move that is not an object is passed over; the others are read.
+	info := jobmeta.Read([]byte(`{"tierq:moves": [1, {"kind": "replay", "to_queue": "q", "dead_letter_id": 7}]}`))
+	require.Equal(t, []jobmeta.Move{{Kind: "replay", ToQueue: "q", DeadLetterID: 7}}, info.Moves)
+}
+
+func TestReadPrefersPrefixedKeys(t *testing.T) {
+	t.Parallel()
+	info := jobmeta.Read([]byte(`{"tierq:base_priority": 2, "tierq_base_priority": 3,
+		"tierq_replay_of": 11, "tierq_replay_of_job_id": 12}`))
+	require.Equal(t, jobmeta.Info{BasePriority: 2, ReplayOf: 11, ReplayOfJobID: 12}, info)
+}
