@@ -245,10 +245,15 @@ func renderDashboard(d dashboard) string {
 	return b.String()
 }
 
-// formatSeconds shows a wait or an age: tenths of a second under a minute
-// ("4.9s"), whole seconds above ("3m12s"); time.ParseDuration reads both.
+// formatSeconds shows a wait or an age: whole milliseconds under a second
+// ("3ms"), so that paid waits read as what they are, tenths of a second
+// under a minute ("4.9s"), whole seconds above ("3m12s");
+// time.ParseDuration reads all three.
 func formatSeconds(s float64) string {
-	if s < 60 {
+	switch {
+	case s < 1:
+		return fmt.Sprintf("%.0fms", s*1000)
+	case s < 60:
 		return fmt.Sprintf("%.1fs", s)
 	}
 	return time.Duration(s * float64(time.Second)).Round(time.Second).String()
