@@ -6,7 +6,7 @@ BIN := .tierq/bin
 
 .PHONY: run test chaos build lint bench bench-routing pg-stop
 
-## run: migrate, start both workers and the scheduler, enqueue a demo mix, watch progress (Ctrl-C stops everything)
+## run: migrate, start both workers, the scheduler and the API, run the demo and a mix of real analyses, watch the queues (Ctrl-C stops everything)
 run:
 	@scripts/run.sh
 

@@ -2,11 +2,11 @@
 # run.sh — `make run`: a working tierq on this machine in one command.
 #
 # Finds or starts PostgreSQL (scripts/pg.sh), migrates, starts one worker per
-# service (analyzer and specgen), the scheduler and the API in the background, enqueues a demo mix of
-# analyses of this repository's directories across every tier, runs
-# `tierctl demo` (a free flood beside a paid trickle, a few minutes; DEMO=off
-# skips it), and shows live per-queue progress until Ctrl-C, which stops the
-# workers gracefully.
+# service (analyzer and specgen), the scheduler and the API in the background,
+# runs `tierctl demo` (a free flood beside a paid trickle, about two minutes;
+# DEMO=off skips it), enqueues a mix of real analyses of this repository's
+# directories across every tier, and shows the live view (`tierctl watch`)
+# until Ctrl-C, which stops the workers gracefully.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -64,10 +64,6 @@ echo "  API_TOKEN=$API_TOKEN"
 echo "  API_ADMIN_TOKEN=$API_ADMIN_TOKEN"
 echo "River UI: http://$API_ADDR/riverui/ (user: any, password: $API_ADMIN_TOKEN)"
 
-targets=(--target "$root")
-for d in "$root"/*/; do targets+=(--target "$d"); done
-.tierq/bin/tierctl enqueue --count "${DEMO_JOBS:-60}" "${targets[@]}"
-
 if [ "${DEMO:-on}" != off ]; then
   echo
   echo "the demo runs the load-test workload: jobs that sleep ${DEMO_SLEEP_MS:-100} ms on average (no real analysis);"
@@ -76,6 +72,12 @@ if [ "${DEMO:-on}" != off ]; then
   echo
   echo "demo done; everything stays up for exploring: curl http://$API_ADDR, River UI http://$API_ADDR/riverui/ (user: any, password: $API_ADMIN_TOKEN)"
 fi
+
+# Real analyses of this checkout's directories, in every tier (after the
+# demo, so that its waits are the demo's own).
+targets=(--target "$root")
+for d in "$root"/*/; do targets+=(--target "$d"); done
+.tierq/bin/tierctl enqueue --count "${DEMO_JOBS:-60}" "${targets[@]}"
 
 echo "watching queues; Ctrl-C to stop"
 .tierq/bin/tierctl watch || true
