@@ -1,5 +1,6 @@
 # The two commands: `make run` and `make test`. Both find a PostgreSQL server
-# or start a throwaway one (scripts/pg.sh).
+# or start a throwaway one (scripts/pg.sh); `make test` also installs Chromium
+# when it is missing (scripts/chromium.sh), for api/browser_test.go.
 SHELL := /bin/bash
 GO ?= go
 BIN := .tierq/bin
@@ -10,8 +11,9 @@ BIN := .tierq/bin
 run:
 	@scripts/run.sh
 
-## test: vet and race-test everything against real PostgreSQL
+## test: vet and race-test everything against real PostgreSQL, River UI in headless Chromium (scripts/chromium.sh installs it)
 test:
+	@scripts/chromium.sh
 	@eval "$$(scripts/pg.sh test)" && \
 	  { $(GO) vet ./... && $(GO) test -race -count=1 ./...; status=$$?; \
 	    if [ "$${TIERQ_PG_STARTED:-}" = 1 ]; then scripts/pg.sh stop; fi; exit $$status; }
