@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
@@ -64,10 +65,15 @@ const (
 func TestBrowserRiverUI(t *testing.T) {
 	t.Parallel()
 	b := setupRiverUI(t, false)
-	proID := b.insertRouted(t, jobs.AnalysisArgs{Target: "/srv/repos/billing", UserID: "u_pro", Tier: "pro"}, routing.Analyzer, tiers.Pro)
-	b.insertRouted(t, jobs.AnalysisArgs{Target: "/srv/repos/blog", UserID: "u_free", Tier: "free"}, routing.Analyzer, tiers.Free)
-	b.insertRouted(t, jobs.LoadTestArgs{SleepMS: 100, Tier: "pro"}, routing.SpecGen, tiers.Pro)
-	b.insertRouted(t, jobs.LoadTestArgs{SleepMS: 100, Tier: "free"}, routing.SpecGen, tiers.Free)
+	proID := b.insertRouted(t, jobs.AnalysisArgs{Target: "/srv/repos/billing", UserID: "u_pro", Tier: "pro"}, routing.Analyzer, tiers.Pro, "u_pro")
+	b.insertRouted(t, jobs.AnalysisArgs{Target: "/srv/repos/blog", UserID: "u_free", Tier: "free"}, routing.Analyzer, tiers.Free, "u_free")
+	b.insertRouted(t, jobs.LoadTestArgs{SleepMS: 100, Tier: "pro"}, routing.SpecGen, tiers.Pro, "u_pro")
+	b.insertRouted(t, jobs.LoadTestArgs{SleepMS: 100, Tier: "free"}, routing.SpecGen, tiers.Free, "u_free")
+	// An operator moved the pro job up: its metadata keeps the move.
+	_, err := escalation.Escalate(t.Context(), b.db.Pool, escalation.Request{
+		JobID: proID, To: routing.Priority, Priority: 2, Actor: "alice", Reason: "customer call #812",
+	})
+	require.NoError(t, err)
 	shots := screenshotDirs(t)
 	br := startBrowser(t, adminToken)
 
@@ -94,7 +100,18 @@ func TestBrowserRiverUI(t *testing.T) {
 	if br.eval(t, `(`+metadataToggle+`)?.getAttribute("aria-expanded") === "false"`) {
 		br.do(t, "open the metadata", chromedp.Click(chromedp.JSPath(metadataToggle)))
 	}
-	br.waitText(t, "the job's metadata shows the tier that producer.Insert recorded", metadataText, `"tierq:tier": "pro"`)
+	br.waitText(t, "the job's metadata shows the tier that producer.Insert recorded", metadataText, `"tierq:tier": "pro"`, `"tierq:tenant": "u_pro"`, `"tierq:moves"`)
+	// Nested values (the moves) start closed: open each, as an operator
+	// would, until the operator's escalation is in view.
+	collapsed := metadataSection + `?.querySelector('[role="button"][aria-expanded="false"]')`
+	for range 5 {
+		if !br.eval(t, `(`+collapsed+`) != null`) {
+			break
+		}
+		br.do(t, "open a nested metadata value", chromedp.Click(chromedp.JSPath(collapsed)))
+	}
+	br.waitText(t, "the job's metadata shows the operator's move", metadataText,
+		`"kind": "escalation"`, `"actor": "alice"`, `"reason": "customer call #812"`, `"to_priority": 2`)
 	br.do(t, "scroll to the metadata", chromedp.ScrollIntoView(chromedp.JSPath(metadataSection))) // if it is below the viewport
 	br.screenshot(t, shots, "riverui-job.png")
 
@@ -102,14 +119,15 @@ func TestBrowserRiverUI(t *testing.T) {
 }
 
 // insertRouted inserts args as the API does (producer.Insert, in a
-// transaction, routed for service and tier) and returns the job's id.
-func (b *riverUIBundle) insertRouted(t *testing.T, args river.JobArgs, service routing.Service, tier tiers.Tier) int64 {
+// transaction, routed for service and tier, for tenant) and returns the
+// job's id.
+func (b *riverUIBundle) insertRouted(t *testing.T, args river.JobArgs, service routing.Service, tier tiers.Tier, tenant string) int64 {
 	t.Helper()
 	ctx := t.Context()
 	tx, err := b.db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	res, err := producer.Insert(ctx, b.db.Producer(t), tx, producer.Job{Args: args, Service: service, Tier: tier})
+	res, err := producer.Insert(ctx, b.db.Producer(t), tx, producer.Job{Args: args, Service: service, Tier: tier, Tenant: tenant})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 	return res.Job.ID

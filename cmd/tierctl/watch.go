@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -28,16 +30,15 @@ var watchStates = []string{"scheduled", "pending", "available", "retryable", "ru
 // waitWindow is how far back watch looks for started jobs.
 const waitWindow = 5 * time.Minute
 
-// startedWaitsSQL gives, per tier, how many jobs were started (attempted_at)
+// startedWaitsSQL gives, per queue and tier, how many jobs were started (attempted_at)
 // in the last $1 seconds and the p50 and p99 of their waits: attempted_at
 // minus when the attempt became due (db.DueAtSQL). For a job on its second
 // or later attempt that is the retry's due time, not its insert. Retryable
 // jobs are left out: River has already set their scheduled_at to the next
 // retry, so the due time of the attempt that ran is gone.
 //
-// The tier is args' "tier" when args is a JSON object and the value one of
-// the four tiers, "unknown" otherwise (CASE orders the checks, so args of
-// any shape reads as "unknown").
+// The tier is db.TierSQL's: the job's metadata (jobmeta.Tier), else its
+// args' "tier", else "unknown".
 //
 // Indexes: attempted_at has none. Running jobs are found through River's
 // (state, queue, priority, scheduled_at, id) index (they are few: one per
@@ -60,26 +61,18 @@ WITH started AS (
       AND j.finalized_at > now() - make_interval(secs => $1)
       AND j.attempted_at > now() - make_interval(secs => $1)
 )
-SELECT t.tier, count(*),
+SELECT j.queue, t.tier, count(*),
        percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM j.attempted_at - d.at))::float8[]
 FROM started AS j,
      LATERAL (SELECT ` + db.DueAtSQL("j") + ` AS at) AS d,
-     LATERAL (SELECT CASE WHEN ` + db.IsObjectSQL("j.args") + ` AND j.args->>'tier' IN ` + tierListSQL() + `
-                          THEN j.args->>'tier' ELSE 'unknown' END AS tier) AS t
+     LATERAL (SELECT ` + db.TierSQL("j") + ` AS tier) AS t
 WHERE ` + db.FiniteSQL("j.scheduled_at") + ` AND ` + db.FiniteSQL("j.attempted_at") + `
-GROUP BY t.tier`
+GROUP BY j.queue, t.tier`
 
-// tierListSQL is the four tiers as an SQL list of literals.
-func tierListSQL() string {
-	names := make([]string, 0, len(tiers.All()))
-	for _, tier := range tiers.All() {
-		names = append(names, "'"+tier.String()+"'")
-	}
-	return "(" + strings.Join(names, ", ") + ")"
-}
-
-// tierWait is one tier's row of startedWaitsSQL.
+// tierWait is one row of startedWaitsSQL: the jobs of one tier started in
+// one queue.
 type tierWait struct {
+	Queue    string
 	Tier     string
 	Started  int
 	P50, P99 float64 // seconds
@@ -90,7 +83,7 @@ type dashboard struct {
 	At     time.Time
 	Queues []queuestats.Summary
 	Dead   dlq.Depth
-	Waits  []tierWait // one per tier in tiers.All() order, then "unknown" if any
+	Waits  []tierWait // the queue and tier pairs that started jobs, in queue order then tier order
 	Leader string     // "" when none
 }
 
@@ -158,7 +151,11 @@ func readDashboard(ctx context.Context, q db.Querier) (dashboard, error) {
 	if d.Dead, err = dlq.PendingDepth(ctx, q); err != nil {
 		return d, err
 	}
-	if d.Waits, err = startedWaits(ctx, q, waitWindow); err != nil {
+	queueOrder := make([]string, 0, len(d.Queues))
+	for _, s := range d.Queues {
+		queueOrder = append(queueOrder, s.Name)
+	}
+	if d.Waits, err = startedWaits(ctx, q, waitWindow, queueOrder); err != nil {
 		return d, err
 	}
 	if d.Leader, err = queuestats.RecentLeader(ctx, q); err != nil {
@@ -167,37 +164,45 @@ func readDashboard(ctx context.Context, q db.Querier) (dashboard, error) {
 	return d, nil
 }
 
-// startedWaits runs startedWaitsSQL: a row for each tier (zero when none
-// started) and one for "unknown" when any such job started.
-func startedWaits(ctx context.Context, q db.Querier, window time.Duration) ([]tierWait, error) {
+// startedWaits runs startedWaitsSQL: a row for each queue and tier that
+// started jobs, ordered by queue as queueOrder lists them (others after,
+// by name), then by tier (tiers.All() order, "unknown" last).
+func startedWaits(ctx context.Context, q db.Querier, window time.Duration, queueOrder []string) ([]tierWait, error) {
 	rows, err := q.Query(ctx, startedWaitsSQL, window.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("read waits: %w", err)
 	}
-	byTier := map[string]tierWait{}
 	var (
+		out []tierWait
 		w   tierWait
 		pct []float64
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&w.Tier, &w.Started, &pct}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&w.Queue, &w.Tier, &w.Started, &pct}, func() error {
 		if len(pct) == 2 {
 			w.P50, w.P99 = pct[0], pct[1]
 		}
-		byTier[w.Tier] = w
+		out = append(out, w)
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("read waits: %w", err)
 	}
-	var out []tierWait
-	for _, tier := range tiers.All() {
-		out = append(out, tierWait{Tier: tier.String()})
-		if w, ok := byTier[tier.String()]; ok {
-			out[len(out)-1] = w
+	rank := func(list []string, s string) int {
+		if i := slices.Index(list, s); i >= 0 {
+			return i
 		}
+		return len(list)
 	}
-	if w, ok := byTier["unknown"]; ok {
-		out = append(out, w)
+	tierOrder := make([]string, 0, len(tiers.All()))
+	for _, tier := range tiers.All() {
+		tierOrder = append(tierOrder, tier.String())
 	}
+	slices.SortFunc(out, func(a, b tierWait) int {
+		return cmp.Or(
+			cmp.Compare(rank(queueOrder, a.Queue), rank(queueOrder, b.Queue)),
+			strings.Compare(a.Queue, b.Queue),
+			cmp.Compare(rank(tierOrder, a.Tier), rank(tierOrder, b.Tier)),
+		)
+	})
 	return out, nil
 }
 
@@ -233,13 +238,13 @@ func renderDashboard(d dashboard) string {
 
 	fmt.Fprintf(&b, "\nwait from due to start, jobs started in the last %.0f minutes\n", waitWindow.Minutes())
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-*s\tSTARTED\tP50\tP99\t\n", nameWidth, "TIER")
+	tierWidth := len("enterprise")
+	fmt.Fprintf(tw, "%-*s\t%-*s\tSTARTED\tP50\tP99\t\n", nameWidth, "QUEUE", tierWidth, "TIER")
+	if len(d.Waits) == 0 {
+		fmt.Fprintf(tw, "%-*s\t%-*s\t0\t-\t-\t\n", nameWidth, "(none)", tierWidth, "")
+	}
 	for _, w := range d.Waits {
-		if w.Started == 0 {
-			fmt.Fprintf(tw, "%-*s\t0\t-\t-\t\n", nameWidth, w.Tier)
-			continue
-		}
-		fmt.Fprintf(tw, "%-*s\t%d\t%s\t%s\t\n", nameWidth, w.Tier, w.Started, formatSeconds(w.P50), formatSeconds(w.P99))
+		fmt.Fprintf(tw, "%-*s\t%-*s\t%d\t%s\t%s\t\n", nameWidth, w.Queue, tierWidth, w.Tier, w.Started, formatSeconds(w.P50), formatSeconds(w.P99))
 	}
 	_ = tw.Flush()
 	return b.String()

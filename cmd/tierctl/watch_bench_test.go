@@ -46,7 +46,7 @@ func BenchmarkStartedWaits(b *testing.B) {
 
 	b.ResetTimer()
 	for range b.N {
-		waits, err := startedWaits(ctx, db.Pool, waitWindow)
+		waits, err := startedWaits(ctx, db.Pool, waitWindow, nil)
 		require.NoError(b, err)
 		require.Len(b, waits, 4)
 	}

@@ -76,6 +76,10 @@ func TestWatchDashboard(t *testing.T) {
 		started("completed", "analysis_default", `{"tier": "free", "target": "/srv"}`, `{}`, 200, wait)
 	}
 	started("discarded", "analysis_priority", `{"tier": "pro"}`, `[]`, 60, 7)
+	// The tier recorded in metadata counts before args' (none here, and
+	// "free" in the second).
+	started("completed", "specview_priority", `{}`, `{"tierq:tier": "pro_plus"}`, 30, 0.004)
+	started("completed", "specview_priority", `{"tier": "free"}`, `{"tierq:tier": "pro_plus"}`, 30, 0.008)
 	unknownArgs := []string{`{"tier": "gold"}`, `{"tier": 3}`, `{}`}
 	for _, v := range testdb.NotObjects {
 		unknownArgs = append(unknownArgs, v)
@@ -111,27 +115,29 @@ func TestWatchDashboard(t *testing.T) {
 	queueRow("specview_priority", `0\s+0\s+0\s+0\s+0`, 0, "1")
 	queueRow("specview_default", `0\s+0\s+0\s+0\s+0`, 0, "0")
 
-	// TIER STARTED P50 P99
-	tierRow := func(tier string, waits []float64) {
-		t.Helper()
-		if len(waits) == 0 {
-			require.Regexp(t, `(?m)^\s*`+tier+`\s+0\s+-\s+-$`, out)
-			return
-		}
-		m := regexp.MustCompile(`(?m)^\s*` + tier + `\s+(\d+)\s+(\S+)\s+(\S+)$`).FindStringSubmatch(out)
-		require.NotNil(t, m, tier)
-		require.Equal(t, strconv.Itoa(len(waits)), m[1], tier)
-		for i, p := range []float64{0.5, 0.99} {
-			got, err := time.ParseDuration(m[2+i])
+	// QUEUE TIER STARTED P50 P99, in the queues' order, then the tiers'.
+	waitRows := regexp.MustCompile(`(?m)^\s*(\S+)\s+(free|pro|pro_plus|enterprise|unknown)\s+(\d+)\s+(\S+)\s+(\S+)$`).FindAllStringSubmatch(out, -1)
+	want := []struct {
+		queue, tier string
+		waits       []float64
+	}{
+		{"analysis_priority", "pro", []float64{7}},
+		{"analysis_priority", "enterprise", enterprise},
+		{"analysis_default", "free", free},
+		{"specview_priority", "pro_plus", []float64{0.004, 0.008}},
+		{"specview_default", "unknown", slices.Repeat([]float64{100}, len(unknownArgs))},
+	}
+	require.Len(t, waitRows, len(want), out)
+	for i, w := range want {
+		m := waitRows[i]
+		require.Equal(t, []string{w.queue, w.tier, strconv.Itoa(len(w.waits))}, m[1:4], "row %d", i)
+		for k, p := range []float64{0.5, 0.99} {
+			got, err := time.ParseDuration(m[4+k])
 			require.NoError(t, err)
-			require.InDelta(t, linearPercentile(waits, p), got.Seconds(), 0.051, "%s p%v", tier, p*100)
+			require.InDelta(t, linearPercentile(w.waits, p), got.Seconds(), 0.051, "%s %s p%v", w.queue, w.tier, p*100)
 		}
 	}
-	tierRow("free", free)
-	tierRow("pro", []float64{7})
-	tierRow("pro_plus", nil)
-	tierRow("enterprise", enterprise)
-	tierRow("unknown", slices.Repeat([]float64{100}, len(unknownArgs)))
+	require.Regexp(t, `(?m)^\s*specview_priority\s+pro_plus\s+2\s+6ms\s+8ms$`, out, "waits under a second in milliseconds")
 
 	// Without a leader lease in the last minute: "none".
 	exec(`UPDATE river_leader SET expires_at = now() - interval '2 minutes'`)

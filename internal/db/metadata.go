@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tierq/tierq/jobmeta"
+	"github.com/tierq/tierq/tiers"
 )
 
 // River's scheduled_at is when the job became available in its current
@@ -156,6 +157,23 @@ func FiniteSQL(col string) string {
 // IsObjectSQL is an SQL condition: the jsonb column col holds a JSON object.
 func IsObjectSQL(col string) string {
 	return `jsonb_typeof(` + col + `) = 'object'`
+}
+
+// TierSQL is an SQL expression for the tier of the river_job row aliased
+// alias: its metadata's jobmeta.Tier when that is one of the four tiers,
+// else its args' "tier" when that is (jobs inserted by producers that record
+// the tier only there), else 'unknown'. Metadata and args of any shape read
+// without failing.
+func TierSQL(alias string) string {
+	names := make([]string, 0, len(tiers.All()))
+	for _, tier := range tiers.All() {
+		names = append(names, "'"+tier.String()+"'")
+	}
+	list := "(" + strings.Join(names, ", ") + ")"
+	m, a := alias+".metadata", alias+".args"
+	return `(CASE WHEN ` + IsObjectSQL(m) + ` AND ` + m + `->>'` + jobmeta.Tier + `' IN ` + list + ` THEN ` + m + `->>'` + jobmeta.Tier + `'
+      WHEN ` + IsObjectSQL(a) + ` AND ` + a + `->>'tier' IN ` + list + ` THEN ` + a + `->>'tier'
+      ELSE 'unknown' END)`
 }
 
 // PausedSQL is an SQL condition: the queue named by the SQL expression
