@@ -143,7 +143,7 @@ func (w *AnalysisWorker) Work(ctx context.Context, job *river.Job[AnalysisArgs])
 // for the same tenant.
 func specViewInsertOpts(analysisQueue string, tier tiers.Tier, tenant string) *river.InsertOpts {
 	_, class, ok := routing.ClassOf(analysisQueue)
-	opts := routing.InsertOptsFor(routing.SpecGen, tier, tenant, ok && class == routing.Scheduled)
+	opts := routing.InsertOptsFor(routing.SpecGen.BaseQueue(), tier, tenant, ok && class == routing.Scheduled)
 	if ok {
 		opts.Queue = routing.SpecGen.Queue(class)
 		opts.Metadata = routing.InsertMetadata(tier, tenant, opts.Queue, opts.Priority)

@@ -92,7 +92,7 @@ type Inserted struct {
 
 // Insert inserts job in tx. The caller commits.
 func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Job) (Inserted, error) {
-	opts := routing.InsertOptsFor(job.Service, job.Tier, job.Tenant, job.Scheduled)
+	opts := routing.InsertOptsFor(job.Service.BaseQueue(), job.Tier, job.Tenant, job.Scheduled)
 	opts.UniqueOpts = UniqueOpts()
 	if job.MaxAttempts > 0 {
 		opts.MaxAttempts = job.MaxAttempts

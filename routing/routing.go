@@ -93,6 +93,9 @@ const (
 
 var classSuffixes = [...]string{Default: "default", Priority: "priority", Scheduled: "scheduled"}
 
+// Classes are the three classes, priority first.
+func Classes() []Class { return []Class{Priority, Default, Scheduled} }
+
 // String returns "priority", "default" or "scheduled".
 func (c Class) String() string {
 	if int(c) < len(classSuffixes) {
@@ -193,15 +196,17 @@ func StartingPriority(tier tiers.Tier) int {
 //
 //	_, err := client.InsertTx(ctx, tx, args, routing.InsertOpts(routing.Analyzer, tier, false))
 func InsertOpts(svc Service, tier tiers.Tier, isScheduled bool) *river.InsertOpts {
-	return InsertOptsFor(svc, tier, "", isScheduled)
+	return InsertOptsFor(svc.BaseQueue(), tier, "", isScheduled)
 }
 
-// InsertOptsFor is InsertOpts for a job of the given tenant (the user id
-// the job runs for; empty for none), recorded in its metadata
-// (jobmeta.Tenant).
-func InsertOptsFor(svc Service, tier tiers.Tier, tenant string, isScheduled bool) *river.InsertOpts {
+// InsertOptsFor is what a producer passes to River's Insert for a job whose
+// queues have the base name baseQueue, on behalf of tenant (the user id the
+// job runs for; empty for none) of the given tier: the queue from
+// SelectQueue, the tier's starting priority, and metadata recording the
+// tier, the tenant and where the job starts (InsertMetadata).
+func InsertOptsFor(baseQueue string, tier tiers.Tier, tenant string, isScheduled bool) *river.InsertOpts {
 	opts := &river.InsertOpts{
-		Queue:    SelectQueue(svc.BaseQueue(), tier, isScheduled),
+		Queue:    SelectQueue(baseQueue, tier, isScheduled),
 		Priority: StartingPriority(tier),
 	}
 	opts.Metadata = InsertMetadata(tier, tenant, opts.Queue, opts.Priority)

@@ -165,17 +165,17 @@ func TestInsertOpts(t *testing.T) {
 			`{"tierq:tier": "free", "tierq:original_queue": "specview_scheduled", "tierq:original_priority": 4}`,
 		},
 		{
-			routing.InsertOptsFor(routing.SpecGen, tiers.ProPlus, "u_42", false), "specview_priority", 3,
+			routing.InsertOptsFor("specview", tiers.ProPlus, "u_42", false), "specview_priority", 3,
 			`{"tierq:tier": "pro_plus", "tierq:tenant": "u_42", "tierq:original_queue": "specview_priority", "tierq:original_priority": 3}`,
 		},
 		{
 			// A tenant id is any string: it is escaped as JSON.
-			routing.InsertOptsFor(routing.Analyzer, tiers.Pro, "o'brien \"ü\"\n<&>", false), "analysis_priority", 4,
+			routing.InsertOptsFor("analysis", tiers.Pro, "o'brien \"ü\"\n<&>", false), "analysis_priority", 4,
 			`{"tierq:tier": "pro", "tierq:tenant": "o'brien \"\u00fc\"\n<&>", "tierq:original_queue": "analysis_priority", "tierq:original_priority": 4}`,
 		},
 		{
 			// An unknown tier routes to _default and records no tier.
-			routing.InsertOptsFor(routing.Analyzer, tiers.Tier(9), "u_1", false), "analysis_default", 4,
+			routing.InsertOptsFor("analysis", tiers.Tier(9), "u_1", false), "analysis_default", 4,
 			`{"tierq:tenant": "u_1", "tierq:original_queue": "analysis_default", "tierq:original_priority": 4}`,
 		},
 	}

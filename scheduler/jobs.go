@@ -164,7 +164,7 @@ func (w *ReanalyzeStaleWorker) Work(ctx context.Context, _ *river.Job[ReanalyzeS
 			}
 			params := make([]river.InsertManyParams, len(stale))
 			for i, args := range stale {
-				opts := routing.InsertOptsFor(routing.Analyzer, routing.TierOrDefault(ctx, w.logger, args.Tier), args.UserID, true)
+				opts := routing.InsertOptsFor(routing.Analyzer.BaseQueue(), routing.TierOrDefault(ctx, w.logger, args.Tier), args.UserID, true)
 				opts.UniqueOpts = producer.UniqueOpts()
 				opts.MaxAttempts = w.maxAttempts
 				params[i] = river.InsertManyParams{Args: args, InsertOpts: opts}

@@ -287,7 +287,7 @@ func (d *demo) insertPaid(ctx context.Context) error {
 func (d *demo) params(svc routing.Service, tier tiers.Tier, scheduled bool) river.InsertManyParams {
 	// Each job runs for one of seven tenants of its tier (as tierctl
 	// enqueue's users), recorded in its metadata.
-	opts := routing.InsertOptsFor(svc, tier, demoUserID("demo", tier, d.byTier[tier]), scheduled)
+	opts := routing.InsertOptsFor(svc.BaseQueue(), tier, demoUserID("demo", tier, d.byTier[tier]), scheduled)
 	d.byTier[tier]++
 	d.byQueue[opts.Queue]++
 	return river.InsertManyParams{Args: jobs.LoadTestArgs{SleepMS: d.settings.sleep(d.rng), Tier: tier.String()}, InsertOpts: opts}

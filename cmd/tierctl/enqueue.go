@@ -100,7 +100,7 @@ cancel a job whose target is elsewhere.`,
 					UserID: demoUserID(userID, tier, i),
 					Tier:   tier.String(),
 				}
-				opts := routing.InsertOptsFor(routing.Analyzer, tier, args.UserID, isScheduled)
+				opts := routing.InsertOptsFor(routing.Analyzer.BaseQueue(), tier, args.UserID, isScheduled)
 				batch = append(batch, river.InsertManyParams{Args: args, InsertOpts: opts})
 				perQueue[opts.Queue]++
 				if len(batch) == enqueueBatch {
