@@ -19,7 +19,9 @@ type ResizeArgs struct {
 
 func (ResizeArgs) Kind() string { return "resize" }
 
-type ResizeWorker struct{ river.WorkerDefaults[ResizeArgs] }
+type ResizeWorker struct {
+	river.WorkerDefaults[ResizeArgs]
+}
 
 func (*ResizeWorker) Work(context.Context, *river.Job[ResizeArgs]) error { return nil }
 

@@ -45,7 +45,9 @@ type thumbArgs struct {
 
 func (thumbArgs) Kind() string { return "thumbnail" }
 
-type thumbWorker struct{ river.WorkerDefaults[thumbArgs] }
+type thumbWorker struct {
+	river.WorkerDefaults[thumbArgs]
+}
 
 func (*thumbWorker) Work(context.Context, *river.Job[thumbArgs]) error { return nil }
 
