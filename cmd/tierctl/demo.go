@@ -101,7 +101,15 @@ make run's do; otherwise nothing is worked and the demo times out.`,
 			}
 			defer pool.Close()
 			d := &demo{settings: s, client: client, pool: pool, app: a, byTier: map[tiers.Tier]int{}, byQueue: map[string]int{}}
-			return d.run(ctx)
+			start := time.Now()
+			err = d.run(ctx)
+			if err != nil && ctx.Err() != nil {
+				// Ctrl-C: not a failure. What was inserted stays queued and
+				// is worked.
+				fmt.Fprintf(a.stdout, "demo interrupted after %s: %d jobs inserted stay queued\n", time.Since(start).Round(time.Second), len(d.ids))
+				return nil
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()

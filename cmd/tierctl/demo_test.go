@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -75,4 +79,25 @@ func TestDemoUsageErrors(t *testing.T) {
 		})
 	}
 	require.Zero(t, db.Count(t, `SELECT count(*) FROM river_job`), "nothing inserted")
+}
+
+// TestDemoInterrupted: Ctrl-C (the context ends) stops the demo without an
+// error, saying how many jobs it inserted; they stay queued.
+func TestDemoInterrupted(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"tierctl", "demo", "--free", "50", "--burst", "0", "--duration", "1m", "--paid-every", "50ms", "--background", "0", "--report-every", "1h"}, dbEnv(db), &out)
+	}()
+	testdb.WaitFor(t, 10*time.Second, "the demo inserted its flood", func() bool {
+		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'loadtest'`) >= 51
+	})
+	cancel()
+	require.NoError(t, <-done)
+	n := db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'loadtest'`)
+	require.Regexp(t, fmt.Sprintf(`demo interrupted after \d+s: %d jobs inserted stay queued\n`, n), out.String())
 }
