@@ -17,6 +17,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
+
+	"github.com/tierq/tierq/tiers"
 )
 
 // Prefix starts every key tierq keeps in a job's metadata.
@@ -165,6 +167,31 @@ func appendJSONString(buf []byte, s string) []byte {
 	buf = append(buf, '"')
 	buf = append(buf, s...)
 	return append(buf, '"')
+}
+
+// TierOf is the tier a job runs for: its metadata's Tier when that names a
+// tier, else its args' "tier" field when that does (jobs inserted by
+// producers that record the tier only in args, as tierq's first releases
+// did), else false. Metadata and args of any shape read without failing.
+func TierOf(metadata, args []byte) (tiers.Tier, bool) {
+	if t, ok := tierAt(metadata, Tier); ok {
+		return t, true
+	}
+	return tierAt(args, "tier")
+}
+
+// tierAt parses the string at key of the JSON object doc as a tier.
+func tierAt(doc []byte, key string) (tiers.Tier, bool) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(doc, &m) != nil {
+		return 0, false
+	}
+	var name string
+	if json.Unmarshal(m[key], &name) != nil {
+		return 0, false
+	}
+	t, err := tiers.Parse(name)
+	return t, err == nil
 }
 
 // Info is what a job's metadata says about it.

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/jobmeta"
+	"github.com/tierq/tierq/tiers"
 )
 
 func TestReadIgnoresWhatItCannotRead(t *testing.T) {
@@ -24,4 +25,31 @@ func TestReadPrefersPrefixedKeys(t *testing.T) {
 	info := jobmeta.Read([]byte(`{"tierq:base_priority": 2, "tierq_base_priority": 3,
 		"tierq_replay_of": 11, "tierq_replay_of_job_id": 12}`))
 	require.Equal(t, jobmeta.Info{BasePriority: 2, ReplayOf: 11, ReplayOfJobID: 12}, info)
+}
+
+func TestTierOf(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name           string
+		metadata, args string
+		want           tiers.Tier
+		wantOK         bool
+	}{
+		{"metadata", `{"tierq:tier": "pro"}`, `{}`, tiers.Pro, true},
+		{"metadata wins over args", `{"tierq:tier": "free"}`, `{"tier": "enterprise"}`, tiers.Free, true},
+		{"args when metadata has none", `{}`, `{"tier": "pro_plus"}`, tiers.ProPlus, true},
+		{"args when metadata's is no tier", `{"tierq:tier": "gold"}`, `{"tier": "enterprise"}`, tiers.Enterprise, true},
+		{"metadata not an object", `["tierq:tier"]`, `{"tier": "pro"}`, tiers.Pro, true},
+		{"a number", `{"tierq:tier": 3}`, `{"tier": 2}`, 0, false},
+		{"neither", `null`, `"pro"`, 0, false},
+		{"empty", ``, ``, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, ok := jobmeta.TierOf([]byte(tt.metadata), []byte(tt.args))
+			require.Equal(t, tt.wantOK, ok)
+			require.Equal(t, tt.want, got)
+		})
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/jobs/scan"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/tiers"
@@ -104,7 +105,13 @@ func (w *AnalysisWorker) Work(ctx context.Context, job *river.Job[AnalysisArgs])
 		return fmt.Errorf("scan %q: %w", args.Target, err)
 	}
 
-	tier := routing.TierOrDefault(ctx, w.logger, args.Tier)
+	// The tier the job runs for now (a dedup upgrade rewrites it): its
+	// metadata's, else its args' (a producer that records it only there).
+	tier, ok := jobmeta.TierOf(job.Metadata, nil)
+	tierName := tier.String()
+	if !ok {
+		tier, tierName = routing.TierOrDefault(ctx, w.logger, args.Tier), args.Tier
+	}
 	testsJSON, err := json.Marshal(res.Tests)
 	if err != nil {
 		return fmt.Errorf("encode tests: %w", err)
@@ -113,7 +120,7 @@ func (w *AnalysisWorker) Work(ctx context.Context, job *river.Job[AnalysisArgs])
 	return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		var resultID int64
 		err := tx.QueryRow(ctx, insertAnalysisResult,
-			job.ID, args.Target, args.UserID, args.Tier, res.Commit, res.Total(),
+			job.ID, args.Target, args.UserID, tierName, res.Commit, res.Total(),
 			res.GoTests, res.PythonTests, res.JSTests, res.TestFiles, len(res.Skipped), testsJSON,
 		).Scan(&resultID)
 		switch {
@@ -126,7 +133,7 @@ func (w *AnalysisWorker) Work(ctx context.Context, job *river.Job[AnalysisArgs])
 		default:
 			client := river.ClientFromContext[pgx.Tx](ctx)
 			opts := specViewInsertOpts(job.Queue, tier, args.UserID)
-			if _, err := client.InsertTx(ctx, tx, SpecViewArgs{AnalysisResultID: resultID, Tier: args.Tier}, opts); err != nil {
+			if _, err := client.InsertTx(ctx, tx, SpecViewArgs{AnalysisResultID: resultID, Tier: tierName}, opts); err != nil {
 				return fmt.Errorf("chain specview job: %w", err)
 			}
 		}

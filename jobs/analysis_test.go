@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -134,4 +135,44 @@ func TestAnalysisTargetConfinedToRoots(t *testing.T) {
 	var total int
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT total_tests FROM analysis_results`).Scan(&total))
 	require.Equal(t, 2, total)
+}
+
+// TestAnalysisRunsForTheTierInItsMetadata: an analysis whose tier is in its
+// metadata only (args without "tier", as a producer that follows the
+// metadata contract inserts it) stores that tier with its result and chains
+// the spec for it and the same tenant; the metadata's tier wins over args'.
+func TestAnalysisRunsForTheTierInItsMetadata(t *testing.T) {
+	t.Parallel()
+	b := setupAnalysis(t)
+	ctx := context.Background()
+	for _, args := range []jobs.AnalysisArgs{
+		{Target: b.inside, UserID: "u_meta"},
+		{Target: b.inside + "/.", UserID: "u_meta", Tier: "free"},
+	} {
+		res, err := b.producer.Insert(ctx, args, &river.InsertOpts{
+			Queue: "analysis_default", Metadata: []byte(`{"tierq:tier": "enterprise", "tierq:tenant": "u_meta"}`),
+		})
+		require.NoError(t, err)
+		state, _, lastError := b.finished(t, res.Job.ID)
+		require.Equal(t, "completed", state, lastError)
+
+		var tier string
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT tier FROM analysis_results WHERE job_id = $1`, res.Job.ID).Scan(&tier))
+		require.Equal(t, "enterprise", tier)
+		var specArgs, specMeta []byte
+		var specQueue string
+		var specPriority int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `
+			SELECT s.queue, s.priority, s.args, s.metadata FROM river_job AS s
+			JOIN analysis_results AS r ON (s.args->>'analysis_result_id')::bigint = r.id
+			WHERE s.kind = 'specview' AND r.job_id = $1`, res.Job.ID).Scan(&specQueue, &specPriority, &specArgs, &specMeta))
+		require.Equal(t, "specview_default", specQueue, "the class of the analysis' queue")
+		require.Equal(t, 2, specPriority, "enterprise's starting priority")
+		require.JSONEq(t, `{"tierq:tier": "enterprise", "tierq:tenant": "u_meta", "tierq:original_queue": "specview_default", "tierq:original_priority": 2}`, string(specMeta))
+		var spec struct {
+			Tier string `json:"tier"`
+		}
+		require.NoError(t, json.Unmarshal(specArgs, &spec))
+		require.Equal(t, "enterprise", spec.Tier)
+	}
 }

@@ -6,7 +6,6 @@ package metrics
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,7 +20,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tierq/tierq/internal/db"
-	"github.com/tierq/tierq/tiers"
+	"github.com/tierq/tierq/jobmeta"
 )
 
 // WaitBuckets are the job wait histogram's buckets, in seconds: from a
@@ -67,7 +66,7 @@ func NewJobs(reg prometheus.Registerer) *Jobs {
 // WorkBegin observes the job's wait.
 func (j *Jobs) WorkBegin(_ context.Context, job *rivertype.JobRow) error {
 	due := db.DueAt(job.ScheduledAt, job.Metadata)
-	j.wait.WithLabelValues(tierLabel(job.EncodedArgs), job.Queue).Observe(max(time.Since(due).Seconds(), 0))
+	j.wait.WithLabelValues(tierLabel(job.Metadata, job.EncodedArgs), job.Queue).Observe(max(time.Since(due).Seconds(), 0))
 	return nil
 }
 
@@ -96,16 +95,12 @@ func Outcome(err error) string {
 	return "error"
 }
 
-// tierLabel is the tier recorded in a job's args, or "unknown": only the
-// four tier names become label values.
-func tierLabel(args []byte) string {
-	var a struct {
-		Tier string `json:"tier"`
-	}
-	if json.Unmarshal(args, &a) == nil {
-		if t, err := tiers.Parse(a.Tier); err == nil {
-			return t.String()
-		}
+// tierLabel is the tier recorded in a job's metadata or args
+// (jobmeta.TierOf), or "unknown": only the four tier names become label
+// values.
+func tierLabel(metadata, args []byte) string {
+	if t, ok := jobmeta.TierOf(metadata, args); ok {
+		return t.String()
 	}
 	return "unknown"
 }

@@ -55,14 +55,23 @@ func TestJobsHookCountsOutcomesAndWaits(t *testing.T) {
 		_, err := producer.Insert(ctx, args, &river.InsertOpts{Queue: "analysis_priority", MaxAttempts: 1})
 		require.NoError(t, err)
 	}
-	testdb.WaitFor(t, 20*time.Second, "all four jobs to finish", func() bool {
-		return db.Count(t, `SELECT count(*) FROM river_job WHERE finalized_at IS NOT NULL`) == 4
+	// The tier in metadata (jobmeta.Tier) counts before args'.
+	for _, job := range []struct{ args, metadata string }{
+		{`{"do": "ok"}`, `{"tierq:tier": "pro_plus"}`},
+		{`{"tier": "enterprise", "do": "ok"}`, `{"tierq:tier": "free"}`},
+	} {
+		testdb.InsertRaw(t, db, testdb.RawJob{Kind: "outcome", Queue: "analysis_priority", Args: job.args, Metadata: job.metadata})
+	}
+	testdb.WaitFor(t, 20*time.Second, "all six jobs to finish", func() bool {
+		return db.Count(t, `SELECT count(*) FROM river_job WHERE finalized_at IS NOT NULL`) == 6
 	})
 
 	require.Equal(t, 3, testutil.CollectAndCount(reg, "tierq_jobs_total"), "completed, cancelled, error")
-	require.Equal(t, 3, testutil.CollectAndCount(reg, "tierq_job_wait_seconds"), "enterprise, pro, and unknown for a tier that is not one")
+	require.Equal(t, 5, testutil.CollectAndCount(reg, "tierq_job_wait_seconds"), "enterprise, pro, pro_plus, free, and unknown for a tier that is not one")
 	require.Equal(t, map[string]float64{
-		"tierq_jobs_total{kind=outcome,outcome=completed,queue=analysis_priority}": 2,
+		"tierq_jobs_total{kind=outcome,outcome=completed,queue=analysis_priority}": 4,
+		"tierq_job_wait_seconds_count{queue=analysis_priority,tier=pro_plus}":      1,
+		"tierq_job_wait_seconds_count{queue=analysis_priority,tier=free}":          1,
 		"tierq_jobs_total{kind=outcome,outcome=cancelled,queue=analysis_priority}": 1,
 		"tierq_jobs_total{kind=outcome,outcome=error,queue=analysis_priority}":     1,
 		"tierq_job_wait_seconds_count{queue=analysis_priority,tier=enterprise}":    2,
