@@ -99,7 +99,7 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		return tierqWorker(cfg, pool, opts), nil
+		return tierqWorker(cfg, pool, opts)
 	}
 	// The same worker, but the free queue drained as hard as the machine
 	// allows: 50 workers fetching every 10ms.
@@ -109,7 +109,7 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		return tierqWorker(cfg, pool, opts), nil
+		return tierqWorker(cfg, pool, opts)
 	}
 	riverWorker := func(*pgxpool.Pool) (*river.Config, error) {
 		cfg, err := e.workerConfig(opts.WorkerEnv...)
@@ -233,10 +233,14 @@ func (e *env) idleQueries(ctx context.Context, ph isolationPhase, d time.Duratio
 // bench's own settings come last, so that nothing in env can point the
 // worker at another schema or service (CheckWorkerEnv refuses them anyway).
 func (e *env) workerConfig(env ...string) (config.Worker, error) {
-	return config.Load[config.Worker](append(slices.Clone(env),
+	services, err := jobs.Registry(jobs.Deps{}) // names and worker counts only
+	if err != nil {
+		return config.Worker{}, err
+	}
+	return config.LoadWorker(append(slices.Clone(env),
 		"DATABASE_URL="+e.opts.DatabaseURL, "DATABASE_SCHEMA="+e.Name,
-		"WORKER_SERVICE=analyzer", "LOAD_TEST_WORKLOAD=true",
-	))
+		"WORKER_SERVICE="+jobs.ServiceAnalyzer, "LOAD_TEST_WORKLOAD=true",
+	), services)
 }
 
 // stream runs one phase: a fresh table (with backlog free jobs queued in

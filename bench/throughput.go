@@ -71,9 +71,9 @@ func Throughput(ctx context.Context, opts Options) (ThroughputResult, error) {
 	for _, qc := range cfg.Queues() {
 		res.DrainBoundJobsPerS += float64(qc.Workers) / qc.FetchCooldown.Seconds()
 	}
-	variants := map[string]func(*pgxpool.Pool) *river.Config{
-		"tierq": func(pool *pgxpool.Pool) *river.Config { return tierqWorker(cfg, pool, opts) },
-		"bare":  func(*pgxpool.Pool) *river.Config { return bareRiver(e.Name, cfg, true, opts) },
+	variants := map[string]func(*pgxpool.Pool) (*river.Config, error){
+		"tierq": func(pool *pgxpool.Pool) (*river.Config, error) { return tierqWorker(cfg, pool, opts) },
+		"bare":  func(*pgxpool.Pool) (*river.Config, error) { return bareRiver(e.Name, cfg, true, opts), nil },
 	}
 	// The drains are short (seconds) and noisy: at least three alternating
 	// pairs even with --quick.
@@ -120,11 +120,18 @@ func Throughput(ctx context.Context, opts Options) (ThroughputResult, error) {
 }
 
 // tierqWorker is the River configuration the worker process runs for cfg,
-// with its metrics hook.
-func tierqWorker(cfg config.Worker, pool *pgxpool.Pool, opts Options) *river.Config {
-	rc := worker.RiverConfig(cfg, pool, opts.logger())
+// the reference app's services built on pool, with its metrics hook.
+func tierqWorker(cfg config.Worker, pool *pgxpool.Pool, opts Options) (*river.Config, error) {
+	services, err := jobs.Registry(jobs.Deps{Pool: pool, Logger: opts.logger()})
+	if err != nil {
+		return nil, err
+	}
+	rc, err := worker.RiverConfig(cfg, services, pool, opts.logger())
+	if err != nil {
+		return nil, err
+	}
 	rc.Hooks = append(rc.Hooks, metrics.NewJobs(prometheus.NewRegistry()))
-	return rc
+	return rc, nil
 }
 
 // bareRiver is a River client with cfg's queues and worker counts and
@@ -149,7 +156,7 @@ func bareRiver(schema string, cfg config.Worker, fetch bool, opts Options) *rive
 // drain seeds n no-op jobs spread over cfg's queues, starts the client
 // riverConfig builds, and returns jobs/s from its start to its n-th
 // completion.
-func (e *env) drain(ctx context.Context, cfg config.Worker, riverConfig func(*pgxpool.Pool) *river.Config, n int) (float64, error) {
+func (e *env) drain(ctx context.Context, cfg config.Worker, riverConfig func(*pgxpool.Pool) (*river.Config, error), n int) (float64, error) {
 	if err := e.reset(ctx); err != nil {
 		return 0, err
 	}
@@ -170,7 +177,11 @@ func (e *env) drain(ctx context.Context, cfg config.Worker, riverConfig func(*pg
 		return 0, err
 	}
 	defer pool.Close()
-	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(pool))
+	rc, err := riverConfig(pool)
+	if err != nil {
+		return 0, err
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), rc)
 	if err != nil {
 		return 0, fmt.Errorf("new river client: %w", err)
 	}
@@ -222,7 +233,11 @@ func (e *env) cadence(ctx context.Context, cfg config.Worker, d time.Duration) (
 		return 0, 0, err
 	}
 	defer pool.Close()
-	client, err := startClient(ctx, pool, tierqWorker(cfg, pool, e.opts))
+	rc, err := tierqWorker(cfg, pool, e.opts)
+	if err != nil {
+		return 0, 0, err
+	}
+	client, err := startClient(ctx, pool, rc)
 	if err != nil {
 		return 0, 0, err
 	}

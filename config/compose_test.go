@@ -48,7 +48,7 @@ func TestComposeFileIsValid(t *testing.T) {
 		s := compose.Services[name]
 		require.Contains(t, s.DependsOn, "migrate", name)
 		require.Equal(t, svc, s.Environment["WORKER_SERVICE"], name)
-		_, err := config.Load[config.Worker](composeEnviron(s.Environment))
+		_, err := loadWorker(t, composeEnviron(s.Environment))
 		require.NoError(t, err, name)
 	}
 
@@ -75,7 +75,7 @@ func TestComposeFileIsValid(t *testing.T) {
 	// The API and the analyzer confine analysis targets to the same real
 	// root, not to "/".
 	require.Equal(t, config.AnalysisRoots{"/srv/repos"}, cfg.Analysis.Roots, "api")
-	analyzer, err := config.Load[config.Worker](composeEnviron(compose.Services["worker-analyzer"].Environment))
+	analyzer, err := loadWorker(t, composeEnviron(compose.Services["worker-analyzer"].Environment))
 	require.NoError(t, err)
 	require.Equal(t, config.AnalysisRoots{"/srv/repos"}, analyzer.Analysis.Roots, "worker-analyzer")
 }

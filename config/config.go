@@ -24,6 +24,8 @@ import (
 
 	"github.com/caarlos0/env/v11"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tierq/tierq/service"
 )
 
 // ErrInvalid is matched (errors.Is) by every error that Load returns for bad
@@ -35,7 +37,7 @@ const ExitCodeInvalid = 2
 
 // Error is one bad variable.
 type Error struct {
-	// Var is the environment variable, e.g. "ANALYZER_QUEUE_PRIORITY_WORKERS".
+	// Var is the environment variable, e.g. "DATABASE_MAX_CONNS".
 	Var string
 	// Value is the value it had ("" when unset). Secrets are redacted.
 	Value string
@@ -81,24 +83,49 @@ type Validator interface {
 // Load parses environ (KEY=VALUE strings, as from os.Environ) into a T and
 // validates it. The error, if any, is an Errors value listing every bad
 // variable.
+//
+// A Worker is loaded with LoadWorker instead: its variables depend on the
+// application's services.
 func Load[T any, PT interface {
 	*T
 	Validator
 }](environ []string) (T, error) {
+	return load[T, PT](environ, nil)
+}
+
+// load is Load with the application's services, which the configurations
+// whose variable names derive from a service's name need (Worker).
+func load[T any, PT interface {
+	*T
+	Validator
+}](environ []string, services *service.Registry) (T, error) {
 	vars := env.ToMap(environ)
 	fields := fieldsOf(reflect.TypeFor[T]())
+	c := &checker{vars: vars, fields: fields, services: services}
 
 	cfg, err := env.ParseAsWithOptions[T](env.Options{Environment: vars})
 	if err != nil {
-		return cfg, translate(err, vars, fields)
+		c.errs = translate(err, vars, fields)
+		// The variables no struct field declares are checked all the same,
+		// so that one load still reports every bad variable.
+		if sv, ok := any(PT(&cfg)).(servicesValidator); ok {
+			sv.validateServices(c)
+		}
+		return cfg, c.errs
 	}
 
-	c := &checker{vars: vars, fields: fields}
 	PT(&cfg).validate(c)
 	if len(c.errs) > 0 {
 		return cfg, c.errs
 	}
 	return cfg, nil
+}
+
+// servicesValidator is a configuration with variables derived from the
+// names of the application's services, which no struct field declares; its
+// validate calls validateServices too.
+type servicesValidator interface {
+	validateServices(c *checker)
 }
 
 // field is what Load knows about one variable of a configuration struct.
@@ -130,7 +157,7 @@ func fieldsOf(t reflect.Type) map[string]field {
 
 // translate turns caarlos0/env's errors, which name Go fields, into Errors,
 // which name variables and values.
-func translate(err error, vars map[string]string, fields map[string]field) error {
+func translate(err error, vars map[string]string, fields map[string]field) Errors {
 	var agg env.AggregateError
 	if !errors.As(err, &agg) {
 		return Errors{{Var: "?", Reason: err.Error()}}
@@ -245,7 +272,10 @@ func redact(value string) string {
 type checker struct {
 	vars   map[string]string
 	fields map[string]field
-	errs   Errors
+	// services are the application's services (LoadWorker); nil for a
+	// configuration that does not depend on them.
+	services *service.Registry
+	errs     Errors
 }
 
 // fail records that the variable behind Go field name is wrong.
@@ -255,6 +285,12 @@ func (c *checker) fail(name, format string, args ...any) {
 		panic("config: no variable for field " + name) // programming error, caught by tests
 	}
 	c.errs = append(c.errs, &Error{Var: f.key, Value: display(f, c.vars[f.key]), Reason: fmt.Sprintf(format, args...)})
+}
+
+// failVar records that variable key, which no struct field declares (a
+// service's worker count), is wrong.
+func (c *checker) failVar(key, format string, args ...any) {
+	c.errs = append(c.errs, &Error{Var: key, Value: c.vars[key], Reason: fmt.Sprintf(format, args...)})
 }
 
 func (c *checker) intRange(name string, v, lo, hi int) {

@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/routing"
 )
 
 // envVars lists the variables of a configuration struct with their defaults.
@@ -64,20 +66,40 @@ func TestEnvExampleListsEveryVariable(t *testing.T) {
 	required := map[string]bool{"DATABASE_URL": true, "WORKER_SERVICE": true, "API_TOKEN": true, "API_ADMIN_TOKEN": true}
 	// Variables whose example is a real setting rather than the default.
 	examples := map[string]string{"ANALYSIS_ROOTS": "/srv/repos"}
+	type variable struct{ def, of string }
+	vars := map[string]variable{}
 	for _, typ := range []reflect.Type{reflect.TypeFor[config.Worker](), reflect.TypeFor[config.Scheduler](), reflect.TypeFor[config.CLI](), reflect.TypeFor[config.API]()} {
 		for key, def := range envVars(typ) {
-			value, ok := documented[key]
-			require.True(t, ok, "%s (%s) missing from .env.example", key, typ.Name())
-			switch {
-			case required[key]:
-			case examples[key] != "":
-				// A value a deployment should set, not the default: the
-				// comment above says what the default is.
-				require.Equal(t, examples[key], value, "%s in .env.example", key)
-				require.Contains(t, comments[key], "(default "+def+")", "%s: the comment above names the default", key)
-			default:
-				require.Equal(t, def, value, "%s default in .env.example", key)
-			}
+			vars[key] = variable{def: def, of: typ.Name()}
+		}
+	}
+	// The worker counts of every service of the reference app, named after
+	// the service (config.Worker.Workers), default the service's own.
+	for _, svc := range referenceServices(t).Services() {
+		for _, class := range routing.Classes() {
+			key := svc.EnvPrefix() + "QUEUE_" + strings.ToUpper(class.String()) + "_WORKERS"
+			vars[key] = variable{def: strconv.Itoa(svc.Workers().Of(class)), of: "service " + svc.Name()}
+		}
+	}
+	for _, key := range []string{
+		"ANALYZER_QUEUE_PRIORITY_WORKERS", "ANALYZER_QUEUE_DEFAULT_WORKERS", "ANALYZER_QUEUE_SCHEDULED_WORKERS",
+		"SPECGEN_QUEUE_PRIORITY_WORKERS", "SPECGEN_QUEUE_DEFAULT_WORKERS", "SPECGEN_QUEUE_SCHEDULED_WORKERS",
+	} {
+		require.Contains(t, vars, key, "the reference app's variables keep their names")
+	}
+
+	for key, v := range vars {
+		value, ok := documented[key]
+		require.True(t, ok, "%s (%s) missing from .env.example", key, v.of)
+		switch {
+		case required[key]:
+		case examples[key] != "":
+			// A value a deployment should set, not the default: the
+			// comment above says what the default is.
+			require.Equal(t, examples[key], value, "%s in .env.example", key)
+			require.Contains(t, comments[key], "(default "+v.def+")", "%s: the comment above names the default", key)
+		default:
+			require.Equal(t, v.def, value, "%s default in .env.example", key)
 		}
 	}
 }

@@ -57,7 +57,7 @@ func TestJobTimeoutSet(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, cfg.JobTimeoutSet(), "set, even to its default")
 
-	worker, err := config.Load[config.Worker](append(baseWorkerEnv(), "JOB_TIMEOUT=2h"))
+	worker, err := loadWorker(t, append(baseWorkerEnv(), "JOB_TIMEOUT=2h"))
 	require.NoError(t, err)
 	require.True(t, worker.JobTimeoutSet())
 	require.Equal(t, 2*time.Hour, worker.JobTimeout)

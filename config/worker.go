@@ -1,21 +1,22 @@
 package config
 
 import (
-	"errors"
-	"fmt"
-	"path/filepath"
-	"slices"
+	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/service"
 )
 
 // MaxQueueWorkers is River's own limit on one queue's workers in one process.
-const MaxQueueWorkers = 10_000
+const MaxQueueWorkers = service.MaxQueueWorkers
 
-// Worker is the configuration of a worker deployment (cmd/worker): one process
-// serving the three queues of one service.
+// Worker is the configuration of a worker deployment: one process serving
+// the three queues of one service of the application's registry
+// (service.Registry). LoadWorker loads it; the registry decides which
+// values WORKER_SERVICE accepts and which worker-count variables exist.
 type Worker struct {
 	Database
 	Logging
@@ -23,31 +24,35 @@ type Worker struct {
 	Observability
 	Analysis
 
-	// Service is the service this deployment works: analyzer or specgen.
-	// Required; a deployment serves exactly one service, so an Analyzer worker
-	// never receives SpecGenerator kinds.
-	Service routing.Service `env:"WORKER_SERVICE,required"`
+	// Service is the name of the service this deployment works
+	// (WORKER_SERVICE), one of the registry's. Required; a deployment
+	// serves exactly one service, and registers and fetches only that
+	// service's kinds.
+	Service string `env:"WORKER_SERVICE,required"`
 
-	// Worker counts per queue, per process (River's MaxWorkers). 0 means this
-	// deployment does not serve that queue; at least one of the service's
-	// queues must be served. ADR-16's defaults give the priority queue half of
-	// the capacity.
-	AnalyzerPriorityWorkers  int `env:"ANALYZER_QUEUE_PRIORITY_WORKERS" envDefault:"5"`
-	AnalyzerDefaultWorkers   int `env:"ANALYZER_QUEUE_DEFAULT_WORKERS" envDefault:"3"`
-	AnalyzerScheduledWorkers int `env:"ANALYZER_QUEUE_SCHEDULED_WORKERS" envDefault:"2"`
-	SpecGenPriorityWorkers   int `env:"SPECGEN_QUEUE_PRIORITY_WORKERS" envDefault:"3"`
-	SpecGenDefaultWorkers    int `env:"SPECGEN_QUEUE_DEFAULT_WORKERS" envDefault:"2"`
-	SpecGenScheduledWorkers  int `env:"SPECGEN_QUEUE_SCHEDULED_WORKERS" envDefault:"1"`
+	// Workers are the service's worker counts per queue, per process
+	// (River's MaxWorkers), each from a variable named after the service:
+	// <NAME>_QUEUE_PRIORITY_WORKERS, <NAME>_QUEUE_DEFAULT_WORKERS and
+	// <NAME>_QUEUE_SCHEDULED_WORKERS, where <NAME>_ is the service's
+	// EnvPrefix (service "mailer": MAILER_QUEUE_PRIORITY_WORKERS). 0 means
+	// this deployment does not serve that queue; at least one of the
+	// service's queues must be served. Every registered service's variables
+	// are checked, not only this one's, so that a bad value in an
+	// environment shared by several deployments stops each of them.
+	//
+	// Default: the service's own (service.Config.Workers).
+	Workers service.ClassWorkers
 
-	// Fetch tuning per queue class. The cooldown is the shortest time between
-	// two fetches of a queue (it bounds throughput: at most MaxWorkers jobs per
-	// cooldown); the poll interval is how often an idle queue looks for work
-	// when no LISTEN/NOTIFY wake-up came. Priority queues want low pickup
-	// latency; scheduled queues can wait. The priority defaults come from
-	// tierctl bench isolation (docs/benchmarks.md): 10ms keeps the pickup
-	// p99 of a paid stream in single-digit milliseconds, and a 250ms poll
-	// caps the wait of a job whose insert sent no wake-up, for about 3 more
-	// idle queries per second per process.
+	// Fetch tuning per queue class, the same for every service. The
+	// cooldown is the shortest time between two fetches of a queue (it
+	// bounds throughput: at most MaxWorkers jobs per cooldown); the poll
+	// interval is how often an idle queue looks for work when no
+	// LISTEN/NOTIFY wake-up came. Priority queues want low pickup latency;
+	// scheduled queues can wait. The priority defaults come from tierctl
+	// bench isolation (docs/benchmarks.md): 10ms keeps the pickup p99 of a
+	// paid stream in single-digit milliseconds, and a 250ms poll caps the
+	// wait of a job whose insert sent no wake-up, for about 3 more idle
+	// queries per second per process.
 	PriorityFetchCooldown      time.Duration `env:"QUEUE_PRIORITY_FETCH_COOLDOWN" envDefault:"10ms"`
 	PriorityFetchPollInterval  time.Duration `env:"QUEUE_PRIORITY_FETCH_POLL_INTERVAL" envDefault:"250ms"`
 	DefaultFetchCooldown       time.Duration `env:"QUEUE_DEFAULT_FETCH_COOLDOWN" envDefault:"100ms"`
@@ -59,6 +64,27 @@ type Worker struct {
 	// job that sleeps for the time its args say) on this worker, for tests
 	// and load tests only. Default false.
 	LoadTestWorkload bool `env:"LOAD_TEST_WORKLOAD" envDefault:"false"`
+
+	// baseQueue is the service's base queue, from the registry it was
+	// loaded with.
+	baseQueue string
+}
+
+// LoadWorker parses environ (KEY=VALUE strings, as from os.Environ) into
+// the configuration of a worker deployment of one of services, and
+// validates it, as Load does. WORKER_SERVICE must name one of services;
+// each service's worker counts come from the variables named after it
+// (Worker.Workers).
+//
+// LoadWorker reads only the services' names, base queues and default worker
+// counts, never their workers: a registry built before the database pool
+// exists (its workers without one) serves, as long as it has the same
+// services as the one the deployment runs (worker.RiverConfig checks).
+func LoadWorker(environ []string, services *service.Registry) (Worker, error) {
+	if services == nil {
+		panic("config: LoadWorker needs the application's services")
+	}
+	return load[Worker](environ, services)
 }
 
 // QueueClass is the River tuning of one class of queue.
@@ -69,11 +95,12 @@ type QueueClass struct {
 }
 
 // Queues returns the configured queues of this deployment's service, keyed by
-// queue name, with queues of 0 workers left out.
+// queue name, with queues of 0 workers left out. The Worker must come from
+// LoadWorker, which knows the service's queue names.
 func (w *Worker) Queues() map[string]QueueClass {
-	counts := w.workerCounts()
 	queues := map[string]QueueClass{}
-	for class, n := range counts {
+	for _, class := range routing.Classes() {
+		n := w.Workers.Of(class)
 		if n == 0 {
 			continue
 		}
@@ -86,20 +113,9 @@ func (w *Worker) Queues() map[string]QueueClass {
 		case routing.Scheduled:
 			qc.FetchCooldown, qc.PollInterval = w.ScheduledFetchCooldown, w.ScheduledFetchPollInterval
 		}
-		queues[w.Service.Queue(class)] = qc
+		queues[routing.QueueName(w.baseQueue, class)] = qc
 	}
 	return queues
-}
-
-func (w *Worker) workerCounts() map[routing.Class]int {
-	if w.Service == routing.SpecGen {
-		return map[routing.Class]int{
-			routing.Priority: w.SpecGenPriorityWorkers, routing.Default: w.SpecGenDefaultWorkers, routing.Scheduled: w.SpecGenScheduledWorkers,
-		}
-	}
-	return map[routing.Class]int{
-		routing.Priority: w.AnalyzerPriorityWorkers, routing.Default: w.AnalyzerDefaultWorkers, routing.Scheduled: w.AnalyzerScheduledWorkers,
-	}
 }
 
 func (w *Worker) validate(c *checker) {
@@ -107,23 +123,7 @@ func (w *Worker) validate(c *checker) {
 	w.Logging.validate(c)
 	w.Observability.validate(c)
 
-	if _, err := routing.ParseService(string(w.Service)); err != nil {
-		c.fail("Service", "must be analyzer or specgen")
-	}
-
-	c.intRange("AnalyzerPriorityWorkers", w.AnalyzerPriorityWorkers, 0, MaxQueueWorkers)
-	c.intRange("AnalyzerDefaultWorkers", w.AnalyzerDefaultWorkers, 0, MaxQueueWorkers)
-	c.intRange("AnalyzerScheduledWorkers", w.AnalyzerScheduledWorkers, 0, MaxQueueWorkers)
-	c.intRange("SpecGenPriorityWorkers", w.SpecGenPriorityWorkers, 0, MaxQueueWorkers)
-	c.intRange("SpecGenDefaultWorkers", w.SpecGenDefaultWorkers, 0, MaxQueueWorkers)
-	c.intRange("SpecGenScheduledWorkers", w.SpecGenScheduledWorkers, 0, MaxQueueWorkers)
-	if len(c.errs) == 0 && len(w.Queues()) == 0 {
-		prefix := "ANALYZER"
-		if w.Service == routing.SpecGen {
-			prefix = "SPECGEN"
-		}
-		c.fail("Service", "serves no queue: set at least one of %s_QUEUE_{PRIORITY,DEFAULT,SCHEDULED}_WORKERS above 0", prefix)
-	}
+	w.validateServices(c)
 
 	c.fetch("PriorityFetchCooldown", w.PriorityFetchCooldown, "PriorityFetchPollInterval", w.PriorityFetchPollInterval)
 	c.fetch("DefaultFetchCooldown", w.DefaultFetchCooldown, "DefaultFetchPollInterval", w.DefaultFetchPollInterval)
@@ -133,51 +133,72 @@ func (w *Worker) validate(c *checker) {
 	w.Analysis.validate(c)
 }
 
-// Analysis is where analysis jobs may look. The API (cmd/api) checks a
-// target against it lexically, since it cannot see the workers' file
-// system; the analyzer workers check it again after resolving symlinks and
-// `..` on their host; tierctl enqueue checks it as the API does.
-type Analysis struct {
-	// Roots are the directories an analysis target must be (or be below):
-	// ANALYSIS_ROOTS, colon-separated absolute directories, e.g.
-	// /srv/repos:/data/checkouts. Each is cleaned (/srv/repos/ is
-	// /srv/repos); an empty list, an empty entry, a relative entry or one
-	// with a . or .. component is refused. Default "/": every directory
-	// the analyzer can read.
-	Roots AnalysisRoots `env:"ANALYSIS_ROOTS" envDefault:"/"`
-}
-
-func (a *Analysis) validate(c *checker) {
-	// caarlos0/env gives a variable that is set but empty its default; an
-	// ANALYSIS_ROOTS that an unset shell variable emptied must not quietly
-	// become "/".
-	if value, ok := c.vars["ANALYSIS_ROOTS"]; ok && value == "" {
-		c.fail("Roots", "must not be empty: %s", analysisRootsHelp)
+// validateServices checks WORKER_SERVICE against the registered services
+// and every service's worker counts, and keeps the selected service's
+// counts and base queue. It reads the raw variables only, so it runs even
+// when another variable did not parse.
+func (w *Worker) validateServices(c *checker) {
+	if c.services == nil {
+		panic("config: a Worker is loaded with LoadWorker, which knows the application's services")
 	}
-}
-
-// AnalysisRoots are absolute, clean directories (ANALYSIS_ROOTS parsed).
-type AnalysisRoots []string
-
-const analysisRootsHelp = "colon-separated absolute directories, e.g. /srv/repos:/data/checkouts (/ allows every directory)"
-
-// UnmarshalText parses a colon-separated list of absolute directories.
-func (r *AnalysisRoots) UnmarshalText(text []byte) error {
-	var roots AnalysisRoots
-	for entry := range strings.SplitSeq(string(text), ":") {
-		switch {
-		case entry == "":
-			return errors.New("has an empty entry: " + analysisRootsHelp)
-		case !filepath.IsAbs(entry):
-			return fmt.Errorf("%q is not an absolute directory: %s", entry, analysisRootsHelp)
-		case slices.Contains(strings.Split(entry, "/"), "..") || slices.Contains(strings.Split(entry, "/"), "."):
-			return fmt.Errorf("%q has a . or .. component: name the directory itself", entry)
+	name, set := c.vars[c.fields["Service"].key]
+	selected, known := c.services.Lookup(name)
+	if set && !known {
+		c.fail("Service", "unknown service (want %s)", orList(c.services.Names()))
+	}
+	for _, svc := range c.services.Services() {
+		counts, ok := c.classWorkers(svc)
+		if svc != selected {
+			continue
 		}
-		roots = append(roots, filepath.Clean(entry))
+		w.Service, w.Workers, w.baseQueue = name, counts, svc.BaseQueue()
+		if ok && counts == (service.ClassWorkers{}) {
+			c.fail("Service", "serves no queue: set at least one of %sQUEUE_{PRIORITY,DEFAULT,SCHEDULED}_WORKERS above 0", svc.EnvPrefix())
+		}
 	}
-	*r = roots
-	return nil
 }
 
-// String is the roots as ANALYSIS_ROOTS lists them.
-func (r AnalysisRoots) String() string { return strings.Join(r, ":") }
+// classWorkers reads svc's worker count variables; a variable that is unset
+// or empty keeps the service's default, as caarlos0/env does for the
+// variables struct fields declare. ok is false when any is bad.
+func (c *checker) classWorkers(svc *service.Service) (counts service.ClassWorkers, ok bool) {
+	counts, ok = svc.Workers(), true
+	for _, class := range routing.Classes() {
+		key := svc.EnvPrefix() + "QUEUE_" + strings.ToUpper(class.String()) + "_WORKERS"
+		raw := c.vars[key]
+		if raw == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(raw, 10, 32) // as caarlos0/env parses an int
+		switch {
+		case err != nil:
+			c.failVar(key, "%s", reasonOf(reflect.TypeFor[int](), err))
+			ok = false
+			continue
+		case n < 0 || n > MaxQueueWorkers:
+			c.failVar(key, "must be between 0 and %d", MaxQueueWorkers)
+			ok = false
+			continue
+		}
+		switch class {
+		case routing.Priority:
+			counts.Priority = int(n)
+		case routing.Default:
+			counts.Default = int(n)
+		case routing.Scheduled:
+			counts.Scheduled = int(n)
+		}
+	}
+	return counts, ok
+}
+
+// orList joins names as "a", "a or b", "a, b or c".
+func orList(names []string) string {
+	if len(names) == 0 {
+		return "none is registered"
+	}
+	if len(names) == 1 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}

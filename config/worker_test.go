@@ -1,15 +1,18 @@
 package config_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/config"
-	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/service"
 )
 
 func baseWorkerEnv() []string {
@@ -19,18 +22,28 @@ func baseWorkerEnv() []string {
 	}
 }
 
+// referenceServices is the reference app's registry, as cmd/worker loads
+// its configuration with: no pool, the services only describe themselves.
+func referenceServices(t testing.TB) *service.Registry {
+	t.Helper()
+	services, err := jobs.Registry(jobs.Deps{})
+	require.NoError(t, err)
+	return services
+}
+
+// loadWorker loads a worker configuration of the reference app.
+func loadWorker(t testing.TB, environ []string) (config.Worker, error) {
+	t.Helper()
+	return config.LoadWorker(environ, referenceServices(t))
+}
+
 func TestWorkerDefaults(t *testing.T) {
 	t.Parallel()
 
-	cfg, err := config.Load[config.Worker](baseWorkerEnv())
+	cfg, err := loadWorker(t, baseWorkerEnv())
 	require.NoError(t, err)
-	require.Equal(t, routing.Analyzer, cfg.Service)
-	require.Equal(t, 5, cfg.AnalyzerPriorityWorkers)
-	require.Equal(t, 3, cfg.AnalyzerDefaultWorkers)
-	require.Equal(t, 2, cfg.AnalyzerScheduledWorkers)
-	require.Equal(t, 3, cfg.SpecGenPriorityWorkers)
-	require.Equal(t, 2, cfg.SpecGenDefaultWorkers)
-	require.Equal(t, 1, cfg.SpecGenScheduledWorkers)
+	require.Equal(t, "analyzer", cfg.Service)
+	require.Equal(t, service.ClassWorkers{Priority: 5, Default: 3, Scheduled: 2}, cfg.Workers)
 	require.Equal(t, time.Minute, cfg.JobTimeout)
 	require.False(t, cfg.JobTimeoutSet())
 	require.Equal(t, 25*time.Second, cfg.SoftStopTimeout)
@@ -41,12 +54,41 @@ func TestWorkerDefaults(t *testing.T) {
 		"analysis_default":   {Workers: 3, FetchCooldown: 100 * time.Millisecond, PollInterval: time.Second},
 		"analysis_scheduled": {Workers: 2, FetchCooldown: 250 * time.Millisecond, PollInterval: 2 * time.Second},
 	}, cfg.Queues())
+
+	cfg, err = loadWorker(t, []string{"DATABASE_URL=postgres://localhost/tierq", "WORKER_SERVICE=specgen"})
+	require.NoError(t, err)
+	require.Equal(t, "specgen", cfg.Service)
+	require.Equal(t, service.ClassWorkers{Priority: 3, Default: 2, Scheduled: 1}, cfg.Workers)
+	require.Equal(t, map[string]config.QueueClass{
+		"specview_priority":  {Workers: 3, FetchCooldown: 10 * time.Millisecond, PollInterval: 250 * time.Millisecond},
+		"specview_default":   {Workers: 2, FetchCooldown: 100 * time.Millisecond, PollInterval: time.Second},
+		"specview_scheduled": {Workers: 1, FetchCooldown: 250 * time.Millisecond, PollInterval: 2 * time.Second},
+	}, cfg.Queues())
+}
+
+// TestWorkerCountsOfTheSelectedService: a deployment takes its own
+// service's counts; another service's, set in the same environment, are
+// checked but not used.
+func TestWorkerCountsOfTheSelectedService(t *testing.T) {
+	t.Parallel()
+
+	environ := []string{
+		"DATABASE_URL=postgres://localhost/tierq",
+		"ANALYZER_QUEUE_PRIORITY_WORKERS=9", "ANALYZER_QUEUE_DEFAULT_WORKERS=0",
+		"SPECGEN_QUEUE_PRIORITY_WORKERS=7", "SPECGEN_QUEUE_SCHEDULED_WORKERS=",
+	}
+	analyzer, err := loadWorker(t, append(environ, "WORKER_SERVICE=analyzer"))
+	require.NoError(t, err)
+	require.Equal(t, service.ClassWorkers{Priority: 9, Default: 0, Scheduled: 2}, analyzer.Workers)
+	specgen, err := loadWorker(t, append(environ, "WORKER_SERVICE=specgen"))
+	require.NoError(t, err)
+	require.Equal(t, service.ClassWorkers{Priority: 7, Default: 2, Scheduled: 1}, specgen.Workers, "empty keeps the default")
 }
 
 func TestWorkerZeroWorkersLeavesQueueOut(t *testing.T) {
 	t.Parallel()
 
-	cfg, err := config.Load[config.Worker]([]string{
+	cfg, err := loadWorker(t, []string{
 		"DATABASE_URL=postgres://localhost/tierq", "WORKER_SERVICE=specgen",
 		"SPECGEN_QUEUE_DEFAULT_WORKERS=0", "SPECGEN_QUEUE_SCHEDULED_WORKERS=0",
 		"SPECGEN_QUEUE_PRIORITY_WORKERS=7",
@@ -66,12 +108,15 @@ func TestWorkerBadValues(t *testing.T) {
 		{name: "empty database url", give: []string{"DATABASE_URL="}, wantVar: "DATABASE_URL", wantReason: "empty"},
 		{name: "bad database url", give: []string{"DATABASE_URL=postgres://u:pw@host:notaport/db"}, wantVar: "DATABASE_URL", wantValue: "[redacted]", wantReason: "connection string"},
 		{name: "missing service", omit: "WORKER_SERVICE", wantVar: "WORKER_SERVICE", wantReason: "required"},
-		{name: "unknown service", give: []string{"WORKER_SERVICE=analysis"}, wantVar: "WORKER_SERVICE", wantValue: "analysis", wantReason: "analyzer or specgen"},
+		{name: "unknown service", give: []string{"WORKER_SERVICE=analysis"}, wantVar: "WORKER_SERVICE", wantValue: "analysis", wantReason: "unknown service (want analyzer or specgen)"},
+		{name: "empty service", give: []string{"WORKER_SERVICE="}, wantVar: "WORKER_SERVICE", wantValue: "", wantReason: "unknown service (want analyzer or specgen)"},
 		{name: "typo in count", give: []string{"ANALYZER_QUEUE_PRIORITY_WORKERS=5o"}, wantVar: "ANALYZER_QUEUE_PRIORITY_WORKERS", wantValue: "5o", wantReason: "not an integer"},
+		{name: "count out of int range", give: []string{"ANALYZER_QUEUE_SCHEDULED_WORKERS=99999999999"}, wantVar: "ANALYZER_QUEUE_SCHEDULED_WORKERS", wantValue: "99999999999", wantReason: "out of range for an integer"},
 		{name: "negative count", give: []string{"ANALYZER_QUEUE_DEFAULT_WORKERS=-1"}, wantVar: "ANALYZER_QUEUE_DEFAULT_WORKERS", wantValue: "-1", wantReason: "between 0 and 10000"},
 		{name: "count over river limit", give: []string{"SPECGEN_QUEUE_SCHEDULED_WORKERS=10001"}, wantVar: "SPECGEN_QUEUE_SCHEDULED_WORKERS", wantValue: "10001", wantReason: "between 0 and 10000"},
 		{name: "other service count checked too", give: []string{"SPECGEN_QUEUE_PRIORITY_WORKERS=x"}, wantVar: "SPECGEN_QUEUE_PRIORITY_WORKERS", wantValue: "x", wantReason: "not an integer"},
-		{name: "no queue served", give: []string{"ANALYZER_QUEUE_PRIORITY_WORKERS=0", "ANALYZER_QUEUE_DEFAULT_WORKERS=0", "ANALYZER_QUEUE_SCHEDULED_WORKERS=0"}, wantVar: "WORKER_SERVICE", wantValue: "analyzer", wantReason: "serves no queue"},
+		{name: "no queue served", give: []string{"ANALYZER_QUEUE_PRIORITY_WORKERS=0", "ANALYZER_QUEUE_DEFAULT_WORKERS=0", "ANALYZER_QUEUE_SCHEDULED_WORKERS=0"}, wantVar: "WORKER_SERVICE", wantValue: "analyzer", wantReason: "serves no queue: set at least one of ANALYZER_QUEUE_{PRIORITY,DEFAULT,SCHEDULED}_WORKERS above 0"},
+		{name: "other service serving no queue is fine", give: []string{"WORKER_SERVICE=specgen", "ANALYZER_QUEUE_PRIORITY_WORKERS=0", "ANALYZER_QUEUE_DEFAULT_WORKERS=0", "ANALYZER_QUEUE_SCHEDULED_WORKERS=0", "SPECGEN_QUEUE_DEFAULT_WORKERS=-2"}, wantVar: "SPECGEN_QUEUE_DEFAULT_WORKERS", wantValue: "-2", wantReason: "between 0 and 10000"},
 		{name: "bad duration", give: []string{"QUEUE_PRIORITY_FETCH_COOLDOWN=50"}, wantVar: "QUEUE_PRIORITY_FETCH_COOLDOWN", wantValue: "50", wantReason: "not a duration"},
 		{name: "cooldown too small", give: []string{"QUEUE_DEFAULT_FETCH_COOLDOWN=100us"}, wantVar: "QUEUE_DEFAULT_FETCH_COOLDOWN", wantValue: "100us", wantReason: "between 1ms and 1m"},
 		{name: "poll shorter than cooldown", give: []string{"QUEUE_SCHEDULED_FETCH_POLL_INTERVAL=100ms"}, wantVar: "QUEUE_SCHEDULED_FETCH_POLL_INTERVAL", wantValue: "100ms", wantReason: "shorter than the fetch cooldown"},
@@ -90,7 +135,7 @@ func TestWorkerBadValues(t *testing.T) {
 		{name: "empty analysis roots", give: []string{"ANALYSIS_ROOTS="}, wantVar: "ANALYSIS_ROOTS", wantValue: "", wantReason: "must not be empty"},
 		{name: "dot-dot in an analysis root", give: []string{"ANALYSIS_ROOTS=/srv/repos/../etc"}, wantVar: "ANALYSIS_ROOTS", wantValue: "/srv/repos/../etc", wantReason: "has a . or .. component"},
 	}
-	runBadValues[config.Worker](t, baseWorkerEnv(), tests)
+	checkBadValues(t, baseWorkerEnv(), tests, func(environ []string) (config.Worker, error) { return loadWorker(t, environ) })
 }
 
 // badValue is one case of a table of invalid environments.
@@ -110,6 +155,12 @@ func runBadValues[T any, PT interface {
 	config.Validator
 }](t *testing.T, base []string, tests []badValue) {
 	t.Helper()
+	checkBadValues(t, base, tests, config.Load[T, PT])
+}
+
+// checkBadValues is runBadValues with its own load function.
+func checkBadValues[T any](t *testing.T, base []string, tests []badValue, load func(environ []string) (T, error)) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -122,7 +173,7 @@ func runBadValues[T any, PT interface {
 			}
 			environ = append(environ, tt.give...)
 
-			_, err := config.Load[T, PT](environ)
+			_, err := load(environ)
 			require.ErrorIs(t, err, config.ErrInvalid)
 
 			var cfgErr *config.Error
@@ -138,21 +189,127 @@ func runBadValues[T any, PT interface {
 func TestWorkerEveryBadVariableReported(t *testing.T) {
 	t.Parallel()
 
-	_, err := config.Load[config.Worker](append(baseWorkerEnv(),
-		"ANALYZER_QUEUE_PRIORITY_WORKERS=-3", "LOG_FORMAT=yaml"))
-	var errs config.Errors
-	require.True(t, errors.As(err, &errs))
-	vars := make([]string, 0, len(errs))
-	for _, e := range errs {
-		vars = append(vars, e.Var)
+	tests := []struct {
+		name string
+		give []string
+		want []string
+	}{
+		{name: "checks", give: []string{"ANALYZER_QUEUE_PRIORITY_WORKERS=-3", "LOG_FORMAT=yaml"},
+			want: []string{"ANALYZER_QUEUE_PRIORITY_WORKERS", "LOG_FORMAT"}},
+		// A variable that does not parse stops the checks of the struct's
+		// fields, not those of the variables named after the services.
+		{name: "with one that does not parse", give: []string{"LOG_LEVEL=verbose", "SPECGEN_QUEUE_PRIORITY_WORKERS=x", "WORKER_SERVICE=mailer"},
+			want: []string{"LOG_LEVEL", "SPECGEN_QUEUE_PRIORITY_WORKERS", "WORKER_SERVICE"}},
+		{name: "with an empty required variable", give: []string{"DATABASE_URL=", "ANALYZER_QUEUE_DEFAULT_WORKERS=3x"},
+			want: []string{"DATABASE_URL", "ANALYZER_QUEUE_DEFAULT_WORKERS"}},
 	}
-	require.ElementsMatch(t, []string{"ANALYZER_QUEUE_PRIORITY_WORKERS", "LOG_FORMAT"}, vars)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := loadWorker(t, append(baseWorkerEnv(), tt.give...))
+			var errs config.Errors
+			require.True(t, errors.As(err, &errs))
+			vars := make([]string, 0, len(errs))
+			for _, e := range errs {
+				vars = append(vars, e.Var)
+			}
+			require.ElementsMatch(t, tt.want, vars, err.Error())
+		})
+	}
+}
+
+// Test kind of another team's service.
+type sendArgs struct {
+	To string `json:"to"`
+}
+
+func (sendArgs) Kind() string { return "send_mail" }
+
+type sendWorker struct{ river.WorkerDefaults[sendArgs] }
+
+func (*sendWorker) Work(context.Context, *river.Job[sendArgs]) error { return nil }
+
+// TestWorkerOfAnotherService: the variables of a worker deployment derive
+// from the names in the registry it is loaded with, for any service, and
+// the registry decides which WORKER_SERVICE values exist.
+func TestWorkerOfAnotherService(t *testing.T) {
+	t.Parallel()
+
+	mailer, err := service.New(&service.Config{
+		Name:      "mailer",
+		BaseQueue: "mail",
+		Kinds:     []service.Kind{service.WorkerKind(&sendWorker{})},
+		Workers:   &service.ClassWorkers{Priority: 4, Default: 2, Scheduled: 0},
+	})
+	require.NoError(t, err)
+	onlyMailer, err := service.NewRegistry(mailer)
+	require.NoError(t, err)
+	mailerAndReference, err := referenceServices(t).Join(onlyMailer)
+	require.NoError(t, err)
+
+	base := []string{"DATABASE_URL=postgres://localhost/app", "WORKER_SERVICE=mailer"}
+
+	cfg, err := config.LoadWorker(base, onlyMailer)
+	require.NoError(t, err)
+	require.Equal(t, "mailer", cfg.Service)
+	require.Equal(t, service.ClassWorkers{Priority: 4, Default: 2, Scheduled: 0}, cfg.Workers)
+	require.Equal(t, map[string]config.QueueClass{
+		"mail_priority": {Workers: 4, FetchCooldown: 10 * time.Millisecond, PollInterval: 250 * time.Millisecond},
+		"mail_default":  {Workers: 2, FetchCooldown: 100 * time.Millisecond, PollInterval: time.Second},
+	}, cfg.Queues())
+
+	cfg, err = config.LoadWorker(append(base,
+		"MAILER_QUEUE_PRIORITY_WORKERS=12", "MAILER_QUEUE_DEFAULT_WORKERS=0", "MAILER_QUEUE_SCHEDULED_WORKERS=1",
+		"ANALYZER_QUEUE_PRIORITY_WORKERS=oops", // no such service here: not a variable of this application
+	), onlyMailer)
+	require.NoError(t, err)
+	require.Equal(t, service.ClassWorkers{Priority: 12, Default: 0, Scheduled: 1}, cfg.Workers)
+	require.Equal(t, map[string]config.QueueClass{
+		"mail_priority":  {Workers: 12, FetchCooldown: 10 * time.Millisecond, PollInterval: 250 * time.Millisecond},
+		"mail_scheduled": {Workers: 1, FetchCooldown: 250 * time.Millisecond, PollInterval: 2 * time.Second},
+	}, cfg.Queues())
+
+	checkBadValues(t, base, []badValue{
+		{name: "typo in count", give: []string{"MAILER_QUEUE_PRIORITY_WORKERS=4o"}, wantVar: "MAILER_QUEUE_PRIORITY_WORKERS", wantValue: "4o", wantReason: "not an integer"},
+		{name: "count over river limit", give: []string{"MAILER_QUEUE_SCHEDULED_WORKERS=10001"}, wantVar: "MAILER_QUEUE_SCHEDULED_WORKERS", wantValue: "10001", wantReason: "must be between 0 and 10000"},
+		{name: "no queue served", give: []string{"MAILER_QUEUE_PRIORITY_WORKERS=0", "MAILER_QUEUE_DEFAULT_WORKERS=0"}, wantVar: "WORKER_SERVICE", wantValue: "mailer",
+			wantReason: "serves no queue: set at least one of MAILER_QUEUE_{PRIORITY,DEFAULT,SCHEDULED}_WORKERS above 0"},
+		{name: "unknown service", give: []string{"WORKER_SERVICE=analyzer"}, wantVar: "WORKER_SERVICE", wantValue: "analyzer", wantReason: "unknown service (want mailer)"},
+	}, func(environ []string) (config.Worker, error) { return config.LoadWorker(environ, onlyMailer) })
+
+	// Beside the reference app's services: every service's variables are
+	// checked, whichever the deployment serves.
+	checkBadValues(t, base, []badValue{
+		{name: "unknown service", give: []string{"WORKER_SERVICE=billing"}, wantVar: "WORKER_SERVICE", wantValue: "billing", wantReason: "unknown service (want analyzer, specgen or mailer)"},
+		{name: "another service's count", give: []string{"SPECGEN_QUEUE_DEFAULT_WORKERS=two"}, wantVar: "SPECGEN_QUEUE_DEFAULT_WORKERS", wantValue: "two", wantReason: "not an integer"},
+		{name: "own count", give: []string{"MAILER_QUEUE_DEFAULT_WORKERS=-1"}, wantVar: "MAILER_QUEUE_DEFAULT_WORKERS", wantValue: "-1", wantReason: "must be between 0 and 10000"},
+	}, func(environ []string) (config.Worker, error) { return config.LoadWorker(environ, mailerAndReference) })
+
+	_, err = config.LoadWorker([]string{"DATABASE_URL=postgres://localhost/app", "WORKER_SERVICE=mailer"}, mailerAndReference)
+	require.NoError(t, err)
+	_, err = config.LoadWorker([]string{"DATABASE_URL=postgres://localhost/app", "WORKER_SERVICE=billing"}, mailerAndReference)
+	require.EqualError(t, err, `invalid configuration: WORKER_SERVICE="billing": unknown service (want analyzer, specgen or mailer)`)
+}
+
+// TestWorkerNeedsItsServices: a Worker loaded without the application's
+// services could not know its variables; that is a programming error.
+func TestWorkerNeedsItsServices(t *testing.T) {
+	t.Parallel()
+	require.PanicsWithValue(t, "config: a Worker is loaded with LoadWorker, which knows the application's services", func() {
+		_, _ = config.Load[config.Worker](baseWorkerEnv())
+	})
+	require.PanicsWithValue(t, "config: a Worker is loaded with LoadWorker, which knows the application's services", func() {
+		_, _ = config.Load[config.Worker](nil) // parsing fails too
+	})
+	require.PanicsWithValue(t, "config: LoadWorker needs the application's services", func() {
+		_, _ = config.LoadWorker(baseWorkerEnv(), nil)
+	})
 }
 
 func TestDatabasePasswordRedacted(t *testing.T) {
 	t.Parallel()
 
-	_, err := config.Load[config.Worker]([]string{
+	_, err := loadWorker(t, []string{
 		"DATABASE_URL=postgres://tierq:hunter2@db/tierq?sslmode=bogus", "WORKER_SERVICE=analyzer",
 	})
 	require.ErrorContains(t, err, "DATABASE_URL")
@@ -163,7 +320,7 @@ func TestDatabasePasswordRedacted(t *testing.T) {
 func TestPoolConfigSchema(t *testing.T) {
 	t.Parallel()
 
-	cfg, err := config.Load[config.Worker](append(baseWorkerEnv(), "DATABASE_SCHEMA=tenant_a", "DATABASE_MAX_CONNS=7"))
+	cfg, err := loadWorker(t, append(baseWorkerEnv(), "DATABASE_SCHEMA=tenant_a", "DATABASE_MAX_CONNS=7"))
 	require.NoError(t, err)
 	poolConfig, err := cfg.PoolConfig()
 	require.NoError(t, err)
@@ -186,7 +343,7 @@ func TestAnalysisRoots(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			worker, err := config.Load[config.Worker](append(baseWorkerEnv(), tt.give...))
+			worker, err := loadWorker(t, append(baseWorkerEnv(), tt.give...))
 			require.NoError(t, err)
 			require.Equal(t, tt.want, worker.Analysis.Roots)
 			api, err := config.Load[config.API](append(baseAPIEnv(), tt.give...))

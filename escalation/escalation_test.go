@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -15,12 +13,11 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/internal/workertest"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/routing"
-	"github.com/tierq/tierq/worker"
 )
 
 type audit struct {
@@ -239,14 +236,12 @@ func TestEscalationNeverRacesAFetch(t *testing.T) {
 		return doInner(ctx)
 	})
 
-	cfg, err := config.Load[config.Worker]([]string{
-		"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "WORKER_SERVICE=analyzer", "LOAD_TEST_WORKLOAD=true",
+	riverConfig := workertest.RiverConfig(t, db,
+		"WORKER_SERVICE=analyzer", "LOAD_TEST_WORKLOAD=true",
 		"QUEUE_PRIORITY_FETCH_COOLDOWN=1ms", "QUEUE_PRIORITY_FETCH_POLL_INTERVAL=20ms",
 		"QUEUE_DEFAULT_FETCH_COOLDOWN=1ms", "QUEUE_DEFAULT_FETCH_POLL_INTERVAL=20ms",
 		"ANALYZER_QUEUE_DEFAULT_WORKERS=4", "ANALYZER_QUEUE_PRIORITY_WORKERS=4",
-	})
-	require.NoError(t, err)
-	riverConfig := worker.RiverConfig(cfg, db.Pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	)
 	riverConfig.WorkerMiddleware = []rivertype.WorkerMiddleware{record}
 	db.Start(t, riverConfig)
 

@@ -15,14 +15,13 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/proctest"
 	"github.com/tierq/tierq/internal/promtest"
 	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/internal/workertest"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/scheduler"
-	"github.com/tierq/tierq/worker"
 )
 
 // records are the JSON log records in logs whose msg is msg.
@@ -214,13 +213,11 @@ func TestEscalatedJobReportsItsWholeWait(t *testing.T) {
 		return db.Jobs(t, "id = $1", id)[0].Queue == "analysis_default"
 	})
 
-	workerCfg, err := config.Load[config.Worker]([]string{
-		"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "WORKER_SERVICE=analyzer", "LOAD_TEST_WORKLOAD=true",
-		"ANALYZER_QUEUE_PRIORITY_WORKERS=0", "ANALYZER_QUEUE_DEFAULT_WORKERS=1", "ANALYZER_QUEUE_SCHEDULED_WORKERS=0",
-	})
-	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	rc := worker.RiverConfig(workerCfg, db.Pool, discard)
+	rc := workertest.RiverConfig(t, db,
+		"WORKER_SERVICE=analyzer", "LOAD_TEST_WORKLOAD=true",
+		"ANALYZER_QUEUE_PRIORITY_WORKERS=0", "ANALYZER_QUEUE_DEFAULT_WORKERS=1", "ANALYZER_QUEUE_SCHEDULED_WORKERS=0",
+	)
 	rc.Hooks = append(rc.Hooks, metrics.NewJobs(reg))
 	db.Start(t, rc)
 	testdb.WaitFor(t, 10*time.Second, "the job to complete", func() bool {
@@ -258,11 +255,7 @@ func TestSweepsLeavePausedQueuesAlone(t *testing.T) {
 	// has not seen cannot be paused). Without the load-test workload they
 	// never fetch the loadtest jobs below.
 	for _, service := range []string{"analyzer", "specgen"} {
-		cfg, err := config.Load[config.Worker]([]string{
-			"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "WORKER_SERVICE=" + service,
-		})
-		require.NoError(t, err)
-		db.Start(t, worker.RiverConfig(cfg, db.Pool, discard))
+		db.Start(t, workertest.RiverConfig(t, db, "WORKER_SERVICE="+service))
 	}
 	client := db.Producer(t)
 	testdb.WaitFor(t, 10*time.Second, "the worker queues in river_queue", func() bool {

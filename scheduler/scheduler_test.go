@@ -17,13 +17,13 @@ import (
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/promtest"
 	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/internal/workertest"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/tiers"
-	"github.com/tierq/tierq/worker"
 )
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -154,9 +154,7 @@ func TestLeaderWithoutTheKindDiscardsAStuckJob(t *testing.T) {
 	require.NoError(t, err)
 	markStuck(t, db, res.Job.ID)
 
-	cfg, err := config.Load[config.Worker]([]string{"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "WORKER_SERVICE=analyzer"})
-	require.NoError(t, err)
-	riverConfig := worker.RiverConfig(cfg, db.Pool, discard)
+	riverConfig := workertest.RiverConfig(t, db, "WORKER_SERVICE=analyzer")
 	require.True(t, riverConfig.LeaderElectionDisabled, "workers never lead")
 	riverConfig.LeaderElectionDisabled = false // what tierq does not do
 	db.Start(t, riverConfig)
@@ -289,13 +287,11 @@ func TestStarvationBound(t *testing.T) {
 	defer cancel()
 	producerClient := db.Producer(t)
 
-	workerCfg, err := config.Load[config.Worker]([]string{
-		"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "WORKER_SERVICE=analyzer", "LOAD_TEST_WORKLOAD=true",
+	db.Start(t, workertest.RiverConfig(t, db,
+		"WORKER_SERVICE=analyzer", "LOAD_TEST_WORKLOAD=true",
 		"ANALYZER_QUEUE_PRIORITY_WORKERS=2", "ANALYZER_QUEUE_DEFAULT_WORKERS=0", "ANALYZER_QUEUE_SCHEDULED_WORKERS=0",
 		"QUEUE_PRIORITY_FETCH_COOLDOWN=5ms", "QUEUE_PRIORITY_FETCH_POLL_INTERVAL=50ms",
-	})
-	require.NoError(t, err)
-	db.Start(t, worker.RiverConfig(workerCfg, db.Pool, discard))
+	))
 
 	// The flood: enterprise-priority (2) jobs of 20ms, topped up to 40
 	// available every 10ms, so two workers never run dry.

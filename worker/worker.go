@@ -1,38 +1,70 @@
-// Package worker builds the River client of a worker deployment: one process
-// serving the three queues of one service (ADR-16), with the worker counts and
-// fetch tuning from config.Worker, and only that service's job kinds
-// registered and fetched (FetchOnlyKnownKinds), so an Analyzer worker never
-// receives a SpecGenerator job.
+// Package worker runs a worker deployment: one process serving the three
+// queues of one service of the application's registry (ADR-16), with the
+// worker counts and fetch tuning of config.Worker, and only that service's
+// job kinds registered and fetched (FetchOnlyKnownKinds), so that a worker of
+// one service never receives another service's job.
+//
+// RiverConfig is the River client configuration of such a deployment, for a
+// main that runs its own River client; Run is the whole process (connect,
+// start, stop on a signal, metrics). A team's worker deployment of its own
+// service is a few lines of its main:
+//
+//	described, err := newServices(nil) // names and worker counts; no pool yet
+//	if err != nil {
+//		return err
+//	}
+//	cfg, err := config.LoadWorker(environ, described) // exit 2 on config.ErrInvalid
+//	if err != nil {
+//		return err
+//	}
+//	return worker.Run(ctx, cfg, cfg.NewLogger(stdout), newServices)
+//
+// where newServices(pool) builds the team's service.Registry with its
+// workers on pool.
 package worker
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/process"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/producer"
-	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/service"
 )
 
-// RiverConfig is the River client configuration for cfg's service. Callers
-// may add middleware or hooks before passing it to NewClient.
-func RiverConfig(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger) *river.Config {
-	workers := river.NewWorkers()
-	switch cfg.Service {
-	case routing.Analyzer:
-		river.AddWorker(workers, jobs.NewAnalysisWorker(pool, logger, cfg.Analysis.Roots...))
-	case routing.SpecGen:
-		river.AddWorker(workers, jobs.NewSpecViewWorker(pool, logger))
-	}
-	if cfg.LoadTestWorkload {
-		river.AddWorker(workers, jobs.NewLoadTestWorker(pool))
+// RiverConfig is the River client configuration of a worker deployment of
+// cfg's service (cfg.Service) from services: the service's queues with
+// cfg's worker counts and fetch tuning, the workers of the service's kinds
+// (and the load-test workload's when cfg.LoadTestWorkload), on pool.
+// Callers may add middleware or hooks before passing it to river.NewClient.
+//
+// services is the registry the deployment runs, its workers built on pool.
+// cfg may have been loaded with another registry of the same services, one
+// built before the pool existed (config.LoadWorker); RiverConfig returns an
+// error when services has no service of cfg's name or its queues are not
+// the ones cfg was loaded with, and when two workers share a kind.
+func RiverConfig(cfg config.Worker, services *service.Registry, pool *pgxpool.Pool, logger *slog.Logger) (*river.Config, error) {
+	svc, ok := services.Lookup(cfg.Service)
+	if !ok {
+		return nil, fmt.Errorf("worker: service %q is not registered (registered: %s)", cfg.Service, strings.Join(services.Names(), ", "))
 	}
 
 	queues := map[string]river.QueueConfig{}
 	for name, qc := range cfg.Queues() {
+		if !slices.Contains(svc.Queues(), name) {
+			return nil, fmt.Errorf("worker: queue %s is not one of service %s's (%s): the configuration was loaded with another registry",
+				name, svc.Name(), strings.Join(svc.Queues(), ", "))
+		}
 		queues[name] = river.QueueConfig{
 			MaxWorkers:        qc.Workers,
 			FetchCooldown:     qc.FetchCooldown,
@@ -40,10 +72,20 @@ func RiverConfig(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger) *ri
 		}
 	}
 
+	workers := river.NewWorkers()
+	if err := svc.AddWorkers(workers); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	if cfg.LoadTestWorkload {
+		if err := river.AddWorkerSafely(workers, jobs.NewLoadTestWorker(pool)); err != nil {
+			return nil, fmt.Errorf("worker: load-test workload: %w", err)
+		}
+	}
+
 	return &river.Config{
 		// Client-level: rate limit of the insert notifications this client
-		// sends (the analyzer chains specview jobs); each queue has its own
-		// cooldown below.
+		// sends (a service's workers may chain jobs); each queue has its
+		// own cooldown below.
 		FetchCooldown:       producer.NotifyCooldown,
 		FetchOnlyKnownKinds: true,
 		JobTimeout:          cfg.JobTimeout,
@@ -55,9 +97,56 @@ func RiverConfig(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger) *ri
 		MaxAttempts:            cfg.MaxAttempts,
 		Queues:                 queues,
 		Schema:                 cfg.Schema,
-		// The analyzer inserts specview jobs, a kind it does not work.
+		// A service's workers may insert jobs of kinds another service
+		// works (a chained next step).
 		SkipUnknownJobCheck: true,
 		SoftStopTimeout:     cfg.SoftStopTimeout,
 		Workers:             workers,
+	}, nil
+}
+
+// Run runs a worker deployment of cfg's service until ctx ends or the
+// process gets SIGINT or SIGTERM. It connects to cfg's database, builds the
+// application's services on the pool with newServices, and runs the River
+// client RiverConfig makes of them, with tierq's job metrics (served at
+// /metrics on cfg.MetricsAddr when set). On the first signal River stops
+// fetching and lets running jobs finish for up to cfg.SoftStopTimeout, then
+// cancels them (River retries them), and Run returns nil; a second signal
+// kills the process at once.
+//
+// attrs are logged with "worker started", after the service's name and
+// each served queue's worker count.
+func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, newServices func(pool *pgxpool.Pool) (*service.Registry, error), attrs ...slog.Attr) error {
+	poolConfig, err := cfg.PoolConfig()
+	if err != nil {
+		return err
 	}
+	started := []any{slog.String("service", cfg.Service)}
+	for _, a := range attrs {
+		started = append(started, a)
+	}
+	for name, qc := range cfg.Queues() {
+		started = append(started, slog.Int(name, qc.Workers))
+	}
+	registry := metrics.NewRegistry()
+	return process.Run(ctx, process.Spec{
+		Name:            "worker",
+		Logger:          logger,
+		Pool:            poolConfig,
+		SoftStopTimeout: cfg.SoftStopTimeout,
+		NewClient: func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
+			services, err := newServices(pool)
+			if err != nil {
+				return nil, fmt.Errorf("worker: services: %w", err)
+			}
+			riverConfig, err := RiverConfig(cfg, services, pool, logger)
+			if err != nil {
+				return nil, err
+			}
+			return process.NewClient(pool, riverConfig, metrics.NewJobs(registry))
+		},
+		MetricsAddr: cfg.MetricsAddr,
+		Metrics:     registry,
+		Attrs:       started,
+	})
 }

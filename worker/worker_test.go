@@ -48,16 +48,23 @@ func (b *testBundle) workerConfig(t *testing.T, svc routing.Service, extra ...st
 		"QUEUE_DEFAULT_FETCH_COOLDOWN=10ms", "QUEUE_DEFAULT_FETCH_POLL_INTERVAL=100ms",
 		"QUEUE_SCHEDULED_FETCH_COOLDOWN=10ms", "QUEUE_SCHEDULED_FETCH_POLL_INTERVAL=100ms",
 	}, extra...)
-	cfg, err := config.Load[config.Worker](environ)
+	described, err := jobs.Registry(jobs.Deps{})
+	require.NoError(t, err)
+	cfg, err := config.LoadWorker(environ, described)
 	require.NoError(t, err)
 	return cfg
 }
 
-// start starts a client built from cfg (after mutate, if given) and stops it
-// when the test ends.
+// start starts a client built from cfg (after mutate, if given), with the
+// reference app's services built on the test's pool as cmd/worker builds
+// them, and stops it when the test ends.
 func (b *testBundle) start(t *testing.T, cfg config.Worker, mutate func(*river.Config)) *river.Client[pgx.Tx] {
 	t.Helper()
-	riverConfig := worker.RiverConfig(cfg, b.db.Pool, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	services, err := jobs.Registry(jobs.Deps{Pool: b.db.Pool, Logger: logger, AnalysisRoots: cfg.Analysis.Roots})
+	require.NoError(t, err)
+	riverConfig, err := worker.RiverConfig(cfg, services, b.db.Pool, logger)
+	require.NoError(t, err)
 	if mutate != nil {
 		mutate(riverConfig)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tierq/tierq/bench"
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/jobs"
 )
 
 // benchScenarios are tierctl bench's scenarios, in the order "all" runs them.
@@ -67,7 +68,11 @@ as the last line. See docs/benchmarks.md.`,
 			}
 			// --set values are checked as the worker process would check
 			// them, before anything is created.
-			if _, err := config.Load[config.Worker](append([]string{"DATABASE_URL=" + cfg.URL, "WORKER_SERVICE=analyzer"}, set...)); err != nil {
+			services, err := jobs.Registry(jobs.Deps{})
+			if err != nil {
+				return err
+			}
+			if _, err := config.LoadWorker(append([]string{"DATABASE_URL=" + cfg.URL, "WORKER_SERVICE=" + jobs.ServiceAnalyzer}, set...), services); err != nil {
 				return err
 			}
 			progress := &benchProgress{app: a}

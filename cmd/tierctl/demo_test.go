@@ -5,17 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/internal/workertest"
 	"github.com/tierq/tierq/routing"
-	"github.com/tierq/tierq/worker"
 )
 
 // TestDemoRunsToCompletion runs tierctl demo at a reduced size against real
@@ -27,9 +24,7 @@ func TestDemoRunsToCompletion(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	for _, svc := range routing.Services() {
-		cfg, err := config.Load[config.Worker](append(dbEnv(db), "WORKER_SERVICE="+string(svc), "LOAD_TEST_WORKLOAD=true"))
-		require.NoError(t, err)
-		db.Start(t, worker.RiverConfig(cfg, db.Pool, slog.New(slog.NewTextHandler(io.Discard, nil))))
+		db.Start(t, workertest.RiverConfig(t, db, "WORKER_SERVICE="+string(svc), "LOAD_TEST_WORKLOAD=true"))
 	}
 
 	// 60 free jobs over 1s, a paid job every 200ms for 3s (15), 2 background.

@@ -1,8 +1,9 @@
-// Command worker runs one worker deployment of tierq: the three River queues
-// of the service named by WORKER_SERVICE (analyzer or specgen), with worker
-// counts and fetch tuning from the environment (see .env.example). An
-// analyzer deployment analyses only targets that resolve into ANALYSIS_ROOTS
-// and cancels the other jobs (docs/jobs.md).
+// Command worker runs one worker deployment of tierq's reference app: the
+// three River queues of the service named by WORKER_SERVICE (analyzer or
+// specgen, jobs.Registry), with worker counts named after the service
+// (ANALYZER_QUEUE_PRIORITY_WORKERS, …) and fetch tuning from the environment
+// (see .env.example). An analyzer deployment analyses only targets that
+// resolve into ANALYSIS_ROOTS and cancels the other jobs (docs/jobs.md).
 //
 // SIGINT or SIGTERM stops fetching and lets running jobs finish for up to
 // SOFT_STOP_TIMEOUT; jobs still running then are cancelled (River records
@@ -21,15 +22,12 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/process"
 	"github.com/tierq/tierq/jobs"
-	"github.com/tierq/tierq/metrics"
-	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/worker"
 )
 
@@ -38,7 +36,13 @@ func main() {
 }
 
 func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) error {
-	cfg, err := config.Load[config.Worker](environ)
+	// Before there is a pool, the services only describe themselves: their
+	// names and default worker counts are all the configuration needs.
+	described, err := jobs.Registry(jobs.Deps{})
+	if err != nil {
+		return err
+	}
+	cfg, err := config.LoadWorker(environ, described)
 	if err != nil {
 		return err
 	}
@@ -47,29 +51,12 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 		logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: each job kind has its own timeout (docs/operations.md, \"Job timeouts and rescue\"); it applies only to kinds registered without one",
 			slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(jobs.Timeouts())))
 	}
-	poolConfig, err := cfg.PoolConfig()
-	if err != nil {
-		return err
-	}
 
-	attrs := []any{slog.String("service", string(cfg.Service))}
-	if cfg.Service == routing.Analyzer {
+	var attrs []slog.Attr
+	if cfg.Service == jobs.ServiceAnalyzer {
 		attrs = append(attrs, slog.String("analysis_roots", cfg.Analysis.Roots.String()))
 	}
-	for name, qc := range cfg.Queues() {
-		attrs = append(attrs, slog.Int(name, qc.Workers))
-	}
-	registry := metrics.NewRegistry()
-	return process.Run(ctx, process.Spec{
-		Name:            "worker",
-		Logger:          logger,
-		Pool:            poolConfig,
-		SoftStopTimeout: cfg.SoftStopTimeout,
-		NewClient: func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
-			return process.NewClient(pool, worker.RiverConfig(cfg, pool, logger), metrics.NewJobs(registry))
-		},
-		MetricsAddr: cfg.MetricsAddr,
-		Metrics:     registry,
-		Attrs:       attrs,
-	})
+	return worker.Run(ctx, cfg, logger, func(pool *pgxpool.Pool) (*service.Registry, error) {
+		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: cfg.Analysis.Roots})
+	}, attrs...)
 }

@@ -37,7 +37,14 @@ func TestBadEnvironmentExitsTwo(t *testing.T) {
 		}, want: []string{`ANALYZER_QUEUE_PRIORITY_WORKERS="fiv"`, "not an integer"}},
 		{name: "unknown service", environ: []string{
 			"DATABASE_URL=postgres://127.0.0.1:1/none", "WORKER_SERVICE=billing",
-		}, want: []string{`WORKER_SERVICE="billing"`}},
+		}, want: []string{`WORKER_SERVICE="billing": unknown service (want analyzer or specgen)`}},
+		{name: "other service's count", environ: []string{
+			"DATABASE_URL=postgres://127.0.0.1:1/none", "WORKER_SERVICE=analyzer", "SPECGEN_QUEUE_SCHEDULED_WORKERS=-1",
+		}, want: []string{`SPECGEN_QUEUE_SCHEDULED_WORKERS="-1": must be between 0 and 10000`}},
+		{name: "serves no queue", environ: []string{
+			"DATABASE_URL=postgres://127.0.0.1:1/none", "WORKER_SERVICE=specgen",
+			"SPECGEN_QUEUE_PRIORITY_WORKERS=0", "SPECGEN_QUEUE_DEFAULT_WORKERS=0", "SPECGEN_QUEUE_SCHEDULED_WORKERS=0",
+		}, want: []string{`WORKER_SERVICE="specgen": serves no queue: set at least one of SPECGEN_QUEUE_{PRIORITY,DEFAULT,SCHEDULED}_WORKERS above 0`}},
 		{name: "password not echoed", environ: []string{
 			"DATABASE_URL=postgres://tierq:hunter2@db/x?sslmode=nope", "WORKER_SERVICE=analyzer",
 		}, want: []string{"DATABASE_URL="}},
@@ -141,6 +148,8 @@ func TestServesMetrics(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	proctest.WaitOutput(t, out, "worker started", 20*time.Second)
+	require.Contains(t, out.String(), "service=analyzer analysis_roots=/ ")
+	require.Contains(t, out.String(), "analysis_priority=5")
 	url := proctest.MetricsURL(t, out)
 
 	res, err := db.Producer(t).Insert(ctx, jobs.LoadTestArgs{}, &river.InsertOpts{Queue: "analysis_priority"})
