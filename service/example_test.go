@@ -64,5 +64,5 @@ func ExampleKind_DecodeArgs() {
 	fmt.Println(err)
 	// Output:
 	// service_test.ResizeArgs{Image:"cat.png"} <nil>
-	// json: unknown field "tier"
+	// unknown field "tier"
 }

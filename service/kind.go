@@ -1,11 +1,11 @@
 package service
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"reflect"
+	"strings"
 
 	"github.com/riverqueue/river"
 )
@@ -24,27 +24,62 @@ type Validator interface {
 	Validate() error
 }
 
+// KindOption configures a Kind made by WorkerKind.
+type KindOption[T river.JobArgs] func(*kindOptions[T])
+
+type kindOptions[T river.JobArgs] struct {
+	checks []func(args T) error
+}
+
+// Check adds a check that DecodeArgs runs on args of the kind after the
+// args' own Validate: for rules that need the application's configuration
+// (a directory the args must point into, say), which the args type cannot
+// know.
+func Check[T river.JobArgs](check func(args T) error) KindOption[T] {
+	return func(o *kindOptions[T]) { o.checks = append(o.checks, check) }
+}
+
 // WorkerKind is the Kind of worker's args type T.
-func WorkerKind[T river.JobArgs](worker river.Worker[T]) Kind {
+func WorkerKind[T river.JobArgs](worker river.Worker[T], opts ...KindOption[T]) Kind {
+	var o kindOptions[T]
+	for _, opt := range opts {
+		opt(&o)
+	}
 	var zero T
+	fields, isStruct := jsonFields(reflect.TypeFor[T]())
 	return Kind{
 		name: zero.Kind(),
 		addWorker: func(workers *river.Workers) error {
 			return river.AddWorkerSafely(workers, worker)
 		},
 		decode: func(data []byte) (river.JobArgs, error) {
-			var args T
-			dec := json.NewDecoder(bytes.NewReader(data))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&args); err != nil {
-				return nil, err
+			// Unknown fields are found by name rather than with
+			// json.Decoder.DisallowUnknownFields, which an args type with
+			// its own UnmarshalJSON (lenient for the worker's sake) would
+			// bypass.
+			var object map[string]json.RawMessage
+			if err := json.Unmarshal(data, &object); err != nil || object == nil {
+				return nil, errors.New("args must be a JSON object")
 			}
-			if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-				return nil, errors.New("args must be one JSON object")
+			if isStruct {
+				for key := range object {
+					if !fields[strings.ToLower(key)] {
+						return nil, fmt.Errorf("unknown field %q", key)
+					}
+				}
+			}
+			var args T
+			if err := json.Unmarshal(data, &args); err != nil {
+				return nil, err
 			}
 			// *T has T's methods too: one check covers both receivers.
 			if v, ok := any(&args).(Validator); ok {
 				if err := v.Validate(); err != nil {
+					return nil, err
+				}
+			}
+			for _, check := range o.checks {
+				if err := check(args); err != nil {
 					return nil, err
 				}
 			}
@@ -53,12 +88,46 @@ func WorkerKind[T river.JobArgs](worker river.Worker[T]) Kind {
 	}
 }
 
+// jsonFields are the JSON names (lower-cased: encoding/json matches them
+// case-insensitively) of struct type t's fields, embedded structs'
+// included, and whether t is a struct at all.
+func jsonFields(t reflect.Type) (map[string]bool, bool) {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil, false
+	}
+	names := map[string]bool{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case tag == "-":
+		case f.Anonymous && tag == "":
+			if inner, ok := jsonFields(f.Type); ok {
+				for n := range inner {
+					names[n] = true
+				}
+			}
+		case !f.IsExported():
+		case tag != "":
+			names[strings.ToLower(tag)] = true
+		default:
+			names[strings.ToLower(f.Name)] = true
+		}
+	}
+	return names, true
+}
+
 // Name is the kind's name (its args' Kind()).
 func (k Kind) Name() string { return k.name }
 
-// DecodeArgs decodes data strictly into the kind's args type: unknown fields,
-// wrong types and trailing data are errors, and args that implement
-// Validator must pass it. The result is the args value, ready to insert.
+// DecodeArgs decodes data, which must be a JSON object, into the kind's args
+// type, strictly: a field the type does not have, a value of the wrong
+// type or trailing data is an error, and so is a refusal by the args'
+// Validate or by a Check given to WorkerKind. The result is the args value,
+// ready to insert.
 func (k Kind) DecodeArgs(data []byte) (river.JobArgs, error) {
 	if k.decode == nil {
 		return nil, fmt.Errorf("%w: kind not made by WorkerKind", ErrInvalid)

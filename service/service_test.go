@@ -220,8 +220,8 @@ func TestDecodeArgs(t *testing.T) {
 	}{
 		{"unknown field", thumb, `{"image": "x.png", "tier": "pro"}`, `unknown field "tier"`},
 		{"wrong type", thumb, `{"width": "wide"}`, "cannot unmarshal string"},
-		{"trailing data", thumb, `{"width": 1} {}`, "args must be one JSON object"},
-		{"not JSON", thumb, `nope`, "invalid character"},
+		{"trailing data", thumb, `{"width": 1} {}`, "args must be a JSON object"},
+		{"not JSON", thumb, `nope`, "args must be a JSON object"},
 		{"refused by Validate", send, `{"subject": "hi"}`, "to is required"},
 		{"zero Kind", service.Kind{}, `{}`, "kind not made by WorkerKind"},
 	}
