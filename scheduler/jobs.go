@@ -76,7 +76,7 @@ type EscalationSweepWorker struct {
 }
 
 func (w *EscalationSweepWorker) Work(ctx context.Context, _ *river.Job[EscalationSweepArgs]) error {
-	res, err := escalation.Sweep(ctx, w.pool, w.rules, w.batch)
+	res, err := escalation.Sweep(ctx, w.pool, routing.Queues(), w.rules, w.batch)
 	// Moves of the batches that committed are counted even when a later
 	// batch failed.
 	for move, n := range res.Moved {

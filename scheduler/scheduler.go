@@ -25,6 +25,7 @@ import (
 	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/metrics"
+	"github.com/tierq/tierq/routing"
 )
 
 // Queue is the scheduler's own queue: its periodic jobs run there.
@@ -46,7 +47,7 @@ func RiverConfig(cfg config.Scheduler, pool *pgxpool.Pool, logger *slog.Logger, 
 	river.AddWorker(workers, jobs.NewLoadTestWorker(pool))
 
 	river.AddWorker(workers, &AgingSweepWorker{pool: pool, logger: logger, metrics: m, settings: aging.Settings{
-		Step: cfg.AgingStep, MaxPriority: cfg.AgingMaxPriority, Batch: cfg.SweepBatch,
+		Step: cfg.AgingStep, MaxPriority: cfg.AgingMaxPriority, Queues: routing.Queues(), Batch: cfg.SweepBatch,
 	}})
 	river.AddWorker(workers, &EscalationSweepWorker{pool: pool, logger: logger, metrics: m,
 		rules: escalation.Rules(cfg.EscalateScheduledAfter, cfg.EscalateDefaultAfter), batch: cfg.SweepBatch})
