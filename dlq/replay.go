@@ -36,8 +36,8 @@ type ReplayOptions struct {
 	// ToQueue is the queue the new jobs go to; empty means each dead
 	// letter's original queue. It must be one of the service queues Replay
 	// is given, and a dead letter goes only to a queue of its own service:
-	// one from analysis_default may go to analysis_priority, not to
-	// specview_priority, whose workers do not run analysis jobs.
+	// one from <base>_default may go to <base>_priority, not to another
+	// service's queue, whose workers do not run its kind.
 	ToQueue string
 	// Force replays a dead letter that was replayed before.
 	Force bool
