@@ -43,7 +43,9 @@ type Settings struct {
 	Step time.Duration
 	// MaxPriority is the best priority aging gives (1..4).
 	MaxPriority int
-	// Queues are the queues aged. Empty means every tierq service queue.
+	// Queues are the queues aged: the service queues
+	// (service.Registry.Queues). Required: a sweep without them is an
+	// error, never a sweep of some default set.
 	Queues []string
 	// Batch is the most jobs one statement changes. Default 1000.
 	Batch int
@@ -132,10 +134,10 @@ func Sweep(ctx context.Context, q db.Querier, s Settings) (Result, error) {
 	if s.MaxPriority < routing.PriorityEscalated || s.MaxPriority > routing.PriorityLowest {
 		return Result{}, fmt.Errorf("aging: max priority %d not in 1..4", s.MaxPriority)
 	}
-	queues := s.Queues
-	if len(queues) == 0 {
-		queues = routing.Queues()
+	if len(s.Queues) == 0 {
+		return Result{}, errors.New("aging: queues are required")
 	}
+	queues := s.Queues
 	batch := s.Batch
 	if batch <= 0 {
 		batch = 1000

@@ -55,6 +55,7 @@ func insertWaiting(t *testing.T, db *testdb.DB, queue string, priority int, wait
 
 func TestSweepAppliesTheFormulaOnceAndOnlyToAvailableServiceJobs(t *testing.T) {
 	t.Parallel()
+	serviceQueues := testdb.Registry(t).Queues()
 	db := testdb.New(t)
 	ctx := context.Background()
 	producer := db.Producer(t)
@@ -83,7 +84,7 @@ func TestSweepAppliesTheFormulaOnceAndOnlyToAvailableServiceJobs(t *testing.T) {
 	require.NoError(t, err)
 
 	// Batch 2 makes the sweep loop over several statements.
-	res, err := aging.Sweep(ctx, db.Pool, aging.Settings{Step: step, MaxPriority: 2, Batch: 2})
+	res, err := aging.Sweep(ctx, db.Pool, aging.Settings{Step: step, MaxPriority: 2, Queues: serviceQueues, Batch: 2})
 	require.NoError(t, err)
 
 	wantTotal := 0
@@ -104,13 +105,14 @@ func TestSweepAppliesTheFormulaOnceAndOnlyToAvailableServiceJobs(t *testing.T) {
 	}
 
 	// Idempotent: the same sweep again changes nothing.
-	again, err := aging.Sweep(ctx, db.Pool, aging.Settings{Step: step, MaxPriority: 2, Batch: 2})
+	again, err := aging.Sweep(ctx, db.Pool, aging.Settings{Step: step, MaxPriority: 2, Queues: serviceQueues, Batch: 2})
 	require.NoError(t, err)
 	require.Zero(t, again.Total)
 }
 
 func TestPriorityImprovesWithWaitAndStopsAtTheMax(t *testing.T) {
 	t.Parallel()
+	serviceQueues := testdb.Registry(t).Queues()
 	db := testdb.New(t)
 	ctx := context.Background()
 
@@ -127,7 +129,7 @@ func TestPriorityImprovesWithWaitAndStopsAtTheMax(t *testing.T) {
 	}
 	var seen []observation
 	for start := time.Now(); time.Since(start) < 3500*time.Millisecond; time.Sleep(step / 4) {
-		_, err := aging.Sweep(ctx, db.Pool, aging.Settings{Step: step, MaxPriority: 2})
+		_, err := aging.Sweep(ctx, db.Pool, aging.Settings{Step: step, MaxPriority: 2, Queues: serviceQueues})
 		require.NoError(t, err)
 		var priority int
 		var waited float64
@@ -161,4 +163,26 @@ func BenchmarkEffective(b *testing.B) {
 		_ = aging.Effective(4, time.Duration(i%3600)*time.Second, 5*time.Minute, 2)
 		i++
 	}
+}
+
+// TestSweepAgesTheQueuesItIsGiven: aging knows no service by name. It ages
+// the queues in Settings.Queues, here a team's own mailer service
+// (testdb.MailerRegistry), and leaves every other queue alone, the
+// reference app's too; without queues it refuses to run rather than guess.
+func TestSweepAgesTheQueuesItIsGiven(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+
+	mail := testdb.InsertWaiting(t, db, testdb.SendMailArgs{To: "a@example.com"}, &river.InsertOpts{Queue: "mailer_default", Priority: 4}, 10*time.Minute)
+	analysis := insertWaiting(t, db, "analysis_default", 4, 10*time.Minute)
+
+	_, err := aging.Sweep(ctx, db.Pool, aging.Settings{Step: time.Minute, MaxPriority: 2})
+	require.ErrorContains(t, err, "queues are required")
+
+	res, err := aging.Sweep(ctx, db.Pool, aging.Settings{Step: time.Minute, MaxPriority: 2, Queues: testdb.MailerRegistry(t).Queues()})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"mailer_default": 1}, res.Promoted)
+	require.Equal(t, 2, db.Jobs(t, "id = $1", mail)[0].Priority)
+	require.Equal(t, 4, db.Jobs(t, "id = $1", analysis)[0].Priority)
 }

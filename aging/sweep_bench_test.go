@@ -12,7 +12,6 @@ import (
 	"github.com/tierq/tierq/internal/seed"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
-	"github.com/tierq/tierq/routing"
 )
 
 // BenchmarkSweep times one aging sweep that promotes the same 500 jobs with
@@ -24,6 +23,7 @@ import (
 // With TIERQ_EXPLAIN=DIR it writes EXPLAIN (ANALYZE, BUFFERS) of the sweep
 // to DIR/aging-rows=N.txt.
 func BenchmarkSweep(b *testing.B) {
+	serviceQueues := testdb.Registry(b).Queues()
 	for _, total := range []int{10_000, 1_000_000} {
 		b.Run(fmt.Sprintf("rows=%d", total), func(b *testing.B) {
 			db := testdb.New(b)
@@ -34,18 +34,18 @@ func BenchmarkSweep(b *testing.B) {
 			require.NoError(b, seed.Available(ctx, db.Pool, jobs.KindLoadTest, "analysis_default", 4, waiting+due, time.Minute, due, 12*time.Minute))
 			require.NoError(b, seed.Analyze(ctx, db.Pool))
 
-			settings := aging.Settings{Step: 5 * time.Minute, MaxPriority: 2, Batch: 1000}
+			settings := aging.Settings{Step: 5 * time.Minute, MaxPriority: 2, Queues: serviceQueues, Batch: 1000}
 			reset := func() {
 				_, err := db.Pool.Exec(ctx, `UPDATE river_job SET priority = 4, metadata = '{}' WHERE state = 'available' AND priority < 4`)
 				require.NoError(b, err)
 			}
 			testdb.WriteExplain(b, db, fmt.Sprintf("aging-rows=%d.txt", total), aging.SweepSQL,
-				routing.Queues(), []int16{3, 4}, settings.Step.Seconds(), settings.MaxPriority, settings.Batch)
+				settings.Queues, []int16{3, 4}, settings.Step.Seconds(), settings.MaxPriority, settings.Batch)
 			// The second range reads the jobs that became available within a
 			// step (here the total/100 that waited a minute) and finds none
 			// moved: its cost grows with the recent jobs.
 			testdb.WriteExplain(b, db, fmt.Sprintf("aging-recent-rows=%d.txt", total), aging.SweepRecentSQL,
-				routing.Queues(), []int16{3, 4}, settings.Step.Seconds(), settings.MaxPriority, settings.Batch)
+				settings.Queues, []int16{3, 4}, settings.Step.Seconds(), settings.MaxPriority, settings.Batch)
 			b.ResetTimer()
 			for range b.N {
 				b.StopTimer()

@@ -35,8 +35,9 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	db := testdb.New(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5},
-		db.Pool, db.Producer(t), api.NewMetrics(db.Pool, logger), logger)
+	registry := testdb.Registry(t)
+	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5, Registry: registry},
+		db.Pool, db.Producer(t), api.NewMetrics(db.Pool, registry, logger), logger)
 	ts := httptest.NewServer(server.Handler())
 	t.Cleanup(ts.Close)
 	return &bundle{db: db, url: ts.URL}

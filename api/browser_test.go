@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/escalation"
+	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
@@ -70,7 +71,7 @@ func TestBrowserRiverUI(t *testing.T) {
 	b.insertRouted(t, jobs.LoadTestArgs{SleepMS: 100, Tier: "pro"}, routing.SpecGen, tiers.Pro, "u_pro")
 	b.insertRouted(t, jobs.LoadTestArgs{SleepMS: 100, Tier: "free"}, routing.SpecGen, tiers.Free, "u_free")
 	// An operator moved the pro job up: its metadata keeps the move.
-	_, err := escalation.Escalate(t.Context(), b.db.Pool, escalation.Request{
+	_, err := escalation.Escalate(t.Context(), b.db.Pool, testdb.Registry(t).Queues(), escalation.Request{
 		JobID: proID, To: routing.Priority, Priority: 2, Actor: "alice", Reason: "customer call #812",
 	})
 	require.NoError(t, err)

@@ -117,7 +117,7 @@ func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "queue, kind, all and limit are for the bulk replay (POST /v1/dead-letters/replay), not one dead letter")
 		return
 	}
-	outcomes, err := dlq.Replay(r.Context(), s.client, s.pool, []int64{id},
+	outcomes, err := dlq.Replay(r.Context(), s.client, s.pool, s.cfg.Registry.Queues(), []int64{id},
 		dlq.ReplayOptions{ToQueue: req.ToQueue, Force: req.Force, Actor: req.Actor})
 	if err == nil {
 		err = outcomes[0].Err
@@ -153,7 +153,7 @@ func (s *Server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "limit must be 1 to %d", maxBulkReplay)
 		return
 	}
-	res, err := dlq.ReplayAll(r.Context(), s.client, s.pool, dlq.Filter{Queue: req.Queue, Kind: req.Kind},
+	res, err := dlq.ReplayAll(r.Context(), s.client, s.pool, s.cfg.Registry.Queues(), dlq.Filter{Queue: req.Queue, Kind: req.Kind},
 		dlq.ReplayOptions{ToQueue: req.ToQueue, Force: req.Force, Actor: req.Actor, Limit: req.Limit}, bulkReplayBatch, nil)
 	if err != nil {
 		s.writeErr(w, r, err)

@@ -49,8 +49,9 @@ func setupHealth(t *testing.T) *healthBundle {
 	t.Helper()
 	db := testdb.New(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5},
-		db.Pool, db.Producer(t), api.NewMetrics(db.Pool, logger), logger)
+	registry := testdb.Registry(t)
+	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5, Registry: registry},
+		db.Pool, db.Producer(t), api.NewMetrics(db.Pool, registry, logger), logger)
 	c := &clock{now: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}
 	api.SetNowFunc(server, c.Now)
 	ts := httptest.NewServer(server.Handler())
@@ -71,7 +72,7 @@ func (b *bundle) readyz(t *testing.T) (int, map[string]any) {
 func leaderPresent(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	api.NewMetrics(pool, slog.New(slog.NewTextHandler(io.Discard, nil))).Handler().
+	api.NewMetrics(pool, testdb.Registry(t), slog.New(slog.NewTextHandler(io.Discard, nil))).Handler().
 		ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	require.Equal(t, http.StatusOK, rec.Code)
 	for line := range strings.Lines(rec.Body.String()) {

@@ -344,7 +344,7 @@ func (s *Server) patchJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	moved, err := escalation.Escalate(ctx, s.pool, escalation.Request{
+	moved, err := escalation.Escalate(ctx, s.pool, s.cfg.Registry.Queues(), escalation.Request{
 		JobID: id, To: class, Priority: req.Priority, Actor: req.Actor, Reason: req.Reason,
 	})
 	if err != nil {

@@ -275,7 +275,8 @@ func setupUnreachable(t *testing.T) (*bundle, *pgxpool.Pool) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken}, pool, db.Producer(t), api.NewMetrics(pool, logger), logger)
+	registry := testdb.Registry(t)
+	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken, Registry: registry}, pool, db.Producer(t), api.NewMetrics(pool, registry, logger), logger)
 	ts := httptest.NewServer(server.Handler())
 	t.Cleanup(ts.Close)
 	return &bundle{db: db, url: ts.URL}, pool

@@ -15,6 +15,7 @@ import (
 	"github.com/tierq/tierq/internal/db"
 	"github.com/tierq/tierq/internal/queuestats"
 	"github.com/tierq/tierq/metrics"
+	"github.com/tierq/tierq/service"
 )
 
 // Metrics is the API's Prometheus registry: the tier fallbacks and
@@ -31,8 +32,11 @@ type Metrics struct {
 // MetricsCacheFor is how long one read of the database serves scrapes.
 const MetricsCacheFor = 5 * time.Second
 
-// NewMetrics registers tierq's API metrics and a database collector on q.
-func NewMetrics(q db.Querier, logger *slog.Logger) *Metrics {
+// NewMetrics registers tierq's API metrics and a database collector on q,
+// whose gauges list the queues of services (Config.Registry) first.
+// services may be nil only for a Metrics that is never collected (one made
+// to Describe the metrics).
+func NewMetrics(q db.Querier, services *service.Registry, logger *slog.Logger) *Metrics {
 	registry := metrics.NewRegistry()
 	m := &Metrics{
 		registry: registry,
@@ -45,7 +49,7 @@ func NewMetrics(q db.Querier, logger *slog.Logger) *Metrics {
 	// The reason label exists before the first fallback, so alerts on
 	// rate() see a zero, not a missing series.
 	m.tierFallbacks.WithLabelValues("lookup_error")
-	m.own = []prometheus.Collector{m.tierFallbacks, newDBCollector(q, logger, MetricsCacheFor)}
+	m.own = []prometheus.Collector{m.tierFallbacks, newDBCollector(q, services, logger, MetricsCacheFor)}
 	m.registry.MustRegister(m.own...)
 	m.own = append(m.own, m.escalations)
 	return m
@@ -78,6 +82,7 @@ func (m *Metrics) Escalation(from, to, actorKind string) {
 // dlq.PendingDepth and queuestats.RecentLeader, which reads river_leader's one row).
 type dbCollector struct {
 	q        db.Querier
+	services *service.Registry
 	logger   *slog.Logger
 	cacheFor time.Duration
 
@@ -88,9 +93,9 @@ type dbCollector struct {
 	depth, oldest, dlqDepth, leaderPresent, dbUp *prometheus.Desc
 }
 
-func newDBCollector(q db.Querier, logger *slog.Logger, cacheFor time.Duration) *dbCollector {
+func newDBCollector(q db.Querier, services *service.Registry, logger *slog.Logger, cacheFor time.Duration) *dbCollector {
 	return &dbCollector{
-		q: q, logger: logger, cacheFor: cacheFor,
+		q: q, services: services, logger: logger, cacheFor: cacheFor,
 		depth: prometheus.NewDesc("tierq_queue_depth",
 			"Jobs per queue and state (available, scheduled, retryable, pending, running).", []string{"queue", "state"}, nil),
 		oldest: prometheus.NewDesc("tierq_oldest_available_seconds",
@@ -131,7 +136,7 @@ func (c *dbCollector) read() []prometheus.Metric {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	down := []prometheus.Metric{prometheus.MustNewConstMetric(c.dbUp, prometheus.GaugeValue, 0)}
-	queues, err := queuestats.Summaries(ctx, c.q)
+	queues, err := queuestats.Summaries(ctx, c.q, c.services.Queues())
 	if err != nil {
 		c.logger.WarnContext(ctx, "metrics: read queues", slog.String("error", err.Error()))
 		return down

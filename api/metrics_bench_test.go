@@ -19,6 +19,7 @@ import (
 //
 //	go test -run '^$' -bench ScrapeQueries -benchtime 20x ./api/
 func BenchmarkScrapeQueries(b *testing.B) {
+	serviceQueues := testdb.Registry(b).Queues()
 	for _, tc := range []struct{ total, availablePct int }{{10_000, 1}, {1_000_000, 1}, {1_000_000, 10}} {
 		b.Run(fmt.Sprintf("rows=%d/available=%d%%", tc.total, tc.availablePct), func(b *testing.B) {
 			db := testdb.New(b)
@@ -40,7 +41,7 @@ func BenchmarkScrapeQueries(b *testing.B) {
 			}
 			b.ResetTimer()
 			for range b.N {
-				queues, err := queuestats.Summaries(ctx, db.Pool)
+				queues, err := queuestats.Summaries(ctx, db.Pool, serviceQueues)
 				require.NoError(b, err)
 				require.NotEmpty(b, queues)
 				_, err = dlq.PendingDepth(ctx, db.Pool)

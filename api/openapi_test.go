@@ -30,7 +30,7 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 
 	// River UI, when served, is not part of the JSON API: Patterns leaves it
 	// out, and the document does not describe it.
-	server := api.New(api.Config{RiverUI: http.NotFoundHandler()}, nil, nil, api.NewMetrics(nil, nil), nil)
+	server := api.New(api.Config{RiverUI: http.NotFoundHandler()}, nil, nil, api.NewMetrics(nil, nil, nil), nil)
 	documented := 0
 	for _, pattern := range server.Patterns() {
 		method, path, ok := strings.Cut(pattern, " ")

@@ -15,7 +15,7 @@ import (
 type QueueSummary = queuestats.Summary
 
 func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) {
-	queues, err := queuestats.Summaries(r.Context(), s.pool)
+	queues, err := queuestats.Summaries(r.Context(), s.pool, s.cfg.Registry.Queues())
 	if err != nil {
 		s.internalError(w, r, err)
 		return
@@ -72,7 +72,7 @@ GROUP BY j.priority`
 func (s *Server) priorityStats(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	name := r.PathValue("queue")
-	queues, err := queuestats.KnownQueues(ctx, s.pool)
+	queues, err := queuestats.KnownQueues(ctx, s.pool, s.cfg.Registry.Queues())
 	if err != nil {
 		s.internalError(w, r, err)
 		return

@@ -57,9 +57,10 @@ func setupRiverUI(t *testing.T, tlsServer bool) *riverUIBundle {
 	ui, err := api.StartRiverUI(t.Context(), client, logger)
 	require.NoError(t, err)
 
+	registry := testdb.Registry(t)
 	server := api.New(api.Config{
-		Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5, RiverUI: ui,
-	}, db.Pool, db.Producer(t), api.NewMetrics(db.Pool, logger), logger)
+		Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5, Registry: registry, RiverUI: ui,
+	}, db.Pool, db.Producer(t), api.NewMetrics(db.Pool, registry, logger), logger)
 	ts := httptest.NewUnstartedServer(server.Handler())
 	if tlsServer {
 		ts.StartTLS()

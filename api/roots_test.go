@@ -69,10 +69,11 @@ func TestCreateJobOutsideAnalysisRootsIs400(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	registry := testdb.Registry(t)
 	server := api.New(api.Config{
 		Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5,
-		AnalysisRoots: []string{"/srv/repos", "/data/checkouts"},
-	}, db.Pool, db.Producer(t), api.NewMetrics(db.Pool, logger), logger)
+		AnalysisRoots: []string{"/srv/repos", "/data/checkouts"}, Registry: registry,
+	}, db.Pool, db.Producer(t), api.NewMetrics(db.Pool, registry, logger), logger)
 	ts := httptest.NewServer(server.Handler())
 	t.Cleanup(ts.Close)
 	b := &bundle{db: db, url: ts.URL}

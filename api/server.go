@@ -35,6 +35,7 @@ import (
 
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/escalation"
+	"github.com/tierq/tierq/service"
 )
 
 // MaxBodyBytes is the largest request body accepted (1 MiB); larger → 413.
@@ -63,6 +64,13 @@ type Config struct {
 	// a database that does not answer in time makes a 503, not a hung
 	// client.
 	RequestTimeout time.Duration
+	// Registry is every service of the application (package service): its
+	// service queues are the ones GET /v1/queues and /metrics list first,
+	// the ones PATCH /v1/jobs/{id} moves a job between (inside the job's own
+	// service), and the ones a dead letter may be replayed into. Required;
+	// New does not check it, and the endpoints that need it fail without
+	// it.
+	Registry *service.Registry
 	// RiverUI, when set, is served under RiverUIPrefix (/riverui/) for
 	// operators: the admin token as the Basic auth password (any user name)
 	// or as a bearer token, and state-changing requests with Basic auth

@@ -25,6 +25,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/tierq/tierq/internal/scratch"
+	"github.com/tierq/tierq/jobs"
 )
 
 // Options are what every scenario takes.
@@ -144,6 +145,16 @@ func (e *env) pool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
 	return pool, nil
+}
+
+// serviceQueues are the queues of the reference app's services
+// (jobs.Registry), the ones the sweeps and replays measured here act on.
+func serviceQueues() ([]string, error) {
+	registry, err := jobs.Registry(jobs.Deps{})
+	if err != nil {
+		return nil, err
+	}
+	return registry.Queues(), nil
 }
 
 // reset empties the job tables between measurements.

@@ -47,6 +47,10 @@ func DLQ(ctx context.Context, opts Options) (DLQResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("new river client: %w", err)
 	}
+	queues, err := serviceQueues()
+	if err != nil {
+		return res, err
+	}
 
 	var drains, replays, drainS, replayS []float64
 	for run := range res.Runs {
@@ -78,7 +82,7 @@ func DLQ(ctx context.Context, opts Options) (DLQResult, error) {
 		}
 		opts.progress().Stage(fmt.Sprintf("dlq run %d/%d: replay", run+1, res.Runs), res.Rows)
 		start = time.Now()
-		r, err := dlq.ReplayAll(ctx, client, e.Pool, dlq.Filter{}, dlq.ReplayOptions{Actor: "bench"}, dlqReplayBatch, opts.progress().Add)
+		r, err := dlq.ReplayAll(ctx, client, e.Pool, queues, dlq.Filter{}, dlq.ReplayOptions{Actor: "bench"}, dlqReplayBatch, opts.progress().Add)
 		elapsed = time.Since(start).Seconds()
 		if err != nil || r.Replayed != res.Rows {
 			return res, fmt.Errorf("replay replayed %d of %d: %v", r.Replayed, res.Rows, err)

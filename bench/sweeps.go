@@ -89,7 +89,11 @@ func sweepTimes(ctx context.Context, opts Options, total, reps int) (agingMs, es
 		return 0, 0, 0, err
 	}
 
-	agingSettings := aging.Settings{Step: 5 * time.Minute, MaxPriority: 2, Batch: 1000}
+	queues, err := serviceQueues()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	agingSettings := aging.Settings{Step: 5 * time.Minute, MaxPriority: 2, Queues: queues, Batch: 1000}
 	rules := escalation.Rules(3*time.Hour, 0)
 	var ag, es, dl []float64
 	opts.progress().Stage(fmt.Sprintf("sweeps: %d rows, %d repetitions", total, reps), reps+1)
@@ -115,7 +119,7 @@ func sweepTimes(ctx context.Context, opts Options, total, reps int) (agingMs, es
 		}
 
 		start = time.Now()
-		s, err := escalation.Sweep(ctx, e.Pool, rules, 1000)
+		s, err := escalation.Sweep(ctx, e.Pool, queues, rules, 1000)
 		es = append(es, ms(time.Since(start)))
 		if err != nil || s.Total != sweepDue {
 			return 0, 0, 0, fmt.Errorf("escalation sweep moved %d of %d: %v", s.Total, sweepDue, err)

@@ -30,9 +30,9 @@ type Scheduler struct {
 	// before the leader's rescuer retries it (its worker crashed). River's
 	// rescuer also leaves a job alone until it is older than its kind's own
 	// timeout; this must be longer than every kind's timeout
-	// (scheduler.Timeouts, checked by CheckKindTimeouts) and than
-	// JOB_TIMEOUT, so that a job is rescued only after its worker has given
-	// up on it. Default 1h.
+	// (jobs.Timeouts and scheduler.Timeouts, checked by CheckKindTimeouts)
+	// and than JOB_TIMEOUT, so that a job is rescued only after its worker
+	// has given up on it. Default 1h.
 	RescueStuckJobsAfter time.Duration `env:"RESCUE_STUCK_JOBS_AFTER" envDefault:"1h"`
 
 	// CronTZ is the time zone the cron expressions are read in. Default UTC.
@@ -103,7 +103,8 @@ type Scheduler struct {
 const MaxDLQAlertTimeout = 30 * time.Second
 
 // CheckKindTimeouts checks RESCUE_STUCK_JOBS_AFTER against timeouts, the
-// timeout of every job kind the scheduler registers (scheduler.Timeouts).
+// timeout of every job kind the scheduler registers (its services' kinds,
+// jobs.Timeouts in the reference app, and its own, scheduler.Timeouts).
 // River's rescuer retries a running job once it is older than both the
 // threshold and its kind's timeout; with the threshold at or under a kind's
 // timeout, that kind's jobs are rescued the moment their worker's deadline

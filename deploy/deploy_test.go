@@ -51,7 +51,7 @@ func exported(t *testing.T) map[string][]string {
 	metrics.NewJobs(rec)
 	metrics.NewScheduler(rec, routing.Queues())
 	descs := make(chan *prometheus.Desc, 100)
-	api.NewMetrics(nil, nil).Describe(descs)
+	api.NewMetrics(nil, nil, nil).Describe(descs)
 	for _, c := range rec.collectors {
 		c.Describe(descs)
 	}

@@ -49,6 +49,7 @@ func BenchmarkDrain(b *testing.B) {
 // InsertManyTx, in batches of 500 and 2000 (tierctl's default), and reports
 // rows/s.
 func BenchmarkReplayAll(b *testing.B) {
+	serviceQueues := testdb.Registry(b).Queues()
 	for _, batch := range []int{500, 2000} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
 			db := testdb.New(b)
@@ -72,7 +73,7 @@ func BenchmarkReplayAll(b *testing.B) {
 				}
 				b.StartTimer()
 				start := time.Now()
-				res, err := dlq.ReplayAll(ctx, client, db.Pool, dlq.Filter{}, dlq.ReplayOptions{Actor: "bench"}, batch, nil)
+				res, err := dlq.ReplayAll(ctx, client, db.Pool, serviceQueues, dlq.Filter{}, dlq.ReplayOptions{Actor: "bench"}, batch, nil)
 				elapsed += time.Since(start)
 				require.NoError(b, err)
 				require.Equal(b, n, res.Replayed)

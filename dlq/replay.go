@@ -34,10 +34,10 @@ type Beginner interface {
 // ReplayOptions say how dead letters are replayed.
 type ReplayOptions struct {
 	// ToQueue is the queue the new jobs go to; empty means each dead
-	// letter's original queue. It must be a service queue
-	// (routing.Queues), and a dead letter goes only to a queue of its own
-	// service: one from analysis_default may go to analysis_priority, not to
-	// specview_priority, whose workers do not run analysis jobs.
+	// letter's original queue. It must be one of the service queues Replay
+	// is given, and a dead letter goes only to a queue of its own service:
+	// one from <base>_default may go to <base>_priority, not to another
+	// service's queue, whose workers do not run its kind.
 	ToQueue string
 	// Force replays a dead letter that was replayed before.
 	Force bool
@@ -49,8 +49,10 @@ type ReplayOptions struct {
 	Limit int
 }
 
-// Validate reports what is wrong with the options, as an ErrInvalid.
-func (o ReplayOptions) Validate() error {
+// Validate reports what is wrong with the options, as an ErrInvalid;
+// serviceQueues are the service queues (service.Registry.Queues), the
+// queues ToQueue may name.
+func (o ReplayOptions) Validate(serviceQueues []string) error {
 	var problems []string
 	if strings.TrimSpace(o.Actor) == "" {
 		problems = append(problems, "actor is required")
@@ -61,8 +63,8 @@ func (o ReplayOptions) Validate() error {
 	if o.Limit < 0 {
 		problems = append(problems, "limit must not be negative")
 	}
-	if o.ToQueue != "" && !slices.Contains(routing.Queues(), o.ToQueue) {
-		problems = append(problems, fmt.Sprintf("queue %.128q is not a service queue (%s)", o.ToQueue, strings.Join(routing.Queues(), ", ")))
+	if o.ToQueue != "" && !slices.Contains(serviceQueues, o.ToQueue) {
+		problems = append(problems, fmt.Sprintf("queue %.128q is not a service queue (%s)", o.ToQueue, strings.Join(serviceQueues, ", ")))
 	}
 	return invalid(problems)
 }
@@ -102,16 +104,19 @@ func (o Outcome) MarshalJSON() ([]byte, error) {
 // wrote them). A dead letter already replayed is refused with
 // ErrAlreadyReplayed unless opts.Force; one whose unique key a live job
 // holds is refused with ErrDuplicate naming that job, with or without
-// opts.Force; a missing one gets ErrNotFound. Each id's Outcome comes back in the order of ids; the error
-// is for the request as a whole (invalid, or the database failed, in which
-// case nothing was replayed).
+// opts.Force; a missing one gets ErrNotFound. serviceQueues are the service
+// queues (service.Registry.Queues): opts.ToQueue must be one of them, of
+// each dead letter's own service. Each id's Outcome comes back in the order
+// of ids; the error is for the request as a whole (invalid, or the database
+// failed, in which case nothing was replayed).
 //
 // The rows are locked for the transaction, so two Replays of one dead letter
 // at once run one after the other and the second sees it replayed.
-func Replay(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner, ids []int64, opts ReplayOptions) ([]Outcome, error) {
-	if err := opts.Validate(); err != nil {
+func Replay(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner, serviceQueues []string, ids []int64, opts ReplayOptions) ([]Outcome, error) {
+	if err := opts.Validate(serviceQueues); err != nil {
 		return nil, err
 	}
+	origins := replayOrigins(serviceQueues, opts.ToQueue)
 	if len(ids) == 0 || len(ids) > MaxReplayIDs {
 		return nil, fmt.Errorf("%w: give 1 to %d ids", ErrInvalid, MaxReplayIDs)
 	}
@@ -150,7 +155,7 @@ func Replay(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner, id
 				case d.ReplayedAt != nil && !opts.Force:
 					outcomes[i].Err = fmt.Errorf("%w: id %d was replayed as job %d by %s at %s (force to replay again)",
 						ErrAlreadyReplayed, id, *d.ReplayJobID, *d.ReplayedBy, d.ReplayedAt.UTC().Format(time.RFC3339))
-				case !canReplayInto(d.Queue, opts.ToQueue):
+				case !canReplayInto(d.Queue, opts.ToQueue, origins):
 					outcomes[i].Err = fmt.Errorf("%w: a %s job from %s cannot go to queue %s (not a queue of the same service)",
 						ErrInvalid, d.Kind, d.Queue, opts.ToQueue)
 				default:
@@ -184,20 +189,27 @@ func Replay(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner, id
 }
 
 // canReplayInto says whether a dead letter from queue from may be replayed
-// into queue to ("" meaning from).
-func canReplayInto(from, to string) bool {
-	return to == "" || to == from || slices.Contains(replayOrigins(to), from)
+// into queue to ("" meaning from), whose replayOrigins are origins.
+func canReplayInto(from, to string, origins []string) bool {
+	return to == "" || to == from || slices.Contains(origins, from)
 }
 
-// replayOrigins are the original queues whose dead letters may go to service
-// queue to: the queues of its service.
-func replayOrigins(to string) []string {
-	for _, svc := range routing.Services() {
-		if queues := svc.Queues(); slices.Contains(queues, to) {
-			return queues
+// replayOrigins are the original queues whose dead letters may go to queue
+// to: the queues of its service, when to is one of serviceQueues. A service
+// queue is named <base queue>_<class> (routing.QueueName), so the queues of
+// a service are those of its base queue.
+func replayOrigins(serviceQueues []string, to string) []string {
+	base, _, ok := routing.ClassOf(to)
+	if !ok || !slices.Contains(serviceQueues, to) {
+		return nil
+	}
+	var origins []string
+	for _, queue := range serviceQueues {
+		if b, _, ok := routing.ClassOf(queue); ok && b == base {
+			origins = append(origins, queue)
 		}
 	}
-	return nil
+	return origins
 }
 
 // replayedJob is the new River job of one replayed dead letter, or the live
@@ -493,18 +505,20 @@ type ReplayAllResult struct {
 
 // ReplayAll replays every dead letter f selects that has not been replayed
 // (with opts.Force, replayed ones too), oldest first, batch per transaction,
-// calling progress (when not nil) after each batch. With opts.ToQueue it
-// replays only dead letters of that queue's service. It takes only rows that
+// calling progress (when not nil) after each batch. serviceQueues are the
+// service queues (service.Registry.Queues); with opts.ToQueue, one of them,
+// it replays only dead letters of that queue's service. It takes only rows that
 // exist when it starts, so a replayed job that fails again and is drained
 // back during a long run is not replayed twice by it. Rows another
 // transaction holds (a concurrent replay) are skipped; run it again to pick
 // up any that transaction released without replaying. It returns what it
 // replayed before an error.
-func ReplayAll(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner, f Filter, opts ReplayOptions, batch int, progress func(replayed int)) (ReplayAllResult, error) {
+func ReplayAll(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner, serviceQueues []string, f Filter, opts ReplayOptions, batch int, progress func(replayed int)) (ReplayAllResult, error) {
 	res := ReplayAllResult{ByQueue: map[string]int{}}
-	if err := errors.Join(f.Validate(), opts.Validate()); err != nil {
+	if err := errors.Join(f.Validate(), opts.Validate(serviceQueues)); err != nil {
 		return res, err
 	}
+	origins := replayOrigins(serviceQueues, opts.ToQueue)
 	if batch < 1 {
 		return res, fmt.Errorf("%w: batch must be positive", ErrInvalid)
 	}
@@ -512,7 +526,7 @@ func ReplayAll(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner,
 	if err := pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM dead_letter_jobs`).Scan(&lastID); err != nil {
 		return res, fmt.Errorf("replay dead letters: %w", err)
 	}
-	where, args := replayWhere(f, opts)
+	where, args := replayWhere(f, opts, origins)
 	args = append(args, lastID, int64(0), batch)
 	limitIdx := len(args) - 1
 	lastArg, afterArg, limitArg := len(args)-2, len(args)-1, len(args)
@@ -580,7 +594,7 @@ func ReplayAll(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner,
 			progress(n)
 		}
 	}
-	held, holders, err := heldDuplicates(ctx, pool, f, opts, lastID)
+	held, holders, err := heldDuplicates(ctx, pool, f, opts, origins, lastID)
 	if err != nil {
 		return res, fmt.Errorf("replay dead letters: %w", err)
 	}
@@ -588,10 +602,10 @@ func ReplayAll(ctx context.Context, client *river.Client[pgx.Tx], pool Beginner,
 	return res, nil
 }
 
-// CountReplayable is how many dead letters ReplayAll(f, opts) would replay
-// now, for a progress bar's total.
-func CountReplayable(ctx context.Context, q db.Querier, f Filter, opts ReplayOptions) (int, error) {
-	where, args := replayWhere(f, opts)
+// CountReplayable is how many dead letters ReplayAll(serviceQueues, f,
+// opts) would replay now, for a progress bar's total.
+func CountReplayable(ctx context.Context, q db.Querier, serviceQueues []string, f Filter, opts ReplayOptions) (int, error) {
+	where, args := replayWhere(f, opts, replayOrigins(serviceQueues, opts.ToQueue))
 	var n int
 	if err := q.QueryRow(ctx, `SELECT count(*) FROM dead_letter_jobs WHERE `+where, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count dead letters: %w", err)
@@ -603,19 +617,20 @@ func CountReplayable(ctx context.Context, q db.Querier, f Filter, opts ReplayOpt
 // It leaves out dead letters whose unique key a live job holds: they cannot
 // be replayed now, and taking them would spend a bounded replay's limit on
 // them at every call (heldSQL reports them instead).
-func replayWhere(f Filter, opts ReplayOptions) (string, []any) {
-	where, args := replayFilter(f, opts)
+func replayWhere(f Filter, opts ReplayOptions, origins []string) (string, []any) {
+	where, args := replayFilter(f, opts, origins)
 	return where + ` AND NOT EXISTS (SELECT 1 FROM river_job AS j
 		WHERE j.unique_key = dead_letter_jobs.unique_key AND j.unique_states IS NOT NULL
 		  AND river_job_state_in_bitmask(j.unique_states, j.state))`, args
 }
 
-// replayFilter is the condition on dead_letter_jobs of f and opts.
-func replayFilter(f Filter, opts ReplayOptions) (string, []any) {
+// replayFilter is the condition on dead_letter_jobs of f and opts;
+// origins are opts.ToQueue's replayOrigins.
+func replayFilter(f Filter, opts ReplayOptions, origins []string) (string, []any) {
 	f.Pending = f.Pending || !opts.Force
 	where, args := f.where(nil)
 	if opts.ToQueue != "" {
-		args = append(args, replayOrigins(opts.ToQueue))
+		args = append(args, origins)
 		where += " AND queue = ANY($" + strconv.Itoa(len(args)) + ")"
 	}
 	return where, args
@@ -624,8 +639,8 @@ func replayFilter(f Filter, opts ReplayOptions) (string, []any) {
 // heldDuplicates counts the dead letters of f and opts (up to id lastID)
 // that replayWhere leaves out because a live job holds their unique key,
 // and maps the first MaxReplayIDs of them to that job.
-func heldDuplicates(ctx context.Context, q db.Querier, f Filter, opts ReplayOptions, lastID int64) (int, map[int64]int64, error) {
-	where, args := replayFilter(f, opts)
+func heldDuplicates(ctx context.Context, q db.Querier, f Filter, opts ReplayOptions, origins []string, lastID int64) (int, map[int64]int64, error) {
+	where, args := replayFilter(f, opts, origins)
 	args = append(args, lastID, MaxReplayIDs)
 	rows, err := q.Query(ctx, `
 		SELECT id, h.holder_id, count(*) OVER ()

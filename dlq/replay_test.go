@@ -20,6 +20,8 @@ type bundle struct {
 	client *river.Client[pgx.Tx]
 	// ids are the dead letters' ids (dead_letter_jobs.id), oldest first.
 	ids []int64
+	// queues are the service queues (the reference app's).
+	queues []string
 }
 
 // setup gives a test its own schema with n drained dead letters (see
@@ -37,7 +39,7 @@ func setup(t *testing.T, n int) *bundle {
 	require.NoError(t, err)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
-	return &bundle{db: db, client: db.Producer(t), ids: ids}
+	return &bundle{db: db, client: db.Producer(t), ids: ids, queues: testdb.Registry(t).Queues()}
 }
 
 func (b *bundle) replay(t *testing.T, ids []int64, opts dlq.ReplayOptions) []dlq.Outcome {
@@ -45,7 +47,7 @@ func (b *bundle) replay(t *testing.T, ids []int64, opts dlq.ReplayOptions) []dlq
 	if opts.Actor == "" {
 		opts.Actor = "alice"
 	}
-	out, err := dlq.Replay(context.Background(), b.client, b.db.Pool, ids, opts)
+	out, err := dlq.Replay(context.Background(), b.client, b.db.Pool, b.queues, ids, opts)
 	require.NoError(t, err)
 	require.Len(t, out, len(ids))
 	return out
@@ -136,7 +138,7 @@ func TestReplayReportsEachIDAndReplaysTheRest(t *testing.T) {
 		{"huge queue name", []int64{b.ids[3]}, dlq.ReplayOptions{Actor: "a", ToQueue: string(make([]byte, 200))}},
 		{"not a service queue", []int64{b.ids[3]}, dlq.ReplayOptions{Actor: "a", ToQueue: "analyss_priority"}},
 	} {
-		_, err := dlq.Replay(ctx, b.client, b.db.Pool, tc.ids, tc.opts)
+		_, err := dlq.Replay(ctx, b.client, b.db.Pool, b.queues, tc.ids, tc.opts)
 		require.ErrorIs(t, err, dlq.ErrInvalid, tc.name)
 	}
 	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM river_job`))
@@ -157,7 +159,7 @@ func TestRacingReplaysOfOneDeadLetterInsertOneJob(t *testing.T) {
 	for i := range racers {
 		wg.Go(func() {
 			<-start
-			outs[i], errs[i] = dlq.Replay(ctx, b.client, b.db.Pool, b.ids, dlq.ReplayOptions{Actor: "racer"})
+			outs[i], errs[i] = dlq.Replay(ctx, b.client, b.db.Pool, b.queues, b.ids, dlq.ReplayOptions{Actor: "racer"})
 		})
 	}
 	close(start)
@@ -188,7 +190,7 @@ func TestReplayAllFollowsTheFilterInBatches(t *testing.T) {
 	b.replay(t, []int64{b.ids[0]}, dlq.ReplayOptions{}) // an analysis_default one, already replayed
 
 	var progress []int
-	res, err := dlq.ReplayAll(ctx, b.client, b.db.Pool, dlq.Filter{Queue: "analysis_default"},
+	res, err := dlq.ReplayAll(ctx, b.client, b.db.Pool, b.queues, dlq.Filter{Queue: "analysis_default"},
 		dlq.ReplayOptions{Actor: "alice"}, 4, func(n int) { progress = append(progress, n) })
 	require.NoError(t, err)
 	require.Equal(t, 9, res.Replayed, "the tenth was replayed before")
@@ -196,29 +198,29 @@ func TestReplayAllFollowsTheFilterInBatches(t *testing.T) {
 	require.Equal(t, []int{4, 4, 1}, progress)
 
 	// By kind into another queue of the service: only that service's rows.
-	n, err := dlq.CountReplayable(ctx, b.db.Pool, dlq.Filter{Kind: "specview"}, dlq.ReplayOptions{ToQueue: "specview_priority"})
+	n, err := dlq.CountReplayable(ctx, b.db.Pool, b.queues, dlq.Filter{Kind: "specview"}, dlq.ReplayOptions{ToQueue: "specview_priority"})
 	require.NoError(t, err)
 	require.Equal(t, 30, n)
-	res, err = dlq.ReplayAll(ctx, b.client, b.db.Pool, dlq.Filter{Kind: "specview"},
+	res, err = dlq.ReplayAll(ctx, b.client, b.db.Pool, b.queues, dlq.Filter{Kind: "specview"},
 		dlq.ReplayOptions{Actor: "alice", ToQueue: "specview_priority"}, 7, nil)
 	require.NoError(t, err)
 	require.Equal(t, 30, res.Replayed)
 	require.Equal(t, 30, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'specview' AND queue = 'specview_priority'`))
 
 	// --to-queue of one service never takes another service's rows.
-	res, err = dlq.ReplayAll(ctx, b.client, b.db.Pool, dlq.Filter{}, dlq.ReplayOptions{Actor: "alice", ToQueue: "specview_default"}, 7, nil)
+	res, err = dlq.ReplayAll(ctx, b.client, b.db.Pool, b.queues, dlq.Filter{}, dlq.ReplayOptions{Actor: "alice", ToQueue: "specview_default"}, 7, nil)
 	require.NoError(t, err)
 	require.Zero(t, res.Replayed)
 
 	// Everything left: the 20 other analysis rows; nothing twice.
-	res, err = dlq.ReplayAll(ctx, b.client, b.db.Pool, dlq.Filter{}, dlq.ReplayOptions{Actor: "alice"}, 1000, nil)
+	res, err = dlq.ReplayAll(ctx, b.client, b.db.Pool, b.queues, dlq.Filter{}, dlq.ReplayOptions{Actor: "alice"}, 1000, nil)
 	require.NoError(t, err)
 	require.Equal(t, 20, res.Replayed)
 	require.Equal(t, 60, b.db.Count(t, `SELECT count(*) FROM river_job`))
 	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM dead_letter_jobs WHERE replayed_at IS NULL`))
 
 	// With Force, the filter's rows are replayed again.
-	res, err = dlq.ReplayAll(ctx, b.client, b.db.Pool, dlq.Filter{Queue: "analysis_scheduled"}, dlq.ReplayOptions{Actor: "alice", Force: true}, 3, nil)
+	res, err = dlq.ReplayAll(ctx, b.client, b.db.Pool, b.queues, dlq.Filter{Queue: "analysis_scheduled"}, dlq.ReplayOptions{Actor: "alice", Force: true}, 3, nil)
 	require.NoError(t, err)
 	require.Equal(t, 10, res.Replayed)
 }
@@ -231,7 +233,7 @@ func TestReplayAllTakesOnlyRowsThatExistedWhenItStarted(t *testing.T) {
 	// After the first batch, a replayed job fails again and is drained back
 	// as a new dead letter: the running replay must not take it.
 	first := true
-	res, err := dlq.ReplayAll(ctx, b.client, b.db.Pool, dlq.Filter{}, dlq.ReplayOptions{Actor: "alice"}, 2, func(int) {
+	res, err := dlq.ReplayAll(ctx, b.client, b.db.Pool, b.queues, dlq.Filter{}, dlq.ReplayOptions{Actor: "alice"}, 2, func(int) {
 		if !first {
 			return
 		}
@@ -256,7 +258,7 @@ func TestReplayAllStopsAtItsLimit(t *testing.T) {
 
 	var got []int
 	for {
-		res, err := dlq.ReplayAll(ctx, b.client, b.db.Pool, dlq.Filter{}, dlq.ReplayOptions{Actor: "alice", Limit: 5}, 2, nil)
+		res, err := dlq.ReplayAll(ctx, b.client, b.db.Pool, b.queues, dlq.Filter{}, dlq.ReplayOptions{Actor: "alice", Limit: 5}, 2, nil)
 		require.NoError(t, err)
 		got = append(got, res.Replayed)
 		if !res.More {
@@ -281,7 +283,7 @@ func TestConcurrentReplayAllReplaysEachDeadLetterOnce(t *testing.T) {
 	for i := range 2 {
 		wg.Go(func() {
 			<-start
-			res, err := dlq.ReplayAll(ctx, b.client, b.db.Pool, dlq.Filter{}, dlq.ReplayOptions{Actor: "r"}, 5, nil)
+			res, err := dlq.ReplayAll(ctx, b.client, b.db.Pool, b.queues, dlq.Filter{}, dlq.ReplayOptions{Actor: "r"}, 5, nil)
 			total[i], errs[i] = res.Replayed, err
 		})
 	}
@@ -296,6 +298,7 @@ func TestConcurrentReplayAllReplaysEachDeadLetterOnce(t *testing.T) {
 
 func TestReplayedJobRunsThroughRiver(t *testing.T) {
 	t.Parallel()
+	serviceQueues := testdb.Registry(t).Queues()
 	db := testdb.New(t)
 	ctx := context.Background()
 
@@ -334,7 +337,7 @@ func TestReplayedJobRunsThroughRiver(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.Equal(t, "flaky: upstream unavailable", list[0].LastError())
-	out, err := dlq.Replay(ctx, db.Producer(t), db.Pool, []int64{list[0].ID}, dlq.ReplayOptions{Actor: "alice"})
+	out, err := dlq.Replay(ctx, db.Producer(t), db.Pool, serviceQueues, []int64{list[0].ID}, dlq.ReplayOptions{Actor: "alice"})
 	require.NoError(t, err)
 	require.NoError(t, out[0].Err)
 	testdb.WaitFor(t, 20*time.Second, "the replayed job to complete", func() bool {
@@ -343,4 +346,46 @@ func TestReplayedJobRunsThroughRiver(t *testing.T) {
 	var args string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT args::text FROM river_job WHERE id = $1`, out[0].JobID).Scan(&args))
 	require.JSONEq(t, `{"n": 7}`, args)
+}
+
+// TestReplayIntoAnyServicesQueues: the queues a dead letter may be replayed
+// into are the service queues Replay is given, of the dead letter's own
+// service, whatever that service is: here a team's own mailer service
+// (testdb.MailerRegistry). The reference app's queues are not service
+// queues then.
+func TestReplayIntoAnyServicesQueues(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	mailerQueues := testdb.MailerRegistry(t).Queues()
+
+	for range 2 {
+		testdb.InsertRaw(t, db, testdb.RawJob{Kind: testdb.KindSendMail, Queue: "mailer_default", State: "discarded"})
+	}
+	testdb.InsertRaw(t, db, testdb.RawJob{Kind: "analysis", Queue: "analysis_default", State: "discarded"})
+	_, err := dlq.Drain(ctx, db.Pool, 10)
+	require.NoError(t, err)
+	list, err := dlq.List(ctx, db.Pool, dlq.Filter{}, dlq.Page{Limit: 10})
+	require.NoError(t, err)
+	ids := map[string][]int64{}
+	for _, d := range list {
+		ids[d.Queue] = append(ids[d.Queue], d.ID)
+	}
+
+	require.NoError(t, dlq.ReplayOptions{Actor: "alice", ToQueue: "mailer_priority"}.Validate(mailerQueues))
+	require.ErrorIs(t, dlq.ReplayOptions{Actor: "alice", ToQueue: "analysis_priority"}.Validate(mailerQueues), dlq.ErrInvalid)
+
+	out, err := dlq.Replay(ctx, db.Producer(t), db.Pool, mailerQueues, []int64{ids["mailer_default"][0], ids["analysis_default"][0]},
+		dlq.ReplayOptions{Actor: "alice", ToQueue: "mailer_priority"})
+	require.NoError(t, err)
+	require.NoError(t, out[0].Err)
+	require.Equal(t, "mailer_priority", out[0].Queue)
+	require.ErrorIs(t, out[1].Err, dlq.ErrInvalid, "an analysis dead letter never goes to the mailer's queue")
+
+	n, err := dlq.CountReplayable(ctx, db.Pool, mailerQueues, dlq.Filter{}, dlq.ReplayOptions{ToQueue: "mailer_scheduled"})
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the mailer's other dead letter only")
+	res, err := dlq.ReplayAll(ctx, db.Producer(t), db.Pool, mailerQueues, dlq.Filter{}, dlq.ReplayOptions{Actor: "alice", ToQueue: "mailer_scheduled"}, 10, nil)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"mailer_scheduled": 1}, res.ByQueue)
 }

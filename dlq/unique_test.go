@@ -29,6 +29,7 @@ func (uniqueArgs) Kind() string { return "unique_test" }
 // own keys, not River's.
 func TestReplayKeepsUniqueness(t *testing.T) {
 	t.Parallel()
+	serviceQueues := testdb.Registry(t).Queues()
 	db := testdb.New(t)
 	ctx := context.Background()
 	client := db.Producer(t)
@@ -55,7 +56,7 @@ func TestReplayKeepsUniqueness(t *testing.T) {
 		ids = append(ids, id)
 	}
 
-	out, err := dlq.Replay(ctx, client, db.Pool, ids, dlq.ReplayOptions{Actor: "alice"})
+	out, err := dlq.Replay(ctx, client, db.Pool, serviceQueues, ids, dlq.ReplayOptions{Actor: "alice"})
 	require.NoError(t, err)
 	require.NoError(t, out[0].Err)
 	live := out[0].JobID
@@ -77,13 +78,13 @@ func TestReplayKeepsUniqueness(t *testing.T) {
 	require.EqualValues(t, ids[0], metadata["tierq:replay_of"])
 
 	// Forced and bulk replays are refused while the job is live.
-	out, err = dlq.Replay(ctx, client, db.Pool, ids, dlq.ReplayOptions{Actor: "alice", Force: true})
+	out, err = dlq.Replay(ctx, client, db.Pool, serviceQueues, ids, dlq.ReplayOptions{Actor: "alice", Force: true})
 	require.NoError(t, err)
 	for _, o := range out {
 		require.True(t, errors.Is(o.Err, dlq.ErrDuplicate), "%v", o.Err)
 		require.Equal(t, live, o.DuplicateOf)
 	}
-	all, err := dlq.ReplayAll(ctx, client, db.Pool, dlq.Filter{}, dlq.ReplayOptions{Actor: "alice", Force: true}, 10, nil)
+	all, err := dlq.ReplayAll(ctx, client, db.Pool, serviceQueues, dlq.Filter{}, dlq.ReplayOptions{Actor: "alice", Force: true}, 10, nil)
 	require.NoError(t, err)
 	require.Equal(t, dlq.ReplayAllResult{ByQueue: map[string]int{}, Duplicates: 2,
 		DuplicateOf: map[int64]int64{ids[0]: live, ids[1]: live}}, all)
@@ -98,6 +99,7 @@ func TestReplayKeepsUniqueness(t *testing.T) {
 // call and a client calling again while "more" looped for ever.
 func TestBoundedReplayAllPassesOverHeldAndRefusedDeadLetters(t *testing.T) {
 	t.Parallel()
+	serviceQueues := testdb.Registry(t).Queues()
 	db := testdb.New(t)
 	ctx := context.Background()
 	client := db.Producer(t)
@@ -130,7 +132,7 @@ func TestBoundedReplayAllPassesOverHeldAndRefusedDeadLetters(t *testing.T) {
 	}
 
 	opts := dlq.ReplayOptions{Actor: "alice", Limit: 2}
-	first, err := dlq.ReplayAll(ctx, client, db.Pool, dlq.Filter{}, opts, 10, nil)
+	first, err := dlq.ReplayAll(ctx, client, db.Pool, serviceQueues, dlq.Filter{}, opts, 10, nil)
 	require.NoError(t, err)
 	require.Equal(t, 2, first.Replayed)
 	require.True(t, first.More)
@@ -140,12 +142,12 @@ func TestBoundedReplayAllPassesOverHeldAndRefusedDeadLetters(t *testing.T) {
 	for _, reason := range first.Invalid {
 		require.Contains(t, reason, "tag")
 	}
-	second, err := dlq.ReplayAll(ctx, client, db.Pool, dlq.Filter{}, opts, 10, nil)
+	second, err := dlq.ReplayAll(ctx, client, db.Pool, serviceQueues, dlq.Filter{}, opts, 10, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1, second.Replayed)
 	require.False(t, second.More)
 	require.Equal(t, 3, second.Duplicates)
-	third, err := dlq.ReplayAll(ctx, client, db.Pool, dlq.Filter{}, opts, 10, nil)
+	third, err := dlq.ReplayAll(ctx, client, db.Pool, serviceQueues, dlq.Filter{}, opts, 10, nil)
 	require.NoError(t, err)
 	require.Zero(t, third.Replayed)
 	require.False(t, third.More)
@@ -158,7 +160,7 @@ func TestBoundedReplayAllPassesOverHeldAndRefusedDeadLetters(t *testing.T) {
 	var refusedID, freeID int64
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT id FROM dead_letter_jobs WHERE job_id = $1`, refused).Scan(&refusedID))
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT id FROM dead_letter_jobs WHERE job_id = $1`, free[0]).Scan(&freeID))
-	out, err := dlq.Replay(ctx, client, db.Pool, []int64{refusedID, freeID}, dlq.ReplayOptions{Actor: "alice", Force: true})
+	out, err := dlq.Replay(ctx, client, db.Pool, serviceQueues, []int64{refusedID, freeID}, dlq.ReplayOptions{Actor: "alice", Force: true})
 	require.NoError(t, err)
 	require.ErrorIs(t, out[0].Err, dlq.ErrInvalid)
 	require.Contains(t, out[0].Err.Error(), "cannot be inserted as it is")

@@ -22,6 +22,7 @@ import (
 // API answered 500.
 func TestEscalateMovesRowsOfAnyShape(t *testing.T) {
 	t.Parallel()
+	serviceQueues := testdb.Registry(t).Queues()
 	tdb := testdb.New(t)
 	ctx := context.Background()
 
@@ -29,7 +30,7 @@ func TestEscalateMovesRowsOfAnyShape(t *testing.T) {
 		metadata := testdb.NotObjects[name]
 		t.Run(name, func(t *testing.T) {
 			id := testdb.InsertRaw(t, tdb, testdb.RawJob{Kind: "loadtest", Queue: "analysis_default", Metadata: metadata, Args: metadata})
-			res, err := escalation.Escalate(ctx, tdb.Pool, escalation.Request{JobID: id, To: routing.Priority, Actor: "alice", Reason: "bad row"})
+			res, err := escalation.Escalate(ctx, tdb.Pool, serviceQueues, escalation.Request{JobID: id, To: routing.Priority, Actor: "alice", Reason: "bad row"})
 			require.NoError(t, err)
 			require.Equal(t, "analysis_priority", res.ToQueue)
 			require.Equal(t, 1, tdb.Count(t, `SELECT count(*) FROM river_job WHERE id = $1 AND queue = 'analysis_priority'
@@ -43,6 +44,7 @@ func TestEscalateMovesRowsOfAnyShape(t *testing.T) {
 // sweeps never do this: see the scheduler's TestSweepsLeavePausedQueuesAlone).
 func TestEscalateIntoAPausedQueue(t *testing.T) {
 	t.Parallel()
+	serviceQueues := testdb.Registry(t).Queues()
 	tdb := testdb.New(t)
 	ctx := context.Background()
 
@@ -51,21 +53,21 @@ func TestEscalateIntoAPausedQueue(t *testing.T) {
 	require.NoError(t, tdb.Producer(t).QueuePause(ctx, "specview_priority", nil))
 
 	id := insert(t, tdb, "specview_default", 4)
-	res, err := escalation.Escalate(ctx, tdb.Pool, escalation.Request{JobID: id, To: routing.Priority, Actor: "alice", Reason: "urgent"})
+	res, err := escalation.Escalate(ctx, tdb.Pool, serviceQueues, escalation.Request{JobID: id, To: routing.Priority, Actor: "alice", Reason: "urgent"})
 	require.NoError(t, err)
 	require.True(t, res.Changed)
 	require.True(t, res.ToQueuePaused)
 	require.Equal(t, "specview_priority", tdb.Jobs(t, "id = $1", id)[0].Queue)
 
 	// Asking again changes nothing and still says so.
-	res, err = escalation.Escalate(ctx, tdb.Pool, escalation.Request{JobID: id, To: routing.Priority, Actor: "alice", Reason: "urgent"})
+	res, err = escalation.Escalate(ctx, tdb.Pool, serviceQueues, escalation.Request{JobID: id, To: routing.Priority, Actor: "alice", Reason: "urgent"})
 	require.NoError(t, err)
 	require.False(t, res.Changed)
 	require.True(t, res.ToQueuePaused)
 
 	// Into a queue that runs: not paused.
 	other := insert(t, tdb, "analysis_default", 4)
-	res, err = escalation.Escalate(ctx, tdb.Pool, escalation.Request{JobID: other, To: routing.Priority, Actor: "alice", Reason: "urgent"})
+	res, err = escalation.Escalate(ctx, tdb.Pool, serviceQueues, escalation.Request{JobID: other, To: routing.Priority, Actor: "alice", Reason: "urgent"})
 	require.NoError(t, err)
 	require.False(t, res.ToQueuePaused)
 }
@@ -75,6 +77,7 @@ func TestEscalateIntoAPausedQueue(t *testing.T) {
 // scheduled_at (a retry) makes the kept time stale.
 func TestSweepKeepsTheDueTime(t *testing.T) {
 	t.Parallel()
+	serviceQueues := testdb.Registry(t).Queues()
 	tdb := testdb.New(t)
 	ctx := context.Background()
 
@@ -93,7 +96,7 @@ func TestSweepKeepsTheDueTime(t *testing.T) {
 	}
 	before, _ := dueAt()
 
-	_, err := escalation.Sweep(ctx, tdb.Pool, escalation.Rules(time.Hour, 0), 100)
+	_, err := escalation.Sweep(ctx, tdb.Pool, serviceQueues, escalation.Rules(time.Hour, 0), 100)
 	require.NoError(t, err)
 	due, scheduledAt := dueAt()
 	require.True(t, due.Equal(before), "kept across the first move: %s, was %s", due, before)
@@ -104,7 +107,7 @@ func TestSweepKeepsTheDueTime(t *testing.T) {
 		metadata = metadata || jsonb_build_object('tierq:moved_at', (extract(epoch FROM scheduled_at - interval '2 hours') * 1000000)::bigint)
 		WHERE id = $1`, id)
 	require.NoError(t, err)
-	_, err = escalation.Sweep(ctx, tdb.Pool, escalation.Rules(0, time.Hour), 100)
+	_, err = escalation.Sweep(ctx, tdb.Pool, serviceQueues, escalation.Rules(0, time.Hour), 100)
 	require.NoError(t, err)
 	require.Equal(t, "analysis_priority", tdb.Jobs(t, "id = $1", id)[0].Queue)
 	due, _ = dueAt()

@@ -35,8 +35,8 @@ var (
 	// ErrNotQueued: the job is running or finished, past the point where its
 	// queue matters (HTTP 409).
 	ErrNotQueued = errors.New("job is not queued")
-	// ErrNotServiceQueue: the job is in a queue that is not one of a tierq
-	// service's three queues, e.g. the scheduler's own (HTTP 409).
+	// ErrNotServiceQueue: the job is in a queue that is not one of the
+	// service queues Escalate was given, e.g. the scheduler's own (HTTP 409).
 	ErrNotServiceQueue = errors.New("job is not in a service queue")
 	// ErrInvalid: the request itself is wrong (HTTP 400).
 	ErrInvalid = errors.New("invalid escalation request")
@@ -110,13 +110,23 @@ func (r Request) Validate() error {
 	return nil
 }
 
-// queueMoves maps each service's queues of the from classes to the same
-// service's queue of class to (a queue of class to maps to itself).
-func queueMoves(from []routing.Class, to routing.Class) (fromQueues, toQueues []string) {
-	for _, svc := range routing.Services() {
-		for _, c := range from {
-			fromQueues = append(fromQueues, svc.Queue(c))
-			toQueues = append(toQueues, svc.Queue(to))
+// errNoQueues is returned by Escalate and Sweep when they are given no
+// service queues: a caller's mistake, never a request's.
+var errNoQueues = errors.New("escalation: no service queues given")
+
+// queueMoves pairs each of queues whose class is one of from with the queue
+// of class to of the same service, when that is one of queues too (a queue
+// of class to pairs with itself). A service queue is named <base
+// queue>_<class> (routing.QueueName), so its service is its base queue.
+func queueMoves(queues []string, from []routing.Class, to routing.Class) (fromQueues, toQueues []string) {
+	for _, queue := range queues {
+		base, class, ok := routing.ClassOf(queue)
+		if !ok || !slices.Contains(from, class) {
+			continue
+		}
+		if target := routing.QueueName(base, to); slices.Contains(queues, target) {
+			fromQueues = append(fromQueues, queue)
+			toQueues = append(toQueues, target)
 		}
 	}
 	return fromQueues, toQueues
@@ -173,12 +183,18 @@ moved AS (
 SELECT id, kind, state, from_queue, to_queue, from_priority, to_priority, ` + db.PausedSQL("to_queue") + `
 FROM moved, (SELECT count(*) FROM notified) AS n`
 
-// Escalate moves the job req names to req.To's queue of its own service. It
+// Escalate moves the job req names to req.To's queue of its own service.
+// queues are the service queues it moves jobs between: every service's
+// (service.Registry.Queues) or one service's (service.Service.Queues). It
 // returns ErrNotFound, ErrNotQueued (wrapped, naming the state),
-// ErrNotServiceQueue or ErrInvalid, and changes nothing then.
-func Escalate(ctx context.Context, q db.Querier, req Request) (Result, error) {
+// ErrNotServiceQueue (the job is in none of queues) or ErrInvalid, and
+// changes nothing then.
+func Escalate(ctx context.Context, q db.Querier, queues []string, req Request) (Result, error) {
 	if err := req.Validate(); err != nil {
 		return Result{}, err
+	}
+	if len(queues) == 0 {
+		return Result{}, errNoQueues
 	}
 	var priority *int16
 	switch {
@@ -191,7 +207,7 @@ func Escalate(ctx context.Context, q db.Querier, req Request) (Result, error) {
 	}
 	// Every service queue; a job already in the target queue may still
 	// change priority.
-	fromQueues, toQueues := queueMoves([]routing.Class{routing.Priority, routing.Default, routing.Scheduled}, req.To)
+	fromQueues, toQueues := queueMoves(queues, routing.Classes(), req.To)
 
 	res := Result{Changed: true}
 	err := q.QueryRow(ctx, escalateSQL, req.JobID, fromQueues, toQueues, priority, req.Actor, req.Reason).
@@ -202,11 +218,14 @@ func Escalate(ctx context.Context, q db.Querier, req Request) (Result, error) {
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return Result{}, fmt.Errorf("escalate job %d: %w", req.JobID, err)
 	}
-	return unchanged(ctx, q, req.JobID)
+	return unchanged(ctx, q, queues, req.JobID, req.To)
 }
 
-// unchanged explains why Escalate moved nothing.
-func unchanged(ctx context.Context, q db.Querier, jobID int64) (Result, error) {
+// unchanged explains why Escalate moved nothing: the job is not there or
+// not queued, it is not in one of queues or cannot go to its service's
+// queue of class to (not one of queues), or it already is where it was to
+// go.
+func unchanged(ctx context.Context, q db.Querier, queues []string, jobID int64, to routing.Class) (Result, error) {
 	res := Result{JobID: jobID}
 	err := q.QueryRow(ctx, `SELECT kind, state::text, queue, priority, `+db.PausedSQL("queue")+` FROM river_job WHERE id = $1`, jobID).
 		Scan(&res.Kind, &res.State, &res.FromQueue, &res.FromPriority, &res.ToQueuePaused)
@@ -221,8 +240,11 @@ func unchanged(ctx context.Context, q db.Querier, jobID int64) (Result, error) {
 	default:
 		return Result{}, fmt.Errorf("%w: job %d is %s", ErrNotQueued, jobID, res.State)
 	}
-	if !slices.Contains(routing.Queues(), res.FromQueue) {
+	if !slices.Contains(queues, res.FromQueue) {
 		return Result{}, fmt.Errorf("%w: job %d is in queue %q", ErrNotServiceQueue, jobID, res.FromQueue)
+	}
+	if base, _, _ := routing.ClassOf(res.FromQueue); !slices.Contains(queues, routing.QueueName(base, to)) {
+		return Result{}, fmt.Errorf("%w: job %d cannot move to queue %q", ErrNotServiceQueue, jobID, routing.QueueName(base, to))
 	}
 	res.ToQueue, res.ToPriority = res.FromQueue, res.FromPriority
 	return res, nil
@@ -322,10 +344,15 @@ WHERE j.state = 'available'
 ORDER BY j.id
 LIMIT $4`
 
-// Sweep applies rules once, in batches of at most batch jobs per statement,
-// with actor "scheduler". It moves no job out of or into a paused queue, and
-// reports in SweepResult.Skipped the jobs it could not move.
-func Sweep(ctx context.Context, q db.Querier, rules []Rule, batch int) (SweepResult, error) {
+// Sweep applies rules once to the jobs of queues, the service queues
+// (service.Registry.Queues), in batches of at most batch jobs per
+// statement, with actor "scheduler": a job moves to its own service's queue
+// of the rule's To class. It moves no job out of or into a paused queue,
+// and reports in SweepResult.Skipped the jobs it could not move.
+func Sweep(ctx context.Context, q db.Querier, queues []string, rules []Rule, batch int) (SweepResult, error) {
+	if len(queues) == 0 {
+		return SweepResult{}, errNoQueues
+	}
 	if batch <= 0 {
 		batch = 1000
 	}
@@ -334,7 +361,7 @@ func Sweep(ctx context.Context, q db.Querier, rules []Rule, batch int) (SweepRes
 		if rule.After <= 0 || rule.From == rule.To {
 			continue
 		}
-		fromQueues, toQueues := queueMoves([]routing.Class{rule.From}, rule.To)
+		fromQueues, toQueues := queueMoves(queues, []routing.Class{rule.From}, rule.To)
 		reason := fmt.Sprintf("waited more than %s in a %s queue", rule.After, rule.From)
 		for {
 			n, err := sweepBatch(ctx, q, fromQueues, toQueues, rule.After, batch, reason, &res)

@@ -50,11 +50,12 @@ func insert(t *testing.T, db *testdb.DB, queue string, priority int) int64 {
 
 func TestEscalateQueuedJob(t *testing.T) {
 	t.Parallel()
+	serviceQueues := testdb.Registry(t).Queues()
 	db := testdb.New(t)
 	ctx := context.Background()
 
 	id := insert(t, db, "analysis_default", 4)
-	res, err := escalation.Escalate(ctx, db.Pool, escalation.Request{
+	res, err := escalation.Escalate(ctx, db.Pool, serviceQueues, escalation.Request{
 		JobID: id, To: routing.Priority, Actor: "alice", Reason: "customer escalation #42",
 	})
 	require.NoError(t, err)
@@ -73,7 +74,7 @@ func TestEscalateQueuedJob(t *testing.T) {
 		Queue: "specview_priority", Priority: 2, ScheduledAt: time.Now().Add(time.Hour),
 	})
 	require.NoError(t, err)
-	res, err = escalation.Escalate(ctx, db.Pool, escalation.Request{
+	res, err = escalation.Escalate(ctx, db.Pool, serviceQueues, escalation.Request{
 		JobID: later.Job.ID, To: routing.Scheduled, Priority: 3, Actor: "bob", Reason: "can wait",
 	})
 	require.NoError(t, err)
@@ -82,7 +83,7 @@ func TestEscalateQueuedJob(t *testing.T) {
 	require.Equal(t, "scheduled", db.Jobs(t, "id = $1", later.Job.ID)[0].State)
 
 	// Asking for where the job already is changes and audits nothing.
-	res, err = escalation.Escalate(ctx, db.Pool, escalation.Request{JobID: id, To: routing.Priority, Actor: "alice", Reason: "again"})
+	res, err = escalation.Escalate(ctx, db.Pool, serviceQueues, escalation.Request{JobID: id, To: routing.Priority, Actor: "alice", Reason: "again"})
 	require.NoError(t, err)
 	require.False(t, res.Changed)
 	require.Len(t, audits(t, db, id), 1)
@@ -90,6 +91,7 @@ func TestEscalateQueuedJob(t *testing.T) {
 
 func TestEscalateRefusesJobsThatAreNotQueued(t *testing.T) {
 	t.Parallel()
+	serviceQueues := testdb.Registry(t).Queues()
 	db := testdb.New(t)
 	ctx := context.Background()
 
@@ -109,17 +111,17 @@ func TestEscalateRefusesJobsThatAreNotQueued(t *testing.T) {
 		return escalation.Request{JobID: id, To: routing.Priority, Actor: "alice", Reason: "r"}
 	}
 	for state, id := range byState {
-		_, err := escalation.Escalate(ctx, db.Pool, req(id))
+		_, err := escalation.Escalate(ctx, db.Pool, serviceQueues, req(id))
 		require.ErrorIs(t, err, escalation.ErrNotQueued, state)
 		require.ErrorContains(t, err, state)
 		require.Equal(t, "analysis_default", db.Jobs(t, "id = $1", id)[0].Queue)
 		require.Empty(t, audits(t, db, id))
 	}
 
-	_, err := escalation.Escalate(ctx, db.Pool, req(999_999))
+	_, err := escalation.Escalate(ctx, db.Pool, serviceQueues, req(999_999))
 	require.ErrorIs(t, err, escalation.ErrNotFound)
 
-	_, err = escalation.Escalate(ctx, db.Pool, req(foreign))
+	_, err = escalation.Escalate(ctx, db.Pool, serviceQueues, req(foreign))
 	require.ErrorIs(t, err, escalation.ErrNotServiceQueue)
 	require.Equal(t, "scheduler", db.Jobs(t, "id = $1", foreign)[0].Queue)
 
@@ -130,7 +132,7 @@ func TestEscalateRefusesJobsThatAreNotQueued(t *testing.T) {
 		"bad class":    {JobID: foreign, To: routing.Class(9), Actor: "a", Reason: "r"},
 		"bad id":       {JobID: 0, To: routing.Priority, Actor: "a", Reason: "r"},
 	} {
-		_, err := escalation.Escalate(ctx, db.Pool, bad)
+		_, err := escalation.Escalate(ctx, db.Pool, serviceQueues, bad)
 		require.ErrorIs(t, err, escalation.ErrInvalid, name)
 	}
 	require.Zero(t, db.Count(t, `SELECT count(*) FROM job_escalations`))
@@ -138,6 +140,7 @@ func TestEscalateRefusesJobsThatAreNotQueued(t *testing.T) {
 
 func TestSweepRules(t *testing.T) {
 	t.Parallel()
+	serviceQueues := testdb.Registry(t).Queues()
 	db := testdb.New(t)
 	ctx := context.Background()
 
@@ -150,7 +153,7 @@ func TestSweepRules(t *testing.T) {
 	oldPriority := testdb.InsertWaiting(t, db, jobs.LoadTestArgs{}, opts("analysis_priority", 4), 2*time.Hour)
 
 	// The default → priority rule is off (0): only the scheduled job moves.
-	res, err := escalation.Sweep(ctx, db.Pool, escalation.Rules(time.Hour, 0), 1)
+	res, err := escalation.Sweep(ctx, db.Pool, serviceQueues, escalation.Rules(time.Hour, 0), 1)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Total)
 	require.Equal(t, map[escalation.Move]int{{From: "analysis_scheduled", To: "analysis_default"}: 1}, res.Moved)
@@ -170,7 +173,7 @@ func TestSweepRules(t *testing.T) {
 
 	// With the second rule on, the old default job moves up; the job that
 	// just arrived in analysis_default has not waited there yet.
-	res, err = escalation.Sweep(ctx, db.Pool, escalation.Rules(time.Hour, 30*time.Minute), 10)
+	res, err = escalation.Sweep(ctx, db.Pool, serviceQueues, escalation.Rules(time.Hour, 30*time.Minute), 10)
 	require.NoError(t, err)
 	require.Equal(t, map[escalation.Move]int{{From: "specview_default", To: "specview_priority"}: 1}, res.Moved)
 	require.Equal(t, "specview_priority", db.Jobs(t, "id = $1", oldDefault)[0].Queue)
@@ -178,15 +181,62 @@ func TestSweepRules(t *testing.T) {
 	require.Equal(t, "analysis_priority", db.Jobs(t, "id = $1", oldPriority)[0].Queue)
 
 	// Both rules off: nothing at all.
-	res, err = escalation.Sweep(ctx, db.Pool, escalation.Rules(0, 0), 10)
+	res, err = escalation.Sweep(ctx, db.Pool, serviceQueues, escalation.Rules(0, 0), 10)
 	require.NoError(t, err)
 	require.Zero(t, res.Total)
+}
+
+// TestAnyServiceQueues: escalation moves jobs between the queues it is
+// given, whatever service they belong to: here a team's own mailer service
+// (testdb.MailerRegistry), whose queues nothing in tierq names. The
+// reference app's queues are not service queues then, and a move never
+// leaves its service, nor goes to a queue it was not given.
+func TestAnyServiceQueues(t *testing.T) {
+	t.Parallel()
+	mailerQueues := testdb.MailerRegistry(t).Queues()
+	db := testdb.New(t)
+	ctx := context.Background()
+	mail := func(queue string, priority int, wait time.Duration) int64 {
+		return testdb.InsertWaiting(t, db, testdb.SendMailArgs{To: "a@example.com"}, &river.InsertOpts{Queue: queue, Priority: priority}, wait)
+	}
+	req := func(id int64, to routing.Class) escalation.Request {
+		return escalation.Request{JobID: id, To: to, Actor: "alice", Reason: "r"}
+	}
+
+	queued := mail("mailer_default", 4, 0)
+	res, err := escalation.Escalate(ctx, db.Pool, mailerQueues, req(queued, routing.Priority))
+	require.NoError(t, err)
+	require.Equal(t, escalation.Result{JobID: queued, Kind: testdb.KindSendMail, State: "available",
+		FromQueue: "mailer_default", ToQueue: "mailer_priority", FromPriority: 4, ToPriority: 1, Changed: true}, res)
+
+	analysis := insert(t, db, "analysis_default", 4)
+	_, err = escalation.Escalate(ctx, db.Pool, mailerQueues, req(analysis, routing.Priority))
+	require.ErrorIs(t, err, escalation.ErrNotServiceQueue)
+	// A job moves only from and to queues it was given.
+	_, err = escalation.Escalate(ctx, db.Pool, []string{"mailer_default", "mailer_scheduled"}, req(queued, routing.Scheduled))
+	require.ErrorIs(t, err, escalation.ErrNotServiceQueue, "from mailer_priority, not given")
+	_, err = escalation.Escalate(ctx, db.Pool, []string{"mailer_priority", "mailer_default"}, req(queued, routing.Scheduled))
+	require.ErrorIs(t, err, escalation.ErrNotServiceQueue, "to mailer_scheduled, not given")
+	_, err = escalation.Escalate(ctx, db.Pool, nil, req(queued, routing.Default))
+	require.Error(t, err, "no queues")
+	require.Equal(t, "mailer_priority", db.Jobs(t, "id = $1", queued)[0].Queue)
+
+	waiting := mail("mailer_scheduled", 4, 2*time.Hour)
+	analysisWaiting := testdb.InsertWaiting(t, db, jobs.LoadTestArgs{}, &river.InsertOpts{Queue: "analysis_scheduled", Priority: 4}, 2*time.Hour)
+	sweep, err := escalation.Sweep(ctx, db.Pool, mailerQueues, escalation.Rules(time.Hour, 0), 10)
+	require.NoError(t, err)
+	require.Equal(t, map[escalation.Move]int{{From: "mailer_scheduled", To: "mailer_default"}: 1}, sweep.Moved)
+	require.Equal(t, "mailer_default", db.Jobs(t, "id = $1", waiting)[0].Queue)
+	require.Equal(t, "analysis_scheduled", db.Jobs(t, "id = $1", analysisWaiting)[0].Queue)
+	_, err = escalation.Sweep(ctx, db.Pool, nil, escalation.Rules(time.Hour, 0), 10)
+	require.Error(t, err, "no queues")
 }
 
 // TestMoveNotifiesTheTargetQueue listens the way River's producers do and
 // sees the insert notification for the queue a job moved to.
 func TestMoveNotifiesTheTargetQueue(t *testing.T) {
 	t.Parallel()
+	serviceQueues := testdb.Registry(t).Queues()
 	db := testdb.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -207,7 +257,7 @@ func TestMoveNotifiesTheTargetQueue(t *testing.T) {
 		}
 	}
 
-	_, err = escalation.Escalate(ctx, db.Pool, escalation.Request{JobID: id, To: routing.Priority, Actor: "a", Reason: "r"})
+	_, err = escalation.Escalate(ctx, db.Pool, serviceQueues, escalation.Request{JobID: id, To: routing.Priority, Actor: "a", Reason: "r"})
 	require.NoError(t, err)
 	n, err := conn.Conn().WaitForNotification(ctx)
 	require.NoError(t, err)
@@ -222,6 +272,7 @@ func TestMoveNotifiesTheTargetQueue(t *testing.T) {
 // old queue), never both, and every job runs exactly once.
 func TestEscalationNeverRacesAFetch(t *testing.T) {
 	t.Parallel()
+	serviceQueues := testdb.Registry(t).Queues()
 	db := testdb.New(t)
 	ctx := context.Background()
 
@@ -263,7 +314,7 @@ func TestEscalationNeverRacesAFetch(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := g; i < n; i += 8 {
-				res, err := escalation.Escalate(ctx, db.Pool, escalation.Request{
+				res, err := escalation.Escalate(ctx, db.Pool, serviceQueues, escalation.Request{
 					JobID: inserted[i].Job.ID, To: routing.Priority, Actor: "racer", Reason: "race test",
 				})
 				outcomes[i] = outcome{moved: err == nil && res.Changed, err: err}

@@ -23,6 +23,7 @@ import (
 // With TIERQ_EXPLAIN=DIR it writes EXPLAIN (ANALYZE, BUFFERS) of the sweep
 // to DIR/escalation-rows=N.txt.
 func BenchmarkSweep(b *testing.B) {
+	serviceQueues := testdb.Registry(b).Queues()
 	for _, total := range []int{10_000, 1_000_000} {
 		b.Run(fmt.Sprintf("rows=%d", total), func(b *testing.B) {
 			db := testdb.New(b)
@@ -48,7 +49,7 @@ func BenchmarkSweep(b *testing.B) {
 				b.StopTimer()
 				reset()
 				b.StartTimer()
-				res, err := escalation.Sweep(ctx, db.Pool, rules, 1000)
+				res, err := escalation.Sweep(ctx, db.Pool, serviceQueues, rules, 1000)
 				require.NoError(b, err)
 				require.Equal(b, due, res.Total)
 			}

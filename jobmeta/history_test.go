@@ -58,6 +58,7 @@ func toJSON(t *testing.T, v any) string {
 // (aging, escalation, dedup upgrade, replay).
 func TestJobExplainsItself(t *testing.T) {
 	t.Parallel()
+	serviceQueues := testdb.Registry(t).Queues()
 	db := testdb.New(t)
 	ctx := context.Background()
 	client := db.Producer(t)
@@ -93,7 +94,7 @@ func TestJobExplainsItself(t *testing.T) {
 		]}`, toJSON(t, metadataOf(t, db, id)))
 
 	// Escalation: more than a minute in the default queue.
-	moved, err := escalation.Sweep(ctx, db.Pool, escalation.Rules(0, time.Minute), 100)
+	moved, err := escalation.Sweep(ctx, db.Pool, serviceQueues, escalation.Rules(0, time.Minute), 100)
 	require.NoError(t, err)
 	require.Equal(t, 1, moved.Total)
 	meta := metadataOf(t, db, id)
@@ -135,7 +136,7 @@ func TestJobExplainsItself(t *testing.T) {
 	require.NoError(t, err)
 	var deadLetterID int64
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT id FROM dead_letter_jobs WHERE job_id = $1`, id).Scan(&deadLetterID))
-	out, err := dlq.Replay(ctx, client, db.Pool, []int64{deadLetterID}, dlq.ReplayOptions{Actor: "alice"})
+	out, err := dlq.Replay(ctx, client, db.Pool, serviceQueues, []int64{deadLetterID}, dlq.ReplayOptions{Actor: "alice"})
 	require.NoError(t, err)
 	require.NoError(t, out[0].Err)
 	replayed := out[0].JobID
@@ -158,6 +159,7 @@ func TestJobExplainsItself(t *testing.T) {
 // ten after one more; a moves value that is not an array is replaced.
 func TestMovesKeepTheLastTen(t *testing.T) {
 	t.Parallel()
+	serviceQueues := testdb.Registry(t).Queues()
 	db := testdb.New(t)
 	ctx := context.Background()
 
@@ -170,7 +172,7 @@ func TestMovesKeepTheLastTen(t *testing.T) {
 		Queue: "analysis_default", Kind: "analysis", Args: `{}`, Metadata: `{"tierq:moves": "oops"}`,
 	})
 	for _, id := range []int64{full, notArray} {
-		_, err := escalation.Escalate(ctx, db.Pool, escalation.Request{
+		_, err := escalation.Escalate(ctx, db.Pool, serviceQueues, escalation.Request{
 			JobID: id, To: routing.Priority, Actor: "alice", Reason: "customer call",
 		})
 		require.NoError(t, err)

@@ -9,6 +9,12 @@
 //   - loadtest: the load-test workload. It sleeps for the time its args say
 //     and does nothing else; it exists for tests and load tests and is only
 //     registered when a worker is configured with LOAD_TEST_WORKLOAD=true.
+//   - reanalyze_stale and retention: the analyzer's maintenance, cron jobs
+//     that the scheduler deployment runs and works in its own queue
+//     (Maintenance, Deps.Maintenance): re-analysis of stale targets and
+//     deletion of old results and spec documents.
+//
+// Registry is the reference app's service.Registry of the two services.
 //
 // Every worker writes its result, chains its follow-up job and completes its
 // River job in one transaction (river.JobCompleteTx), so a job delivered twice

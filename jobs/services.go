@@ -23,18 +23,33 @@ type Deps struct {
 	// AnalysisRoots are the directories analysis targets must be in
 	// (ANALYSIS_ROOTS); none means any directory.
 	AnalysisRoots []string
+	// Maintenance, when set, gives the analyzer its periodic jobs (the
+	// re-analysis of stale targets and retention) and their kinds, which
+	// the scheduler deployment runs and works (Registry.PeriodicJobs,
+	// Registry.AddWorkers). Nil (every other deployment): none.
+	Maintenance *Maintenance
 }
 
 // AnalyzerService is the analysis service: kind analysis in the queues
 // analysis_priority, analysis_default and analysis_scheduled, worked by 5,
-// 3 and 2 workers per process by default.
+// 3 and 2 workers per process by default. With deps.Maintenance it has its
+// periodic jobs too: kinds reanalyze_stale and retention, cron jobs of the
+// scheduler.
 func AnalyzerService(deps Deps) (*service.Service, error) {
-	return service.New(&service.Config{
+	cfg := &service.Config{
 		Name:      ServiceAnalyzer,
 		BaseQueue: routing.Analyzer.BaseQueue(),
 		Kinds:     []service.Kind{service.WorkerKind(NewAnalysisWorker(deps.Pool, deps.Logger, deps.AnalysisRoots...))},
 		Workers:   &service.ClassWorkers{Priority: 5, Default: 3, Scheduled: 2},
-	})
+	}
+	if deps.Maintenance != nil {
+		var err error
+		cfg.PeriodicJobs, cfg.PeriodicKinds, err = deps.Maintenance.periodic(deps, cfg.BaseQueue)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return service.New(cfg)
 }
 
 // SpecGenService is the spec generator: kind specview in the queues

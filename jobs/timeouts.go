@@ -36,14 +36,26 @@ const (
 	// the timeout (retried, then dead-lettered). The chaos suite's longest
 	// job sleeps 3.5 s.
 	LoadTestTimeout = time.Minute
+
+	// ReanalyzeStaleTimeout bounds the re-analysis cron job: pages of 500
+	// stale targets, each one insert of their analysis jobs.
+	ReanalyzeStaleTimeout = time.Minute
+
+	// RetentionTimeout bounds the retention cron job: batched deletes of a
+	// day's old results, each batch its own short transaction, so a run cut
+	// short keeps what it deleted and the next run carries on.
+	RetentionTimeout = time.Minute
 )
 
-// Timeouts returns each job kind of this package with its timeout.
+// Timeouts returns each job kind of this package with its timeout: the
+// services' kinds, their periodic kinds and the load test's.
 func Timeouts() map[string]time.Duration {
 	return map[string]time.Duration{
-		KindAnalysis: AnalysisTimeout,
-		KindSpecView: SpecViewTimeout,
-		KindLoadTest: LoadTestTimeout,
+		KindAnalysis:       AnalysisTimeout,
+		KindSpecView:       SpecViewTimeout,
+		KindLoadTest:       LoadTestTimeout,
+		KindReanalyzeStale: ReanalyzeStaleTimeout,
+		KindRetention:      RetentionTimeout,
 	}
 }
 
@@ -55,3 +67,11 @@ func (*SpecViewWorker) Timeout(*river.Job[SpecViewArgs]) time.Duration { return 
 
 // Timeout is LoadTestTimeout, for every load-test job.
 func (*LoadTestWorker) Timeout(*river.Job[LoadTestArgs]) time.Duration { return LoadTestTimeout }
+
+// Timeout is ReanalyzeStaleTimeout.
+func (*ReanalyzeStaleWorker) Timeout(*river.Job[ReanalyzeStaleArgs]) time.Duration {
+	return ReanalyzeStaleTimeout
+}
+
+// Timeout is RetentionTimeout.
+func (*RetentionWorker) Timeout(*river.Job[RetentionArgs]) time.Duration { return RetentionTimeout }

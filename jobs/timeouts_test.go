@@ -20,6 +20,10 @@ func TestEveryKindHasItsOwnTimeout(t *testing.T) {
 		analysis river.Worker[jobs.AnalysisArgs] = jobs.NewAnalysisWorker(nil, nil)
 		specview river.Worker[jobs.SpecViewArgs] = jobs.NewSpecViewWorker(nil, nil)
 		loadtest river.Worker[jobs.LoadTestArgs] = jobs.NewLoadTestWorker(nil)
+		// The maintenance workers exist only inside the analyzer service
+		// (Deps.Maintenance); their zero values answer Timeout alike.
+		reanalyze river.Worker[jobs.ReanalyzeStaleArgs] = &jobs.ReanalyzeStaleWorker{}
+		retention river.Worker[jobs.RetentionArgs]      = &jobs.RetentionWorker{}
 	)
 	tests := []struct {
 		name string
@@ -31,6 +35,8 @@ func TestEveryKindHasItsOwnTimeout(t *testing.T) {
 		// Not the job's sleep: the chaos suite's longest job (3.5 s) fits,
 		// a job sleeping longer than a minute ends in the timeout.
 		{name: "loadtest", got: loadtest.Timeout(&river.Job[jobs.LoadTestArgs]{Args: jobs.LoadTestArgs{SleepMS: 3_600_000}}), want: time.Minute},
+		{name: "reanalyze_stale", got: reanalyze.Timeout(&river.Job[jobs.ReanalyzeStaleArgs]{}), want: time.Minute},
+		{name: "retention", got: retention.Timeout(&river.Job[jobs.RetentionArgs]{}), want: time.Minute},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -39,8 +45,10 @@ func TestEveryKindHasItsOwnTimeout(t *testing.T) {
 		})
 	}
 	require.Equal(t, map[string]time.Duration{
-		"analysis": time.Minute,
-		"specview": 30 * time.Second,
-		"loadtest": time.Minute,
+		"analysis":        time.Minute,
+		"specview":        30 * time.Second,
+		"loadtest":        time.Minute,
+		"reanalyze_stale": time.Minute,
+		"retention":       time.Minute,
 	}, jobs.Timeouts())
 }

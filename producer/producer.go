@@ -110,7 +110,9 @@ func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Jo
 	if !better(toClass, opts.Priority, res.Job.Queue, res.Job.Priority) {
 		return out, nil
 	}
-	moved, err := escalation.Escalate(ctx, tx, escalation.Request{
+	// The duplicate moves inside its own service's queues: River found it
+	// by kind and unique args, and a kind belongs to one service.
+	moved, err := escalation.Escalate(ctx, tx, job.Service.Queues(), escalation.Request{
 		JobID:    res.Job.ID,
 		To:       toClass,
 		Priority: opts.Priority,

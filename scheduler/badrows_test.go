@@ -21,7 +21,6 @@ import (
 	"github.com/tierq/tierq/internal/workertest"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/metrics"
-	"github.com/tierq/tierq/scheduler"
 )
 
 // records are the JSON log records in logs whose msg is msg.
@@ -89,11 +88,11 @@ func TestBadRowsNeverStopTheSweeps(t *testing.T) {
 	logs := &proctest.Buffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	reg := prometheus.NewRegistry()
-	db.Start(t, scheduler.RiverConfig(schedulerConfig(t, db,
+	db.Start(t, riverConfig(t, schedulerConfig(t, db,
 		"AGING_INTERVAL=1s", "AGING_STEP=1s", "AGING_MAX_PRIORITY=2",
 		"ESCALATION_INTERVAL=1s", "ESCALATE_SCHEDULED_AFTER=1h", "ESCALATE_DEFAULT_AFTER=3h",
 		"DLQ_DRAIN_INTERVAL=1s",
-	), db.Pool, logger, newMetrics(reg)))
+	), db.Pool, logger, newMetrics(t, reg)))
 
 	// Good and odd rows: a _scheduled job moves to _default (it waited 2h
 	// there, the rule says 1h), and every job ends at the aging cap, the

@@ -53,7 +53,7 @@ func TestRiverNeverDeletesDiscardedJobs(t *testing.T) {
 		}
 	}
 
-	riverConfig := scheduler.RiverConfig(schedulerConfig(t, db), db.Pool, discard, newMetrics(prometheus.NewRegistry()))
+	riverConfig := riverConfig(t, schedulerConfig(t, db), db.Pool, discard, newMetrics(t, prometheus.NewRegistry()))
 	require.Equal(t, time.Duration(-1), riverConfig.DiscardedJobRetentionPeriod, "only the dead-letter drain removes discarded jobs")
 	riverConfig.PeriodicJobs = nil // no drain: River's cleaner alone
 	db.Start(t, riverConfig)

@@ -1,16 +1,20 @@
 // Package scheduler builds the River client of the scheduler deployment, the
 // only leader-eligible client in a tierq installation (docs/scheduling.md).
 //
-// It registers every job kind, so that River's rescuer, which runs on the
-// leader, retries a stuck job of any kind instead of discarding it as unknown;
-// it works only its own queue, "scheduler". Its periodic jobs run on the
-// leader only, each unique by period so that a leader hand-over never doubles
-// one: the aging and escalation sweeps on fixed intervals, and the cron jobs
-// (re-analysis of stale targets, retention) on robfig/cron schedules, and
-// the dead-letter drain (package dlq) with its depth alert.
+// It serves the services of a service.Registry without naming any of them.
+// It registers every job kind of every service, so that River's rescuer,
+// which runs on the leader, retries a stuck job of any kind instead of
+// discarding it as unknown; it works only its own queue, "scheduler". Its
+// periodic jobs run on the leader only, each unique by period so that a
+// leader hand-over never doubles one: the aging and escalation sweeps over
+// the services' queues on fixed intervals, the dead-letter drain (package
+// dlq) with its depth alert, and every service's own periodic jobs
+// (service.Config.PeriodicJobs; CronJob makes a cron job of the scheduler's
+// queue, as the reference app's re-analysis and retention are).
 package scheduler
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,8 +27,8 @@ import (
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/escalation"
-	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/metrics"
+	"github.com/tierq/tierq/service"
 )
 
 // Queue is the scheduler's own queue: its periodic jobs run there.
@@ -35,33 +39,44 @@ const Queue = "scheduler"
 // discarded job.
 const periodicMaxAttempts = 3
 
-// RiverConfig is the River client configuration of the scheduler; its sweeps
-// count what they change in m.
-func RiverConfig(cfg config.Scheduler, pool *pgxpool.Pool, logger *slog.Logger, m *metrics.Scheduler) *river.Config {
+// RiverConfig is the River client configuration of the scheduler of
+// services, the application's registry: its sweeps age and escalate the
+// jobs of the services' queues and count what they change in m (made with
+// services.Queues()).
+//
+// It registers the worker of every kind of services (Registry.AddWorkers:
+// the services' kinds, never worked here since their queues are not served,
+// so that the rescuer on this leader knows them, and their periodic kinds,
+// worked here) and of the scheduler's own kinds, and fails when two of them
+// clash. A caller may register more workers in the returned config's
+// Workers before making the client: the reference app adds its load-test
+// kind.
+func RiverConfig(cfg config.Scheduler, pool *pgxpool.Pool, services *service.Registry, logger *slog.Logger, m *metrics.Scheduler) (*river.Config, error) {
 	workers := river.NewWorkers()
-	// Every service's kinds, never worked here (their queues are not served),
-	// so that the rescuer on this leader knows them.
-	river.AddWorker(workers, jobs.NewAnalysisWorker(pool, logger))
-	river.AddWorker(workers, jobs.NewSpecViewWorker(pool, logger))
-	river.AddWorker(workers, jobs.NewLoadTestWorker(pool))
-
-	river.AddWorker(workers, &AgingSweepWorker{pool: pool, logger: logger, metrics: m, settings: aging.Settings{
-		Step: cfg.AgingStep, MaxPriority: cfg.AgingMaxPriority, Batch: cfg.SweepBatch,
-	}})
-	river.AddWorker(workers, &EscalationSweepWorker{pool: pool, logger: logger, metrics: m,
-		rules: escalation.Rules(cfg.EscalateScheduledAfter, cfg.EscalateDefaultAfter), batch: cfg.SweepBatch})
-	river.AddWorker(workers, &ReanalyzeStaleWorker{pool: pool, logger: logger,
-		staleAfter: cfg.ReanalyzeStaleAfter, maxAttempts: cfg.MaxAttempts})
-	river.AddWorker(workers, &RetentionWorker{pool: pool, logger: logger, period: cfg.RetentionPeriod, batch: cfg.SweepBatch})
+	if err := services.AddWorkers(workers); err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	queues := services.Queues()
 	id := clientID()
-	river.AddWorker(workers, &DLQDrainWorker{pool: pool, logger: logger, batch: cfg.DLQDrainBatch,
-		alerter: dlq.NewAlerter(dlq.AlertConfig{
-			Threshold:  cfg.DLQAlertThreshold,
-			WebhookURL: cfg.DLQAlertWebhookURL,
-			Interval:   cfg.DLQAlertInterval,
-			Timeout:    cfg.DLQAlertTimeout,
-			Source:     id,
-		}, logger)})
+	// AddWorkerSafely: a service may not take one of the scheduler's kinds.
+	err := errors.Join(
+		river.AddWorkerSafely(workers, &AgingSweepWorker{pool: pool, logger: logger, metrics: m, settings: aging.Settings{
+			Step: cfg.AgingStep, MaxPriority: cfg.AgingMaxPriority, Queues: queues, Batch: cfg.SweepBatch,
+		}}),
+		river.AddWorkerSafely(workers, &EscalationSweepWorker{pool: pool, logger: logger, metrics: m, queues: queues,
+			rules: escalation.Rules(cfg.EscalateScheduledAfter, cfg.EscalateDefaultAfter), batch: cfg.SweepBatch}),
+		river.AddWorkerSafely(workers, &DLQDrainWorker{pool: pool, logger: logger, batch: cfg.DLQDrainBatch,
+			alerter: dlq.NewAlerter(dlq.AlertConfig{
+				Threshold:  cfg.DLQAlertThreshold,
+				WebhookURL: cfg.DLQAlertWebhookURL,
+				Interval:   cfg.DLQAlertInterval,
+				Timeout:    cfg.DLQAlertTimeout,
+				Source:     id,
+			}, logger)}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
 
 	return &river.Config{
 		// Never: discarded jobs leave river_job only through the
@@ -72,13 +87,13 @@ func RiverConfig(cfg config.Scheduler, pool *pgxpool.Pool, logger *slog.Logger, 
 		JobTimeout:                  cfg.JobTimeout,
 		Logger:                      logger,
 		MaxAttempts:                 cfg.MaxAttempts,
-		PeriodicJobs:                PeriodicJobs(cfg),
+		PeriodicJobs:                PeriodicJobs(cfg, services),
 		Queues:                      map[string]river.QueueConfig{Queue: {MaxWorkers: cfg.QueueWorkers}},
 		RescueStuckJobsAfter:        cfg.RescueStuckJobsAfter,
 		Schema:                      cfg.Schema,
 		SoftStopTimeout:             cfg.SoftStopTimeout,
 		Workers:                     workers,
-	}
+	}, nil
 }
 
 // clientID names this process in river_leader
@@ -97,50 +112,27 @@ func clientID() string {
 	return id
 }
 
-// PeriodicJobs are the scheduler's periodic jobs for cfg. A sweep whose
-// interval is 0, or escalation with both rules off, is left out.
+// PeriodicJobs are the scheduler's own periodic jobs for cfg, then every
+// service's (services.PeriodicJobs). A sweep whose interval is 0, or
+// escalation with both rules off, is left out.
 //
-// Each periodic job is unique by period, so that no period runs twice:
-//
-//   - the sweeps use their interval as the period. They run when a
-//     leadership term starts too (RunOnStart). River keys such a job by the
-//     time it is built, up to 100ms before its run time, so a hand-over can
-//     on rare occasions skip one sweep; sweeps are idempotent and the next
-//     one comes an interval later.
-//   - the cron jobs are keyed by their slot: the run time of the schedule
-//     they belong to (CronSlot), set as the job's scheduled_at, with the
-//     shortest gap between two slots as the period. Both replicas compute the
-//     same slot for the same run, so a slot runs once; a new leader runs the
-//     latest slot if it is at most CronCatchUp old and has not run (a slot
-//     that fell into the hand-over).
-func PeriodicJobs(cfg config.Scheduler) []*river.PeriodicJob {
+// Each periodic job of the scheduler is unique by period, so that no period
+// runs twice: the sweeps use their interval as the period. They run when a
+// leadership term starts too (RunOnStart). River keys such a job by the
+// time it is built, up to 100ms before its run time, so a hand-over can on
+// rare occasions skip one sweep; sweeps are idempotent and the next one
+// comes an interval later. A service's cron jobs made with CronJob are
+// unique by their slot.
+func PeriodicJobs(cfg config.Scheduler, services *service.Registry) []*river.PeriodicJob {
 	var periodic []*river.PeriodicJob
-	add := func(id string, schedule river.PeriodicSchedule, constructor river.PeriodicJobConstructor) {
-		periodic = append(periodic, river.NewPeriodicJob(schedule, constructor, &river.PeriodicJobOpts{ID: id, RunOnStart: true}))
-	}
 	interval := func(id string, every time.Duration, args river.JobArgs) {
-		add(id, river.PeriodicInterval(every), func() (river.JobArgs, *river.InsertOpts) {
+		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(every), func() (river.JobArgs, *river.InsertOpts) {
 			return args, &river.InsertOpts{
 				MaxAttempts: periodicMaxAttempts,
 				Queue:       Queue,
 				UniqueOpts:  river.UniqueOpts{ByPeriod: every},
 			}
-		})
-	}
-	cronJob := func(id string, schedule river.PeriodicSchedule, args river.JobArgs) {
-		period := ShortestGap(schedule, time.Now())
-		add(id, schedule, func() (river.JobArgs, *river.InsertOpts) {
-			slot, ok := CronSlot(schedule, time.Now())
-			if !ok {
-				return nil, nil // no slot recent enough: nothing to catch up
-			}
-			return args, &river.InsertOpts{
-				MaxAttempts: periodicMaxAttempts,
-				Queue:       Queue,
-				ScheduledAt: slot,
-				UniqueOpts:  river.UniqueOpts{ByPeriod: period},
-			}
-		})
+		}, &river.PeriodicJobOpts{ID: id, RunOnStart: true}))
 	}
 	if cfg.AgingInterval > 0 {
 		interval(KindAgingSweep, cfg.AgingInterval, AgingSweepArgs{})
@@ -149,9 +141,36 @@ func PeriodicJobs(cfg config.Scheduler) []*river.PeriodicJob {
 		interval(KindEscalationSweep, cfg.EscalationInterval, EscalationSweepArgs{})
 	}
 	interval(KindDLQDrain, cfg.DLQDrainInterval, DLQDrainArgs{})
-	cronJob(KindReanalyzeStale, cfg.ReanalyzeSchedule(), ReanalyzeStaleArgs{})
-	cronJob(KindRetention, cfg.RetentionSchedule(), RetentionArgs{})
-	return periodic
+	return append(periodic, services.PeriodicJobs()...)
+}
+
+// CronJob is a periodic job with ID id that inserts args into the
+// scheduler's own queue once per run of schedule (a robfig/cron schedule,
+// or any river.PeriodicSchedule): a service's maintenance, whose kind is
+// one of the service's PeriodicKinds so that the scheduler works it. It
+// runs when a leadership term starts too (RunOnStart), with at most
+// periodicMaxAttempts attempts: the next run comes anyway.
+//
+// The job is keyed by its slot: the run time of the schedule it belongs to
+// (CronSlot), set as the job's scheduled_at, with the shortest gap between
+// two slots as its unique period. Both replicas compute the same slot for
+// the same run, so a slot runs once; a new leader runs the latest slot if it
+// is at most CronCatchUp old and has not run (a slot that fell into the
+// hand-over).
+func CronJob(id string, schedule river.PeriodicSchedule, args river.JobArgs) *river.PeriodicJob {
+	period := ShortestGap(schedule, time.Now())
+	return river.NewPeriodicJob(schedule, func() (river.JobArgs, *river.InsertOpts) {
+		slot, ok := CronSlot(schedule, time.Now())
+		if !ok {
+			return nil, nil // no slot recent enough: nothing to catch up
+		}
+		return args, &river.InsertOpts{
+			MaxAttempts: periodicMaxAttempts,
+			Queue:       Queue,
+			ScheduledAt: slot,
+			UniqueOpts:  river.UniqueOpts{ByPeriod: period},
+		}
+	}, &river.PeriodicJobOpts{ID: id, RunOnStart: true})
 }
 
 // CronCatchUp is how old a cron slot may be and still be run by a scheduler

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/robfig/cron/v3"
@@ -20,7 +21,6 @@ import (
 	"github.com/tierq/tierq/internal/workertest"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/metrics"
-	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/tiers"
@@ -46,11 +46,24 @@ func schedulerConfig(t *testing.T, db *testdb.DB, extra ...string) config.Schedu
 
 func startScheduler(t *testing.T, db *testdb.DB, cfg config.Scheduler) *river.Client[pgx.Tx] {
 	t.Helper()
-	return db.Start(t, scheduler.RiverConfig(cfg, db.Pool, discard, newMetrics(prometheus.NewRegistry())))
+	return db.Start(t, riverConfig(t, cfg, db.Pool, discard, newMetrics(t, prometheus.NewRegistry())))
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics.Scheduler {
-	return metrics.NewScheduler(reg, routing.Queues())
+// riverConfig is the scheduler's River configuration as cmd/scheduler makes
+// it: the reference app's services, the analyzer with its maintenance (its
+// periodic jobs and kinds), and the load-test kind.
+func riverConfig(t testing.TB, cfg config.Scheduler, pool *pgxpool.Pool, logger *slog.Logger, m *metrics.Scheduler) *river.Config {
+	t.Helper()
+	services, err := jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: jobs.MaintenanceOf(&cfg)})
+	require.NoError(t, err)
+	rc, err := scheduler.RiverConfig(cfg, pool, services, logger, m)
+	require.NoError(t, err)
+	river.AddWorker(rc.Workers, jobs.NewLoadTestWorker(pool))
+	return rc
+}
+
+func newMetrics(t testing.TB, reg prometheus.Registerer) *metrics.Scheduler {
+	return metrics.NewScheduler(reg, testdb.Registry(t).Queues())
 }
 
 func TestShortestGap(t *testing.T) {
@@ -163,102 +176,6 @@ func TestLeaderWithoutTheKindDiscardsAStuckJob(t *testing.T) {
 		return db.Jobs(t, "id = $1", res.Job.ID)[0].State != "running"
 	})
 	require.Equal(t, "discarded", db.Jobs(t, "id = $1", res.Job.ID)[0].State)
-}
-
-func insertResult(t *testing.T, db *testdb.DB, target, tier string, age time.Duration) int64 {
-	t.Helper()
-	var id int64
-	require.NoError(t, db.Pool.QueryRow(context.Background(), `
-		INSERT INTO analysis_results (job_id, target, user_id, tier, total_tests, go_tests, python_tests,
-		                              js_tests, files_scanned, files_skipped, tests, created_at)
-		VALUES ((SELECT coalesce(max(job_id), 0) + 1 FROM analysis_results), $1, 'u_' || $2, $2,
-		        1, 1, 0, 0, 1, 0, '[]', now() - make_interval(secs => $3))
-		RETURNING id`, target, tier, age.Seconds()).Scan(&id))
-	return id
-}
-
-func TestReanalyzeQueuesStaleTargetsOnce(t *testing.T) {
-	t.Parallel()
-	db := testdb.New(t)
-	ctx := context.Background()
-
-	insertResult(t, db, "/srv/a", "enterprise", 48*time.Hour)
-	insertResult(t, db, "/srv/b", "pro", 48*time.Hour)
-	insertResult(t, db, "/srv/b", "pro", time.Hour) // b's latest result is fresh
-	insertResult(t, db, "/srv/c", "free", 30*time.Hour)
-	insertResult(t, db, "/srv/d", "pro", 30*time.Hour)
-	// d already has a queued analysis (a user asked for it).
-	var queued producer.Inserted
-	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		var err error
-		queued, err = producer.Insert(ctx, db.Producer(t), tx, producer.Job{
-			Args: jobs.AnalysisArgs{Target: "/srv/d", Tier: "pro"}, Service: routing.Analyzer, Tier: tiers.Pro,
-		})
-		return err
-	}))
-
-	client := startScheduler(t, db, schedulerConfig(t, db))
-	waitCompleted(t, db, scheduler.KindReanalyzeStale, 1)
-
-	type row struct {
-		Target   string
-		Queue    string
-		Priority int
-	}
-	analyses := func() []row {
-		rows, err := db.Pool.Query(ctx, `SELECT args->>'target', queue, priority FROM river_job WHERE kind = 'analysis' ORDER BY args->>'target'`)
-		require.NoError(t, err)
-		out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
-		require.NoError(t, err)
-		return out
-	}
-	want := []row{
-		{Target: "/srv/a", Queue: "analysis_scheduled", Priority: 2},
-		{Target: "/srv/c", Queue: "analysis_scheduled", Priority: 4},
-		{Target: "/srv/d", Queue: queued.Job.Queue, Priority: queued.Job.Priority},
-	}
-	require.Equal(t, want, analyses())
-
-	// Another run while those are still queued adds nothing.
-	_, err := client.Insert(ctx, scheduler.ReanalyzeStaleArgs{}, &river.InsertOpts{Queue: scheduler.Queue})
-	require.NoError(t, err)
-	waitCompleted(t, db, scheduler.KindReanalyzeStale, 2)
-	require.Equal(t, want, analyses())
-}
-
-func waitCompleted(t *testing.T, db *testdb.DB, kind string, n int) {
-	t.Helper()
-	testdb.WaitFor(t, 20*time.Second, kind+" to complete", func() bool {
-		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'completed'`, kind) >= n
-	})
-}
-
-func TestRetentionDeletesOldRowsInBatches(t *testing.T) {
-	t.Parallel()
-	db := testdb.New(t)
-	ctx := context.Background()
-
-	addDoc := func(resultID int64, age time.Duration) {
-		_, err := db.Pool.Exec(ctx, `
-			INSERT INTO spec_documents (job_id, analysis_result_id, title, content, test_count, created_at)
-			VALUES ((SELECT coalesce(max(job_id), 0) + 1 FROM spec_documents), $1, 't', 'c', 1, now() - make_interval(secs => $2))`,
-			resultID, age.Seconds())
-		require.NoError(t, err)
-	}
-	for range 5 {
-		addDoc(insertResult(t, db, "/srv/old", "free", 100*24*time.Hour), 100*24*time.Hour)
-	}
-	fresh := insertResult(t, db, "/srv/new", "free", time.Hour)
-	addDoc(fresh, 3*time.Hour) // old document of a fresh result: deleted
-	addDoc(fresh, time.Minute) // kept
-
-	startScheduler(t, db, schedulerConfig(t, db, "RETENTION_PERIOD=2h", "SWEEP_BATCH=2"))
-	waitCompleted(t, db, scheduler.KindRetention, 1)
-
-	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM analysis_results`))
-	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM analysis_results WHERE id = $1`, fresh))
-	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM spec_documents`))
-	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM spec_documents WHERE created_at > now() - interval '1 hour'`))
 }
 
 func TestEscalationRuleRunsOnTheScheduler(t *testing.T) {
@@ -386,8 +303,8 @@ func TestSweepMetricsMatchTheDatabase(t *testing.T) {
 	testdb.InsertWaiting(t, db, jobs.LoadTestArgs{}, &river.InsertOpts{Queue: "analysis_priority", Priority: 2}, time.Hour)
 
 	reg := prometheus.NewRegistry()
-	m := newMetrics(reg)
-	db.Start(t, scheduler.RiverConfig(schedulerConfig(t, db,
+	m := newMetrics(t, reg)
+	db.Start(t, riverConfig(t, schedulerConfig(t, db,
 		"AGING_INTERVAL=1s", "AGING_STEP=1m", "AGING_MAX_PRIORITY=2",
 		"ESCALATION_INTERVAL=1s", "ESCALATE_SCHEDULED_AFTER=2s", "ESCALATE_DEFAULT_AFTER=1h",
 	), db.Pool, discard, m))
@@ -437,7 +354,7 @@ func TestLeaderGauge(t *testing.T) {
 		return db.Count(t, `SELECT count(*) FROM river_leader WHERE leader_id = $1`, client.ID()) == 1
 	})
 	reg, otherReg := prometheus.NewRegistry(), prometheus.NewRegistry()
-	leader, other := newMetrics(reg), newMetrics(otherReg)
+	leader, other := newMetrics(t, reg), newMetrics(t, otherReg)
 	other.SetLeader(true) // the watcher must correct it
 	const interval = 100 * time.Millisecond
 	go scheduler.WatchLeader(ctx, db.Pool, discard, interval, client.ID(), leader)

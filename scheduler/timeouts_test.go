@@ -14,11 +14,13 @@ import (
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/scheduler"
 )
 
-// wantTimeouts is every kind the scheduler registers, with the timeout it
-// must have. Adding a kind means adding it here, with a Timeout method.
+// wantTimeouts is every kind the reference app's scheduler registers, with
+// the timeout it must have. Adding a kind means adding it here, with a
+// Timeout method.
 var wantTimeouts = map[string]time.Duration{
 	"analysis":         time.Minute,
 	"specview":         30 * time.Second,
@@ -47,16 +49,20 @@ func registeredKinds(t *testing.T, workers *river.Workers) []string {
 }
 
 // TestEveryRegisteredKindHasATimeout: every kind the scheduler registers is
-// in scheduler.Timeouts with a positive timeout, and nothing else is; a kind
-// added to RiverConfig without a timeout fails here.
+// in jobs.Timeouts or scheduler.Timeouts with a positive timeout, and
+// nothing else is; a kind added to RiverConfig or to a service without a
+// timeout fails here.
 func TestEveryRegisteredKindHasATimeout(t *testing.T) {
 	t.Parallel()
 
 	cfg, err := config.Load[config.Scheduler]([]string{"DATABASE_URL=postgres://127.0.0.1:1/none"})
 	require.NoError(t, err)
-	riverConfig := scheduler.RiverConfig(cfg, nil, discard, newMetrics(prometheus.NewRegistry()))
+	riverConfig := riverConfig(t, cfg, nil, discard, newMetrics(t, prometheus.NewRegistry()))
 
-	timeouts := scheduler.Timeouts()
+	// The kinds cmd/scheduler registers, with their timeouts as it checks
+	// them: the reference app's and the scheduler's own.
+	timeouts := jobs.Timeouts()
+	maps.Copy(timeouts, scheduler.Timeouts())
 	require.Equal(t, slices.Sorted(maps.Keys(timeouts)), registeredKinds(t, riverConfig.Workers), "kinds registered and kinds with a timeout")
 	for kind, timeout := range timeouts {
 		require.Positive(t, timeout, kind)

@@ -34,6 +34,7 @@ func NewRegistry(services ...*Service) (*Registry, error) {
 	}
 	var problems []string
 	queues := map[string]string{} // queue → service
+	kinds := map[string]string{}  // kind, periodic or not → service
 	for _, s := range services {
 		if s == nil {
 			problems = append(problems, "a nil service")
@@ -55,10 +56,13 @@ func NewRegistry(services ...*Service) (*Registry, error) {
 			}
 			queues[q] = s.Name()
 		}
-		for _, k := range s.Kinds() {
-			if other, ok := r.byKind[k.Name()]; ok {
-				problems = append(problems, fmt.Sprintf("services %q and %q both work kind %q", other.service.Name(), s.Name(), k.Name()))
+		for _, k := range slices.Concat(s.cfg.Kinds, s.cfg.PeriodicKinds) {
+			if other, ok := kinds[k.Name()]; ok {
+				problems = append(problems, fmt.Sprintf("services %q and %q both work kind %q", other, s.Name(), k.Name()))
 			}
+			kinds[k.Name()] = s.Name()
+		}
+		for _, k := range s.cfg.Kinds {
 			r.byKind[k.Name()] = kindOf{service: s, kind: k}
 		}
 		r.byName[s.Name()] = s
@@ -158,13 +162,19 @@ func (r *Registry) KindNames() []string {
 	return names
 }
 
-// AddWorkers registers the worker of every kind of every service: what a
-// scheduler deployment needs, since River's rescuer retries a stuck job only
-// when its kind is registered on the leader.
+// AddWorkers registers the worker of every kind of every service, and of
+// every periodic kind (Config.PeriodicKinds): what a scheduler deployment
+// needs, since River's rescuer retries a stuck job only when its kind is
+// registered on the leader, and the scheduler works the periodic kinds.
 func (r *Registry) AddWorkers(workers *river.Workers) error {
 	for _, s := range r.services {
 		if err := s.AddWorkers(workers); err != nil {
 			return err
+		}
+		for _, k := range s.cfg.PeriodicKinds {
+			if err := k.addWorker(workers); err != nil {
+				return fmt.Errorf("service %s: %w", s.Name(), err)
+			}
 		}
 	}
 	return nil

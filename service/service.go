@@ -61,8 +61,22 @@ type Config struct {
 	Workers *ClassWorkers
 
 	// PeriodicJobs are River periodic jobs the scheduler deployment runs for
-	// the service (River runs them on the leader only). Optional.
+	// the service (River runs them on the leader only). A job one inserts
+	// into the service's queues is of one of Kinds and is worked by the
+	// service's workers; one it inserts into the scheduler's own queue (see
+	// scheduler.CronJob) is of one of PeriodicKinds and is worked by the
+	// scheduler. Optional.
 	PeriodicJobs []*river.PeriodicJob
+
+	// PeriodicKinds are the kinds of the jobs PeriodicJobs insert into the
+	// scheduler's own queue: the service's maintenance, worked by the
+	// scheduler deployment (the reference app's re-analysis of stale
+	// targets and retention). Registry.AddWorkers registers them; the
+	// service's workers do not work them (Service.AddWorkers) and they are
+	// not among the kinds Registry.ForKind finds, so a producer cannot
+	// insert one as the service's work. A kind belongs to one service, in
+	// Kinds or here. Optional.
+	PeriodicKinds []Kind
 }
 
 // ClassWorkers are worker counts per class of queue.
@@ -110,6 +124,7 @@ func (c *Config) withDefaults() *Config {
 	out.Workers = &w
 	out.Kinds = slices.Clone(c.Kinds)
 	out.PeriodicJobs = slices.Clone(c.PeriodicJobs)
+	out.PeriodicKinds = slices.Clone(c.PeriodicKinds)
 	return &out
 }
 
@@ -126,10 +141,12 @@ func (c *Config) validate() error {
 		problems = append(problems, "at least one kind is required")
 	}
 	seen := map[string]bool{}
-	for i, k := range c.Kinds {
+	for i, k := range slices.Concat(c.Kinds, c.PeriodicKinds) {
 		switch {
-		case k.name == "":
+		case k.name == "" && i < len(c.Kinds):
 			problems = append(problems, fmt.Sprintf("kind %d is not made by WorkerKind", i))
+		case k.name == "":
+			problems = append(problems, fmt.Sprintf("periodic kind %d is not made by WorkerKind", i-len(c.Kinds)))
 		case seen[k.name]:
 			problems = append(problems, fmt.Sprintf("kind %q is listed twice", k.name))
 		}
@@ -194,11 +211,16 @@ func (s *Service) Workers() ClassWorkers { return *s.cfg.Workers }
 // PeriodicJobs are the periodic jobs the scheduler runs for the service.
 func (s *Service) PeriodicJobs() []*river.PeriodicJob { return slices.Clone(s.cfg.PeriodicJobs) }
 
+// PeriodicKinds are the kinds the scheduler works for the service, in its
+// own queue.
+func (s *Service) PeriodicKinds() []Kind { return slices.Clone(s.cfg.PeriodicKinds) }
+
 // EnvPrefix is the prefix of the service's environment variables: its name
 // upper-cased, then "_" ("ANALYZER_").
 func (s *Service) EnvPrefix() string { return strings.ToUpper(s.cfg.Name) + "_" }
 
-// AddWorkers registers the River worker of each of the service's kinds.
+// AddWorkers registers the River worker of each of the service's kinds
+// (not its PeriodicKinds: the scheduler works those).
 func (s *Service) AddWorkers(workers *river.Workers) error {
 	for _, k := range s.cfg.Kinds {
 		if err := k.addWorker(workers); err != nil {

@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
@@ -51,6 +52,18 @@ type thumbWorker struct {
 
 func (*thumbWorker) Work(context.Context, *river.Job[thumbArgs]) error { return nil }
 
+// purgeArgs are a periodic kind: the mailer's maintenance, worked by the
+// scheduler.
+type purgeArgs struct{}
+
+func (purgeArgs) Kind() string { return "purge_bounces" }
+
+type purgeWorker struct {
+	river.WorkerDefaults[purgeArgs]
+}
+
+func (*purgeWorker) Work(context.Context, *river.Job[purgeArgs]) error { return nil }
+
 func mustNew(t *testing.T, cfg *service.Config) *service.Service {
 	t.Helper()
 	s, err := service.New(cfg)
@@ -67,6 +80,7 @@ func TestNewAppliesDefaults(t *testing.T) {
 	require.Equal(t, service.ClassWorkers{Priority: 5, Default: 3, Scheduled: 2}, s.Workers())
 	require.Equal(t, "MAILER_", s.EnvPrefix())
 	require.Empty(t, s.PeriodicJobs())
+	require.Empty(t, s.PeriodicKinds())
 
 	cfg := &service.Config{
 		Name: "media", BaseQueue: "thumbs", Kinds: []service.Kind{service.WorkerKind(&thumbWorker{})},
@@ -101,6 +115,8 @@ func TestNewRefusesWhatCannotWork(t *testing.T) {
 		{"no kinds", &service.Config{Name: "mailer"}, "at least one kind is required"},
 		{"zero kind", &service.Config{Name: "mailer", Kinds: []service.Kind{{}}}, "kind 0 is not made by WorkerKind"},
 		{"kind twice", &service.Config{Name: "mailer", Kinds: []service.Kind{send, send}}, `kind "send_mail" is listed twice`},
+		{"kind also periodic", &service.Config{Name: "mailer", Kinds: []service.Kind{send}, PeriodicKinds: []service.Kind{send}}, `kind "send_mail" is listed twice`},
+		{"zero periodic kind", &service.Config{Name: "mailer", Kinds: []service.Kind{send}, PeriodicKinds: []service.Kind{{}}}, "periodic kind 0 is not made by WorkerKind"},
 		{"negative workers", &service.Config{Name: "mailer", Kinds: []service.Kind{send}, Workers: &service.ClassWorkers{Priority: -1}}, "priority workers -1 not in 0..10000"},
 		{"too many workers", &service.Config{Name: "mailer", Kinds: []service.Kind{send}, Workers: &service.ClassWorkers{Scheduled: 10_001}}, "scheduled workers 10001 not in 0..10000"},
 	}
@@ -154,6 +170,35 @@ func TestRegistry(t *testing.T) {
 	require.Error(t, river.AddWorkerSafely(workers, &thumbWorker{}))
 }
 
+// TestPeriodicKinds: a service's maintenance kinds are registered for the
+// scheduler (Registry.AddWorkers) with its periodic jobs, but they are not
+// the service's work: its workers do not register them and ForKind does
+// not find them.
+func TestPeriodicKinds(t *testing.T) {
+	t.Parallel()
+	purge := river.NewPeriodicJob(river.PeriodicInterval(time.Hour), func() (river.JobArgs, *river.InsertOpts) {
+		return purgeArgs{}, &river.InsertOpts{Queue: "scheduler"}
+	}, nil)
+	mailer := mustNew(t, &service.Config{
+		Name: "mailer", Kinds: []service.Kind{service.WorkerKind(&sendWorker{})},
+		PeriodicJobs: []*river.PeriodicJob{purge}, PeriodicKinds: []service.Kind{service.WorkerKind(&purgeWorker{})},
+	})
+	r, err := service.NewRegistry(mailer)
+	require.NoError(t, err)
+	require.Equal(t, []*river.PeriodicJob{purge}, r.PeriodicJobs())
+	require.Equal(t, "purge_bounces", mailer.PeriodicKinds()[0].Name())
+	require.Equal(t, []string{"send_mail"}, r.KindNames())
+	_, _, ok := r.ForKind("purge_bounces")
+	require.False(t, ok, "not a kind a producer may insert as the mailer's work")
+
+	scheduler := river.NewWorkers()
+	require.NoError(t, r.AddWorkers(scheduler))
+	require.Error(t, river.AddWorkerSafely(scheduler, &purgeWorker{}), "registered for the scheduler")
+	workers := river.NewWorkers()
+	require.NoError(t, mailer.AddWorkers(workers))
+	require.NoError(t, river.AddWorkerSafely(workers, &purgeWorker{}), "not registered for the mailer's workers")
+}
+
 func TestRegistryRefusesConflicts(t *testing.T) {
 	t.Parallel()
 	send := service.WorkerKind(&sendWorker{})
@@ -167,6 +212,7 @@ func TestRegistryRefusesConflicts(t *testing.T) {
 		{"same name", []*service.Service{mailer, mustNew(t, &service.Config{Name: "mailer", BaseQueue: "other", Kinds: []service.Kind{thumb}})}, `two services are named "mailer"`},
 		{"same base queue", []*service.Service{mailer, mustNew(t, &service.Config{Name: "media", BaseQueue: "mailer", Kinds: []service.Kind{thumb}})}, `services "mailer" and "media" share base queue "mailer"`},
 		{"same kind", []*service.Service{mailer, mustNew(t, &service.Config{Name: "media", Kinds: []service.Kind{send}})}, `services "mailer" and "media" both work kind "send_mail"`},
+		{"a kind periodic elsewhere", []*service.Service{mailer, mustNew(t, &service.Config{Name: "media", Kinds: []service.Kind{thumb}, PeriodicKinds: []service.Kind{send}})}, `services "mailer" and "media" both work kind "send_mail"`},
 		{"nil", []*service.Service{nil}, "a nil service"},
 	}
 	for _, tt := range tests {

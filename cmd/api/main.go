@@ -27,6 +27,7 @@ import (
 	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/process"
+	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/producer"
 )
 
@@ -67,10 +68,16 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 		return err
 	}
 
+	// The API runs none of the workers: the registry says which services,
+	// queues and kinds there are.
+	registry, err := jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: cfg.Analysis.Roots})
+	if err != nil {
+		return err
+	}
 	server := api.New(api.Config{
 		Token: cfg.Token, AdminToken: cfg.AdminToken, Schema: cfg.Schema, MaxAttempts: cfg.MaxAttempts,
-		AnalysisRoots: cfg.Analysis.Roots, RiverUI: riverUI,
-	}, pool, client, api.NewMetrics(pool, logger), logger)
+		AnalysisRoots: cfg.Analysis.Roots, Registry: registry, RiverUI: riverUI,
+	}, pool, client, api.NewMetrics(pool, registry, logger), logger)
 	httpServer := &http.Server{
 		Handler:           server.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,

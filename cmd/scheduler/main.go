@@ -1,14 +1,15 @@
-// Command scheduler runs tierq's scheduler deployment: the only River client
-// allowed to lead. On the leader it runs River's maintenance (retries,
-// scheduled-job promotion, rescue of stuck jobs of every kind, cleanup) and
-// tierq's periodic jobs: the aging and escalation sweeps and the re-analysis
-// and retention cron jobs. Run two replicas; one leads, the other takes over
-// when it goes away. See docs/scheduling.md.
+// Command scheduler runs tierq's scheduler deployment for the reference
+// app's services (jobs.Registry): the only River client allowed to lead. On
+// the leader it runs River's maintenance (retries, scheduled-job promotion,
+// rescue of stuck jobs of every kind, cleanup) and the periodic jobs: the
+// aging and escalation sweeps, the dead-letter drain, and the analyzer's
+// re-analysis and retention cron jobs. Run two replicas; one leads, the
+// other takes over when it goes away. See docs/scheduling.md.
 //
 // Invalid configuration exits 2 before any database connection is made; so
 // does a RESCUE_STUCK_JOBS_AFTER that is not longer than the timeout of
-// every job kind (scheduler.Timeouts), since the rescuer would then retry
-// jobs a worker may still be running.
+// every job kind (jobs.Timeouts and scheduler.Timeouts), since the rescuer
+// would then retry jobs a worker may still be running.
 package main
 
 import (
@@ -16,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"time"
 
@@ -25,8 +27,8 @@ import (
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/process"
+	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/metrics"
-	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/scheduler"
 )
 
@@ -39,7 +41,10 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 	if err != nil {
 		return err
 	}
-	timeouts := scheduler.Timeouts()
+	// Every kind the scheduler registers: the reference app's (its services'
+	// kinds, their periodic kinds and the load test's) and its own.
+	timeouts := jobs.Timeouts()
+	maps.Copy(timeouts, scheduler.Timeouts())
 	if err := cfg.CheckKindTimeouts(timeouts); err != nil {
 		return err
 	}
@@ -54,14 +59,28 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 	}
 
 	registry := metrics.NewRegistry()
-	schedulerMetrics := metrics.NewScheduler(registry, routing.Queues())
+	// Made with the client (its services' workers need the pool), before
+	// Background runs.
+	var schedulerMetrics *metrics.Scheduler
 	return process.Run(ctx, process.Spec{
 		Name:            "scheduler",
 		Logger:          logger,
 		Pool:            poolConfig,
 		SoftStopTimeout: cfg.SoftStopTimeout,
 		NewClient: func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
-			return process.NewClient(pool, scheduler.RiverConfig(cfg, pool, logger, schedulerMetrics), metrics.NewJobs(registry))
+			services, err := jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: jobs.MaintenanceOf(&cfg)})
+			if err != nil {
+				return nil, err
+			}
+			schedulerMetrics = metrics.NewScheduler(registry, services.Queues())
+			riverConfig, err := scheduler.RiverConfig(cfg, pool, services, logger, schedulerMetrics)
+			if err != nil {
+				return nil, err
+			}
+			// Registered so that the rescuer on this leader retries a stuck
+			// load-test job; it is no service's kind.
+			river.AddWorker(riverConfig.Workers, jobs.NewLoadTestWorker(pool))
+			return process.NewClient(pool, riverConfig, metrics.NewJobs(registry))
 		},
 		MetricsAddr: cfg.MetricsAddr,
 		Metrics:     registry,

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tierq/tierq/internal/proctest"
 	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/scheduler"
 )
 
@@ -114,7 +115,7 @@ FROM river_job WHERE kind = $1`
 func cronRuns(t *testing.T, db *testdb.DB) int {
 	t.Helper()
 	var runs, slots, offSlot int
-	require.NoError(t, db.Pool.QueryRow(context.Background(), cronRunsSQL, scheduler.KindReanalyzeStale).Scan(&runs, &slots, &offSlot))
+	require.NoError(t, db.Pool.QueryRow(context.Background(), cronRunsSQL, jobs.KindReanalyzeStale).Scan(&runs, &slots, &offSlot))
 	require.Equal(t, slots, runs, "a cron slot ran twice")
 	require.Zero(t, offSlot, "a run not on its slot")
 	return runs
@@ -126,7 +127,7 @@ func missedSlots(t *testing.T, db *testdb.DB) int {
 	t.Helper()
 	return db.Count(t, `
 		SELECT (extract(epoch FROM max(scheduled_at) - min(scheduled_at)) / 2)::int + 1 - count(*)
-		FROM river_job WHERE kind = $1`, scheduler.KindReanalyzeStale)
+		FROM river_job WHERE kind = $1`, jobs.KindReanalyzeStale)
 }
 
 // TestTwoSchedulersFailOver runs two scheduler processes: one leads and runs
@@ -165,11 +166,11 @@ func TestTwoSchedulersFailOver(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&killedAt))
 
 	testdb.WaitFor(t, 30*time.Second, "the cron to run again after the kill", func() bool {
-		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND created_at > $2`, scheduler.KindReanalyzeStale, killedAt) > 0
+		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND created_at > $2`, jobs.KindReanalyzeStale, killedAt) > 0
 	})
 	var resumedAfter time.Duration
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT min(created_at) - $2 FROM river_job WHERE kind = $1 AND created_at > $2`,
-		scheduler.KindReanalyzeStale, killedAt).Scan(&resumedAfter))
+		jobs.KindReanalyzeStale, killedAt).Scan(&resumedAfter))
 	require.Same(t, follower, leader(t, db, a, b), "the follower leads now")
 	waitLeaderGauge(t, follower, 1)
 	t.Logf("kill -9 of the leader: cron resumed on the other scheduler after %s", resumedAfter)
@@ -196,7 +197,7 @@ func TestTwoSchedulersFailOver(t *testing.T) {
 	// run it makes when it starts leading: that is when it would run again
 	// a slot the old leader ran, if a hand-over could double one.
 	testdb.WaitFor(t, 10*time.Second, "two cron runs after the graceful stop", func() bool {
-		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND created_at > $2`, scheduler.KindReanalyzeStale, stoppedAt) >= 2
+		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND created_at > $2`, jobs.KindReanalyzeStale, stoppedAt) >= 2
 	})
 	cronRuns(t, db)
 }

@@ -94,13 +94,17 @@ make run's do; otherwise nothing is worked and the demo times out.`,
 			if err := s.check(); err != nil {
 				return &usageError{err}
 			}
+			queues, err := a.serviceQueues()
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			pool, client, err := a.connectProducer(ctx)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			d := &demo{settings: s, client: client, pool: pool, app: a, byTier: map[tiers.Tier]int{}, byQueue: map[string]int{}}
+			d := &demo{settings: s, client: client, pool: pool, app: a, queues: queues, byTier: map[tiers.Tier]int{}, byQueue: map[string]int{}}
 			start := time.Now()
 			err = d.run(ctx)
 			if err != nil && ctx.Err() != nil {
@@ -131,6 +135,7 @@ type demo struct {
 	pool     *pgxpool.Pool
 	app      *app
 	rng      *rand.Rand
+	queues   []string // the service queues, in the summary's order
 
 	ids     []int64
 	byTier  map[tiers.Tier]int
@@ -405,7 +410,7 @@ func (d *demo) summary(ctx context.Context, start time.Time) error {
 	}
 	fmt.Fprintf(out, "  by tier:  %s (%d background jobs included)\n", strings.Join(byTier, ", "), stats["background"].jobs)
 	var byQueue []string
-	for _, queue := range routing.Queues() {
+	for _, queue := range d.queues {
 		if n := d.byQueue[queue]; n > 0 {
 			byQueue = append(byQueue, fmt.Sprintf("%s %d", queue, n))
 		}

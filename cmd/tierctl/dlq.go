@@ -224,7 +224,11 @@ replayed. With --all, every dead letter not replayed yet that matches
 			if opts.Actor == "" {
 				opts.Actor = a.user()
 			}
-			if err := opts.Validate(); err != nil {
+			queues, err := a.serviceQueues()
+			if err != nil {
+				return err
+			}
+			if err := opts.Validate(queues); err != nil {
 				return &usageError{err}
 			}
 			var ids []int64
@@ -245,7 +249,7 @@ replayed. With --all, every dead letter not replayed yet that matches
 					return err
 				}
 			}
-			ids, err := parseIDs(args)
+			ids, err = parseIDs(args)
 			if err != nil {
 				return err
 			}
@@ -258,7 +262,7 @@ replayed. With --all, every dead letter not replayed yet that matches
 			defer pool.Close()
 
 			if !all {
-				outcomes, err := dlq.Replay(ctx, client, pool, ids, opts)
+				outcomes, err := dlq.Replay(ctx, client, pool, queues, ids, opts)
 				if err != nil {
 					return err
 				}
@@ -270,14 +274,14 @@ replayed. With --all, every dead letter not replayed yet that matches
 				progress func(int)
 			)
 			if !asJSON { // stdout is for the JSON document alone
-				total, err := dlq.CountReplayable(ctx, pool, filter, opts)
+				total, err := dlq.CountReplayable(ctx, pool, queues, filter, opts)
 				if err != nil {
 					return err
 				}
 				bar = a.progressBar(total, "replay")
 				progress = func(n int) { _ = bar.Add(n) }
 			}
-			res, err := dlq.ReplayAll(ctx, client, pool, filter, opts, batch, progress)
+			res, err := dlq.ReplayAll(ctx, client, pool, queues, filter, opts, batch, progress)
 			if bar != nil {
 				_ = bar.Finish()
 			}

@@ -40,6 +40,10 @@ exits 1 saying why.`,
 				return &usageError{err}
 			}
 
+			queues, err := a.serviceQueues()
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			_, pool, err := a.connect(ctx)
 			if err != nil {
@@ -47,7 +51,7 @@ exits 1 saying why.`,
 			}
 			defer pool.Close()
 
-			res, err := escalation.Escalate(ctx, pool, req)
+			res, err := escalation.Escalate(ctx, pool, queues, req)
 			if err != nil {
 				return err
 			}

@@ -26,6 +26,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/jobs"
 )
 
 func main() {
@@ -83,6 +84,17 @@ func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 type app struct {
 	environ []string
 	stdout  io.Writer
+}
+
+// serviceQueues are the queues of the reference app's services
+// (jobs.Registry), the queues tierctl escalates jobs between, replays dead
+// letters into and watches. tierctl runs none of their workers.
+func (a *app) serviceQueues() ([]string, error) {
+	registry, err := jobs.Registry(jobs.Deps{})
+	if err != nil {
+		return nil, err
+	}
+	return registry.Queues(), nil
 }
 
 // connect loads the configuration and opens a pool; the caller closes it.

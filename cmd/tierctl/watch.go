@@ -104,6 +104,10 @@ redrawn in place; otherwise each refresh is appended with a timestamp.`,
 			if interval < 100*time.Millisecond {
 				return &usageError{fmt.Errorf("--interval must be at least 100ms, not %s", interval)}
 			}
+			queues, err := a.serviceQueues()
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			_, pool, err := a.connect(ctx)
 			if err != nil {
@@ -116,7 +120,7 @@ redrawn in place; otherwise each refresh is appended with a timestamp.`,
 			ticker := time.NewTicker(interval)
 			defer ticker.Stop()
 			for {
-				d, err := readDashboard(ctx, pool)
+				d, err := readDashboard(ctx, pool, queues)
 				if err != nil {
 					if ctx.Err() != nil {
 						return nil // interrupted
@@ -141,11 +145,12 @@ redrawn in place; otherwise each refresh is appended with a timestamp.`,
 }
 
 // readDashboard reads one frame, reusing the API's queue summaries and
-// leader query (queuestats) and the dead-letter depth.
-func readDashboard(ctx context.Context, q db.Querier) (dashboard, error) {
+// leader query (queuestats) and the dead-letter depth; serviceQueues are
+// listed first.
+func readDashboard(ctx context.Context, q db.Querier, serviceQueues []string) (dashboard, error) {
 	d := dashboard{At: time.Now()}
 	var err error
-	if d.Queues, err = queuestats.Summaries(ctx, q); err != nil {
+	if d.Queues, err = queuestats.Summaries(ctx, q, serviceQueues); err != nil {
 		return d, fmt.Errorf("summarize queues: %w", err)
 	}
 	if d.Dead, err = dlq.PendingDepth(ctx, q); err != nil {

@@ -14,8 +14,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tierq/tierq/internal/db"
-	"github.com/tierq/tierq/routing"
 )
+
+// schedulerQueue is the scheduler deployment's own queue (scheduler.Queue),
+// listed whether or not a scheduler ever ran.
+const schedulerQueue = "scheduler"
 
 // QueuedStates are the states a queue's depth counts: waiting or running.
 // Finished jobs (completed, cancelled, discarded) are River's history, kept
@@ -28,9 +31,10 @@ var QueuedStates = []string{"available", "scheduled", "retryable", "pending", "r
 // at 1M rows instead of a few ms through the index).
 const QueuedStatesSQL = `('available', 'scheduled', 'retryable', 'pending', 'running')`
 
-// KnownQueues are the service queues, the scheduler's queue and any queue a
-// River client has registered (river_queue).
-func KnownQueues(ctx context.Context, q db.Querier) ([]string, error) {
+// KnownQueues are serviceQueues (service.Registry.Queues), the scheduler's
+// queue and any other queue a River client has registered (river_queue), in
+// that order.
+func KnownQueues(ctx context.Context, q db.Querier, serviceQueues []string) ([]string, error) {
 	rows, err := q.Query(ctx, `SELECT name FROM river_queue ORDER BY name`)
 	if err != nil {
 		return nil, err
@@ -39,7 +43,7 @@ func KnownQueues(ctx context.Context, q db.Querier) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	queues := append(routing.Queues(), "scheduler")
+	queues := append(slices.Clip(serviceQueues), schedulerQueue)
 	for _, name := range registered {
 		if !slices.Contains(queues, name) {
 			queues = append(queues, name)
@@ -83,9 +87,9 @@ LEFT JOIN LATERAL (
 ) AS o ON true
 GROUP BY q.queue`
 
-// Summaries counts every known queue.
-func Summaries(ctx context.Context, q db.Querier) ([]Summary, error) {
-	queues, err := KnownQueues(ctx, q)
+// Summaries counts every known queue (KnownQueues).
+func Summaries(ctx context.Context, q db.Querier, serviceQueues []string) ([]Summary, error) {
+	queues, err := KnownQueues(ctx, q, serviceQueues)
 	if err != nil {
 		return nil, err
 	}
