@@ -14,8 +14,8 @@ import (
 
 	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/internal/proctest"
+	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/routing"
-	"github.com/tierq/tierq/scheduler"
 )
 
 // TestSchedulerFailover kills the leading scheduler with SIGKILL under load.
@@ -67,7 +67,7 @@ func TestSchedulerFailover(t *testing.T) {
 	// Cron: every slot ran once, under both leaders. A run is keyed by its
 	// slot (scheduled_at); counting runs per period bucket also catches two
 	// runs of one period under different keys.
-	for kind, period := range map[string]int{scheduler.KindReanalyzeStale: 2, scheduler.KindRetention: 3} {
+	for kind, period := range map[string]int{jobs.KindReanalyzeStale: 2, jobs.KindRetention: 3} {
 		require.Zero(t, count(`
 			SELECT count(*) FROM (
 				SELECT floor(extract(epoch FROM scheduled_at) / $2) FROM river_job WHERE kind = $1
@@ -100,7 +100,7 @@ func TestSchedulerFailover(t *testing.T) {
 	require.Positive(t, promotions, "aging promotions by the new leader")
 
 	s.summary(tally, tookOver.Sub(killedAt), settle,
-		fmt.Sprintf("cron_slots=%d", count(`SELECT count(*) FROM river_job WHERE kind = ANY($1)`, []string{scheduler.KindReanalyzeStale, scheduler.KindRetention})),
+		fmt.Sprintf("cron_slots=%d", count(`SELECT count(*) FROM river_job WHERE kind = ANY($1)`, []string{jobs.KindReanalyzeStale, jobs.KindRetention})),
 		fmt.Sprintf("escalations=%d", count(`SELECT count(*) FROM job_escalations WHERE actor = $1`, escalation.ActorScheduler)),
 		fmt.Sprintf("new_leader_promotions=%.0f", promotions))
 }
