@@ -21,6 +21,7 @@ import (
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -66,10 +67,10 @@ const (
 func TestBrowserRiverUI(t *testing.T) {
 	t.Parallel()
 	b := setupRiverUI(t, false)
-	proID := b.insertRouted(t, jobs.AnalysisArgs{Target: "/srv/repos/billing", UserID: "u_pro", Tier: "pro"}, routing.Analyzer, tiers.Pro, "u_pro")
-	b.insertRouted(t, jobs.AnalysisArgs{Target: "/srv/repos/blog", UserID: "u_free", Tier: "free"}, routing.Analyzer, tiers.Free, "u_free")
-	b.insertRouted(t, jobs.LoadTestArgs{SleepMS: 100, Tier: "pro"}, routing.SpecGen, tiers.Pro, "u_pro")
-	b.insertRouted(t, jobs.LoadTestArgs{SleepMS: 100, Tier: "free"}, routing.SpecGen, tiers.Free, "u_free")
+	proID := b.insertRouted(t, jobs.AnalysisArgs{Target: "/srv/repos/billing", UserID: "u_pro", Tier: "pro"}, testdb.Service(t, "analyzer"), tiers.Pro, "u_pro")
+	b.insertRouted(t, jobs.AnalysisArgs{Target: "/srv/repos/blog", UserID: "u_free", Tier: "free"}, testdb.Service(t, "analyzer"), tiers.Free, "u_free")
+	b.insertRouted(t, jobs.LoadTestArgs{SleepMS: 100, Tier: "pro"}, testdb.Service(t, "specgen"), tiers.Pro, "u_pro")
+	b.insertRouted(t, jobs.LoadTestArgs{SleepMS: 100, Tier: "free"}, testdb.Service(t, "specgen"), tiers.Free, "u_free")
 	// An operator moved the pro job up: its metadata keeps the move.
 	_, err := escalation.Escalate(t.Context(), b.db.Pool, testdb.Registry(t).Queues(), escalation.Request{
 		JobID: proID, To: routing.Priority, Priority: 2, Actor: "alice", Reason: "customer call #812",
@@ -122,13 +123,13 @@ func TestBrowserRiverUI(t *testing.T) {
 // insertRouted inserts args as the API does (producer.Insert, in a
 // transaction, routed for service and tier, for tenant) and returns the
 // job's id.
-func (b *riverUIBundle) insertRouted(t *testing.T, args river.JobArgs, service routing.Service, tier tiers.Tier, tenant string) int64 {
+func (b *riverUIBundle) insertRouted(t *testing.T, args river.JobArgs, svc *service.Service, tier tiers.Tier, tenant string) int64 {
 	t.Helper()
 	ctx := t.Context()
 	tx, err := b.db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	res, err := producer.Insert(ctx, b.db.Producer(t), tx, producer.Job{Args: args, Service: service, Tier: tier, Tenant: tenant})
+	res, err := producer.Insert(ctx, b.db.Producer(t), tx, producer.Job{Args: args, Service: svc, Tier: tier, Tenant: tenant})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 	return res.Job.ID

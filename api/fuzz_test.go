@@ -24,11 +24,12 @@ func FuzzParseCreateJob(f *testing.F) {
 	f.Add([]byte(`{"kind":"analysis","user_id":"u","tier":"enterprise","args":{"target":"/a"}}`))
 	f.Add([]byte(`{"kind":"analysis","user_id":"u_1","args":{"target":"/srv/reposX/a"}}`))
 	f.Add([]byte(`{"kind":"analysis","user_id":"u_1","args":{"target":"/data/checkouts/b"}}`))
+	roots := []string{"/srv/repos", "/data"}
+	inRoots, anywhere := rootsRegistry(f, roots), rootsRegistry(f, nil)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		// The same body against roots: accepted only inside them, and then
 		// accepted without roots too.
-		roots := []string{"/srv/repos", "/data"}
-		if _, rooted, err := api.ParseCreateJob(body, roots); err == nil {
+		if _, rooted, err := api.ParseCreateJob(body, inRoots); err == nil {
 			if args, ok := rooted.Args.(jobs.AnalysisArgs); ok {
 				inside := args.Target == "/srv/repos" || strings.HasPrefix(args.Target, "/srv/repos/") ||
 					args.Target == "/data" || strings.HasPrefix(args.Target, "/data/")
@@ -36,12 +37,12 @@ func FuzzParseCreateJob(f *testing.F) {
 					t.Fatalf("accepted target %q outside the roots %q", args.Target, roots)
 				}
 			}
-			if _, _, err := api.ParseCreateJob(body, nil); err != nil {
+			if _, _, err := api.ParseCreateJob(body, anywhere); err != nil {
 				t.Fatalf("accepted with roots, refused without: %q: %v", body, err)
 			}
 		}
 
-		_, job, err := api.ParseCreateJob(body, nil)
+		_, job, err := api.ParseCreateJob(body, anywhere)
 		if err != nil {
 			return
 		}
@@ -59,13 +60,15 @@ func FuzzParseCreateJob(f *testing.F) {
 				}
 			}
 		}
+		// The tenant is the request's user id; args carry no user id of
+		// the client's (producer.Insert fills it in from the tenant).
+		if err := subscriptions.CheckUserID(job.Tenant); err != nil {
+			t.Fatalf("accepted a bad user id %q: %v", job.Tenant, err)
+		}
 		switch args := job.Args.(type) {
 		case jobs.AnalysisArgs:
-			if args.Tier != "" {
-				t.Fatalf("accepted a client-chosen tier: %q", body)
-			}
-			if err := subscriptions.CheckUserID(args.UserID); err != nil {
-				t.Fatalf("accepted a bad user id %q: %v", args.UserID, err)
+			if args.Tier != "" || args.UserID != "" {
+				t.Fatalf("accepted a client-chosen tier or user id: %q", body)
 			}
 			if !path.IsAbs(args.Target) || path.Clean(args.Target) != args.Target || strings.ContainsRune(args.Target, 0) {
 				t.Fatalf("accepted a bad target %q", args.Target)

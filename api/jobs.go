@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"path"
 	"strings"
 	"time"
 
@@ -17,10 +16,9 @@ import (
 
 	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/jobmeta"
-	"github.com/tierq/tierq/jobs"
-	"github.com/tierq/tierq/jobs/scan"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/subscriptions"
 	"github.com/tierq/tierq/tiers"
 )
@@ -35,24 +33,12 @@ type CreateJobRequest struct {
 	Scheduled bool `json:"scheduled,omitempty"`
 }
 
-// analysisRequestArgs and specViewRequestArgs are what a client may send as
-// args of each kind: no tier and no user id (both are the server's).
-type analysisRequestArgs struct {
-	Target string `json:"target"`
-}
-
-type specViewRequestArgs struct {
-	AnalysisResultID int64 `json:"analysis_result_id"`
-}
-
-// maxTargetLen bounds an analysis target path.
-const maxTargetLen = 4096
-
 // ParseCreateJob decodes and validates a POST /v1/jobs body into the job to
-// insert, without the tier (the caller looks it up and sets it). An analysis
-// target must be in one of roots (Config.AnalysisRoots; none: anywhere).
-// Every failure is a client error.
-func ParseCreateJob(body []byte, roots []string) (CreateJobRequest, producer.Job, error) {
+// insert, without the tier (the caller looks it up and sets it). The kind
+// must be one of services' kinds; its args are decoded strictly into the
+// kind's args type and checked by it (service.Kind.DecodeArgs). Every
+// failure is a client error.
+func ParseCreateJob(body []byte, services *service.Registry) (CreateJobRequest, producer.Job, error) {
 	var req CreateJobRequest
 	if err := DecodeStrict(body, &req); err != nil {
 		if strings.Contains(strings.ToLower(err.Error()), `unknown field "tier"`) {
@@ -66,67 +52,19 @@ func ParseCreateJob(body []byte, roots []string) (CreateJobRequest, producer.Job
 	if len(req.Args) == 0 || string(req.Args) == "null" {
 		return req, producer.Job{}, errors.New("args is required")
 	}
-	switch req.Kind {
-	case jobs.KindAnalysis:
-		var a analysisRequestArgs
-		if err := decodeArgs(req.Args, &a); err != nil {
-			return req, producer.Job{}, err
-		}
-		if err := checkTarget(a.Target, roots); err != nil {
-			return req, producer.Job{}, err
-		}
-		return req, producer.Job{
-			Args:    jobs.AnalysisArgs{Target: a.Target, UserID: req.UserID},
-			Service: routing.Analyzer, Scheduled: req.Scheduled,
-		}, nil
-	case jobs.KindSpecView:
-		var a specViewRequestArgs
-		if err := decodeArgs(req.Args, &a); err != nil {
-			return req, producer.Job{}, err
-		}
-		if a.AnalysisResultID <= 0 {
-			return req, producer.Job{}, errors.New("args.analysis_result_id must be a positive integer")
-		}
-		return req, producer.Job{
-			Args:    jobs.SpecViewArgs{AnalysisResultID: a.AnalysisResultID},
-			Service: routing.SpecGen, Scheduled: req.Scheduled,
-		}, nil
-	case "":
-		return req, producer.Job{}, errors.New("kind is required (analysis or specview)")
-	default:
-		return req, producer.Job{}, fmt.Errorf("unknown kind %.40q (want analysis or specview)", req.Kind)
+	kinds := strings.Join(services.KindNames(), ", ")
+	if req.Kind == "" {
+		return req, producer.Job{}, fmt.Errorf("kind is required (%s)", kinds)
 	}
-}
-
-func decodeArgs(raw json.RawMessage, v any) error {
-	if err := DecodeStrict(raw, v); err != nil {
-		msg := strings.TrimPrefix(err.Error(), "invalid JSON body: ")
-		if lower := strings.ToLower(msg); strings.Contains(lower, `unknown field "tier"`) || strings.Contains(lower, `unknown field "user_id"`) {
-			return errors.New("args may not set tier or user_id: the server sets both")
-		}
-		return fmt.Errorf("invalid args: %s", msg)
+	svc, kind, ok := services.ForKind(req.Kind)
+	if !ok {
+		return req, producer.Job{}, fmt.Errorf("unknown kind %.40q (want %s)", req.Kind, kinds)
 	}
-	return nil
-}
-
-// checkTarget accepts a clean absolute path (no "..", no NUL, bounded) in
-// one of roots, or anywhere when there are none. The check is lexical: the
-// API cannot see the workers' file system, so the analyzer checks again
-// after resolving symlinks.
-func checkTarget(target string, roots []string) error {
-	switch {
-	case target == "":
-		return errors.New("args.target is required")
-	case len(target) > maxTargetLen:
-		return fmt.Errorf("args.target is longer than %d bytes", maxTargetLen)
-	case strings.ContainsRune(target, 0):
-		return errors.New("args.target contains a NUL byte")
-	case !path.IsAbs(target) || path.Clean(target) != target:
-		return errors.New("args.target must be a clean absolute path (no '..', no trailing slash)")
-	case len(roots) > 0 && !scan.Within(target, roots):
-		return fmt.Errorf("args.target %q is outside the analysis roots %s (ANALYSIS_ROOTS)", target, strings.Join(roots, ":"))
+	args, err := kind.DecodeArgs(req.Args)
+	if err != nil {
+		return req, producer.Job{}, fmt.Errorf("invalid args: %w", err)
 	}
-	return nil
+	return req, producer.Job{Args: args, Service: svc, Tenant: req.UserID, Scheduled: req.Scheduled}, nil
 }
 
 // Job is a job as the API shows it.
@@ -212,7 +150,7 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, job, err := ParseCreateJob(body, s.cfg.AnalysisRoots)
+	req, job, err := ParseCreateJob(body, s.cfg.Registry)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
@@ -223,16 +161,8 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
-	job.Tier, job.Tenant = tier, req.UserID
+	job.Tier = tier
 	job.MaxAttempts = s.cfg.MaxAttempts
-	switch args := job.Args.(type) {
-	case jobs.AnalysisArgs:
-		args.Tier = job.Tier.String()
-		job.Args = args
-	case jobs.SpecViewArgs:
-		args.Tier = job.Tier.String()
-		job.Args = args
-	}
 
 	var res producer.Inserted
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

@@ -42,7 +42,7 @@ func TestParseCreateJobTargetLimits(t *testing.T) {
 			t.Parallel()
 			body, err := json.Marshal(map[string]any{"kind": "analysis", "user_id": "u", "args": map[string]any{"target": tt.give}})
 			require.NoError(t, err)
-			_, job, err := api.ParseCreateJob(body, nil)
+			_, job, err := api.ParseCreateJob(body, rootsRegistry(t, nil))
 			if tt.wantErr != "" {
 				require.ErrorContains(t, err, tt.wantErr)
 				return

@@ -13,6 +13,7 @@ import (
 	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/service"
 )
 
 // TestParseCreateJobAnalysisRoots checks the lexical rule on clean paths: a
@@ -51,7 +52,7 @@ func TestParseCreateJobAnalysisRoots(t *testing.T) {
 			t.Parallel()
 			body, err := json.Marshal(map[string]any{"kind": "analysis", "user_id": "u", "args": map[string]any{"target": tt.give}})
 			require.NoError(t, err)
-			_, job, err := api.ParseCreateJob(body, tt.roots)
+			_, job, err := api.ParseCreateJob(body, rootsRegistry(t, tt.roots))
 			if tt.wantErr != "" {
 				require.ErrorContains(t, err, tt.wantErr)
 				return
@@ -69,10 +70,10 @@ func TestCreateJobOutsideAnalysisRootsIs400(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	registry := testdb.Registry(t)
+	registry := rootsRegistry(t, []string{"/srv/repos", "/data/checkouts"})
 	server := api.New(api.Config{
 		Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5,
-		AnalysisRoots: []string{"/srv/repos", "/data/checkouts"}, Registry: registry,
+		Registry: registry,
 	}, db.Pool, db.Producer(t), api.NewMetrics(db.Pool, registry, logger), logger)
 	ts := httptest.NewServer(server.Handler())
 	t.Cleanup(ts.Close)
@@ -103,4 +104,13 @@ func TestCreateJobOutsideAnalysisRootsIs400(t *testing.T) {
 	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM river_job`), "only the two targets inside the roots inserted")
 	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job WHERE args->>'target' = '/srv/repos/acme'`))
 	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job WHERE args->>'target' = '/data/checkouts'`))
+}
+
+// rootsRegistry is the reference app's registry with analysis roots (none:
+// any directory), as cmd/api builds it from ANALYSIS_ROOTS.
+func rootsRegistry(t testing.TB, roots []string) *service.Registry {
+	t.Helper()
+	registry, err := jobs.Registry(jobs.Deps{AnalysisRoots: roots})
+	require.NoError(t, err)
+	return registry
 }

@@ -53,18 +53,14 @@ type Config struct {
 	Schema string
 	// MaxAttempts is the max_attempts of the jobs the API inserts.
 	MaxAttempts int
-	// AnalysisRoots are the directories an analysis target must be in
-	// (ANALYSIS_ROOTS; the directory itself or below it); any other target
-	// is a 400 naming them. The check is lexical, on the clean path: the
-	// API cannot see the workers' file system, and the analyzer checks
-	// again after resolving symlinks. Empty (the default): any absolute
-	// path, as with "/".
-	AnalysisRoots []string
 	// RequestTimeout bounds each request's work (0: DefaultRequestTimeout);
 	// a database that does not answer in time makes a 503, not a hung
 	// client.
 	RequestTimeout time.Duration
 	// Registry is every service of the application (package service): its
+	// kinds are the ones POST /v1/jobs accepts (each kind's args decoded
+	// and checked by service.Kind.DecodeArgs, with the checks the service
+	// gave its kinds), its
 	// service queues are the ones GET /v1/queues and /metrics list first,
 	// the ones PATCH /v1/jobs/{id} moves a job between (inside the job's own
 	// service), and the ones a dead letter may be replayed into. Required;

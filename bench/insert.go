@@ -61,6 +61,10 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 		return res, err
 	}
 	defer e.close()
+	analyzer, err := jobs.AnalyzerService(jobs.Deps{})
+	if err != nil {
+		return res, err
+	}
 	client, err := river.NewClient(riverpgxv5.New(e.Pool), producer.ClientConfig(e.Name, opts.logger()))
 	if err != nil {
 		return res, fmt.Errorf("new river client: %w", err)
@@ -131,7 +135,7 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 				err := pgx.BeginFunc(ctx, e.Pool, func(tx pgx.Tx) error {
 					_, err := producer.Insert(ctx, client, tx, producer.Job{
 						Args:    jobs.AnalysisArgs{Target: fmt.Sprintf("/bench/%d/%d", run, i), UserID: "bench", Tier: tier.String()},
-						Service: routing.Analyzer, Tier: tier,
+						Service: analyzer, Tier: tier,
 					})
 					return err
 				})

@@ -70,7 +70,7 @@ func TestJobExplainsItself(t *testing.T) {
 			var err error
 			args.Tier = tier.String()
 			res, err = producer.Insert(ctx, client, tx, producer.Job{
-				Args: args, Service: routing.Analyzer, Tier: tier, Tenant: "u_7",
+				Args: args, Service: testdb.Service(t, "analyzer"), Tier: tier, Tenant: "u_7",
 			})
 			return err
 		}))

@@ -17,7 +17,6 @@ import (
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/producer"
-	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/tiers"
 )
@@ -98,7 +97,7 @@ func TestReanalyzeQueuesStaleTargetsOnce(t *testing.T) {
 	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		var err error
 		queued, err = producer.Insert(ctx, db.Producer(t), tx, producer.Job{
-			Args: jobs.AnalysisArgs{Target: "/srv/d", Tier: "pro"}, Service: routing.Analyzer, Tier: tiers.Pro,
+			Args: jobs.AnalysisArgs{Target: "/srv/d", Tier: "pro"}, Service: testdb.Service(t, "analyzer"), Tier: tiers.Pro,
 		})
 		return err
 	}))

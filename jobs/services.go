@@ -39,8 +39,9 @@ func AnalyzerService(deps Deps) (*service.Service, error) {
 	cfg := &service.Config{
 		Name:      ServiceAnalyzer,
 		BaseQueue: routing.Analyzer.BaseQueue(),
-		Kinds:     []service.Kind{service.WorkerKind(NewAnalysisWorker(deps.Pool, deps.Logger, deps.AnalysisRoots...))},
-		Workers:   &service.ClassWorkers{Priority: 5, Default: 3, Scheduled: 2},
+		Kinds: []service.Kind{service.WorkerKind(NewAnalysisWorker(deps.Pool, deps.Logger, deps.AnalysisRoots...),
+			service.Check(analysisRequest(deps.AnalysisRoots)))},
+		Workers: &service.ClassWorkers{Priority: 5, Default: 3, Scheduled: 2},
 	}
 	if deps.Maintenance != nil {
 		var err error
@@ -59,7 +60,7 @@ func SpecGenService(deps Deps) (*service.Service, error) {
 	return service.New(&service.Config{
 		Name:      ServiceSpecGen,
 		BaseQueue: routing.SpecGen.BaseQueue(),
-		Kinds:     []service.Kind{service.WorkerKind(NewSpecViewWorker(deps.Pool, deps.Logger))},
+		Kinds:     []service.Kind{service.WorkerKind(NewSpecViewWorker(deps.Pool, deps.Logger), service.Check(specViewRequest))},
 		Workers:   &service.ClassWorkers{Priority: 3, Default: 2, Scheduled: 1},
 	})
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -67,8 +68,10 @@ func ClientConfig(schema string, logger *slog.Logger) *river.Config {
 
 // Job is one insert request.
 type Job struct {
-	Args    river.JobArgs
-	Service routing.Service
+	Args river.JobArgs
+	// Service is the service that works the job's kind: the job goes to
+	// one of its queues.
+	Service *service.Service
 	Tier    tiers.Tier
 	// Tenant is who the job runs for (the user id), kept in the job's
 	// metadata (jobmeta.Tenant). Empty leaves it out.
@@ -90,9 +93,29 @@ type Inserted struct {
 	FromQueue string
 }
 
-// Insert inserts job in tx. The caller commits.
+// TierFields is implemented by args types that keep the tier and the tenant
+// in fields of their own as well, as tierq's first releases required of
+// every producer (the reference app's kinds do, for workers and producers in
+// other languages that read them there). Insert inserts WithTier's copy of
+// such args. A team's own args need not implement it: the tier and the
+// tenant are in the job's metadata (package jobmeta).
+type TierFields interface {
+	WithTier(tier tiers.Tier, tenant string) river.JobArgs
+}
+
+// Insert inserts job in tx: into job.Service's queue for job.Tier
+// (Service.InsertOpts), with the tier and the tenant in its metadata and
+// River's unique options (UniqueOpts). When an equal job is already queued
+// for a worse place, that job moves up (see the package doc). The caller
+// commits.
 func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Job) (Inserted, error) {
-	opts := routing.InsertOptsFor(job.Service.BaseQueue(), job.Tier, job.Tenant, job.Scheduled)
+	if job.Service == nil {
+		return Inserted{}, fmt.Errorf("insert %s job: no service", job.Args.Kind())
+	}
+	if tf, ok := job.Args.(TierFields); ok {
+		job.Args = tf.WithTier(job.Tier, job.Tenant)
+	}
+	opts := job.Service.InsertOpts(job.Tier, job.Tenant, job.Scheduled)
 	opts.UniqueOpts = UniqueOpts()
 	if job.MaxAttempts > 0 {
 		opts.MaxAttempts = job.MaxAttempts

@@ -10,7 +10,6 @@ import (
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/producer"
-	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -27,7 +26,7 @@ func TestDuplicateOfHigherTierUpgradesTheQueuedJob(t *testing.T) {
 			var err error
 			out, err = producer.Insert(ctx, client, tx, producer.Job{
 				Args:    jobs.AnalysisArgs{Target: target, UserID: "u_" + tier.String(), Tier: tier.String()},
-				Service: routing.Analyzer, Tier: tier, Scheduled: scheduled,
+				Service: testdb.Service(t, "analyzer"), Tier: tier, Scheduled: scheduled,
 			})
 			return err
 		}))
@@ -100,7 +99,7 @@ func TestDuplicateOfRunningJobIsReturnedUnchanged(t *testing.T) {
 		require.NoError(t, err)
 		defer tx.Rollback(ctx) //nolint:errcheck
 		out, err := producer.Insert(ctx, client, tx, producer.Job{
-			Args: jobs.AnalysisArgs{Target: "/srv/busy"}, Service: routing.Analyzer, Tier: tier,
+			Args: jobs.AnalysisArgs{Target: "/srv/busy"}, Service: testdb.Service(t, "analyzer"), Tier: tier,
 		})
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit(ctx))

@@ -63,7 +63,7 @@ func WorkerKind[T river.JobArgs](worker river.Worker[T], opts ...KindOption[T]) 
 			}
 			if isStruct {
 				for key := range object {
-					if !fields[strings.ToLower(key)] {
+					if !fields[key] {
 						return nil, fmt.Errorf("unknown field %q", key)
 					}
 				}
@@ -88,9 +88,10 @@ func WorkerKind[T river.JobArgs](worker river.Worker[T], opts ...KindOption[T]) 
 	}
 }
 
-// jsonFields are the JSON names (lower-cased: encoding/json matches them
-// case-insensitively) of struct type t's fields, embedded structs'
-// included, and whether t is a struct at all.
+// jsonFields are the JSON names of struct type t's fields, embedded
+// structs' included, and whether t is a struct at all. A request's key must
+// match a name exactly: encoding/json would also take a key in another
+// case, which a strict API refuses.
 func jsonFields(t reflect.Type) (map[string]bool, bool) {
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -112,9 +113,9 @@ func jsonFields(t reflect.Type) (map[string]bool, bool) {
 			}
 		case !f.IsExported():
 		case tag != "":
-			names[strings.ToLower(tag)] = true
+			names[tag] = true
 		default:
-			names[strings.ToLower(f.Name)] = true
+			names[f.Name] = true
 		}
 	}
 	return names, true
@@ -124,7 +125,8 @@ func jsonFields(t reflect.Type) (map[string]bool, bool) {
 func (k Kind) Name() string { return k.name }
 
 // DecodeArgs decodes data, which must be a JSON object, into the kind's args
-// type, strictly: a field the type does not have, a value of the wrong
+// type, strictly: a field the type does not have (or a key in another case
+// than the field's JSON name), a value of the wrong
 // type or trailing data is an error, and so is a refusal by the args'
 // Validate or by a Check given to WorkerKind. The result is the args value,
 // ready to insert.

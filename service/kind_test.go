@@ -22,7 +22,7 @@ type lenientArgs struct {
 	Path  string `json:"path"`
 	Count int    `json:"count,omitempty"`
 	Skip  string `json:"-"`
-	Upper string // no tag: its Go name, any case
+	Upper string // no tag: its Go name
 
 	decodeErr error
 }
@@ -58,7 +58,7 @@ func TestDecodeArgsIsStrictForLenientTypes(t *testing.T) {
 	})
 	kind := service.WorkerKind(&lenientWorker{}, inRoot)
 
-	args, err := kind.DecodeArgs([]byte(`{"team": "payments", "path": "/srv/a", "count": 2, "UPPER": "x"}`))
+	args, err := kind.DecodeArgs([]byte(`{"team": "payments", "path": "/srv/a", "count": 2, "Upper": "x"}`))
 	require.NoError(t, err)
 	require.Equal(t, lenientArgs{Base: Base{Team: "payments"}, Path: "/srv/a", Count: 2, Upper: "x"}, args)
 
@@ -67,6 +67,8 @@ func TestDecodeArgsIsStrictForLenientTypes(t *testing.T) {
 	}{
 		{"unknown field", `{"path": "/srv/a", "tier": "pro"}`, `unknown field "tier"`},
 		{"a field tagged -", `{"path": "/srv/a", "Skip": "x"}`, `unknown field "Skip"`},
+		{"a key in another case", `{"PATH": "/srv/a"}`, `unknown field "PATH"`},
+		{"an untagged field in another case", `{"path": "/srv/a", "UPPER": "x"}`, `unknown field "UPPER"`},
 		{"the unexported error", `{"path": "/srv/a", "decodeErr": 1}`, `unknown field "decodeErr"`},
 		{"wrong type, kept by UnmarshalJSON and returned by Validate", `{"path": 7}`, "cannot unmarshal number"},
 		{"refused by the Check", `{"path": "/etc"}`, "path must be under /srv"},

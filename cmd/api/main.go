@@ -76,7 +76,7 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 	}
 	server := api.New(api.Config{
 		Token: cfg.Token, AdminToken: cfg.AdminToken, Schema: cfg.Schema, MaxAttempts: cfg.MaxAttempts,
-		AnalysisRoots: cfg.Analysis.Roots, Registry: registry, RiverUI: riverUI,
+		Registry: registry, RiverUI: riverUI,
 	}, pool, client, api.NewMetrics(pool, registry, logger), logger)
 	httpServer := &http.Server{
 		Handler:           server.Handler(),

@@ -49,6 +49,6 @@ func TestAnalysisRootsFromEnvironment(t *testing.T) {
 	require.Equal(t, http.StatusCreated, status, body)
 	status, body = post("/etc")
 	require.Equal(t, http.StatusBadRequest, status, body)
-	require.Equal(t, `args.target "/etc" is outside the analysis roots /srv/repos:/data/checkouts (ANALYSIS_ROOTS)`, body["error"])
+	require.Equal(t, `invalid args: args.target "/etc" is outside the analysis roots /srv/repos:/data/checkouts (ANALYSIS_ROOTS)`, body["error"])
 	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM river_job`))
 }

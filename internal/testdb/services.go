@@ -22,6 +22,15 @@ func Registry(t testing.TB) *service.Registry {
 	return registry
 }
 
+// Service is the reference app's service named name ("analyzer" or
+// "specgen"), without workers' dependencies.
+func Service(t testing.TB, name string) *service.Service {
+	t.Helper()
+	svc, ok := Registry(t).Lookup(name)
+	require.True(t, ok, "no service %q", name)
+	return svc
+}
+
 // SendMailArgs are the args of KindSendMail, the one kind of the mailer
 // service (MailerRegistry).
 type SendMailArgs struct {
