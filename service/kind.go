@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/riverqueue/river"
@@ -14,6 +16,7 @@ import (
 // WorkerKind makes one; the zero value is not valid.
 type Kind struct {
 	name      string
+	fields    []string // JSON field names of the args type, sorted
 	addWorker func(workers *river.Workers) error
 	decode    func(data []byte) (river.JobArgs, error)
 }
@@ -48,7 +51,8 @@ func WorkerKind[T river.JobArgs](worker river.Worker[T], opts ...KindOption[T]) 
 	var zero T
 	fields, isStruct := jsonFields(reflect.TypeFor[T]())
 	return Kind{
-		name: zero.Kind(),
+		name:   zero.Kind(),
+		fields: slices.Sorted(maps.Keys(fields)),
 		addWorker: func(workers *river.Workers) error {
 			return river.AddWorkerSafely(workers, worker)
 		},
@@ -123,6 +127,10 @@ func jsonFields(t reflect.Type) (map[string]bool, bool) {
 
 // Name is the kind's name (its args' Kind()).
 func (k Kind) Name() string { return k.name }
+
+// ArgsFields are the JSON field names of the kind's args type, sorted: the
+// keys DecodeArgs accepts (none when the type is not a struct).
+func (k Kind) ArgsFields() []string { return slices.Clone(k.fields) }
 
 // DecodeArgs decodes data, which must be a JSON object, into the kind's args
 // type, strictly: a field the type does not have (or a key in another case

@@ -83,3 +83,9 @@ func TestDecodeArgsIsStrictForLenientTypes(t *testing.T) {
 		})
 	}
 }
+
+func TestArgsFields(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []string{"Upper", "count", "path", "team"}, service.WorkerKind(&lenientWorker{}).ArgsFields())
+	require.Equal(t, []string{"subject", "to"}, service.WorkerKind(&sendWorker{}).ArgsFields())
+}
