@@ -19,10 +19,10 @@ import (
 
 // InsertResult is the insert scenario: jobs/s a producer inserts one by one
 // and in batches (InsertMany) with the queue and priority from the routing
-// helper (routing.InsertOpts, from the tier), against raw River inserts of
-// the same queues and priorities written out literally, on the same client,
-// alternating; and
-// producer.Insert (routing plus dedup by target, one transaction each).
+// helper (the analyzer service's InsertOpts, from the tier), against raw
+// River inserts of the same queues and priorities written out literally, on
+// the same client, alternating; and producer.Insert (routing plus dedup by
+// target, one transaction each).
 // Medians over runs. SelectQueue's cost is measured in-process with
 // testing.Benchmark.
 type InsertResult struct {
@@ -83,7 +83,7 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 		{Queue: "analysis_priority", Priority: 3}, {Queue: "analysis_priority", Priority: 2},
 	}
 	for k, tier := range allTiers {
-		routed := routing.InsertOpts(routing.Analyzer, tier, false)
+		routed := analyzer.InsertOpts(tier, "", false)
 		if routed.Queue != literal[k].Queue || routed.Priority != literal[k].Priority {
 			return res, fmt.Errorf("insert: literal options for %s (%s, %d) differ from routing's (%s, %d)",
 				tier, literal[k].Queue, literal[k].Priority, routed.Queue, routed.Priority)
@@ -122,7 +122,7 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 		}},
 		{"routed one", res.OneByOne, func(int) error {
 			for i := range res.OneByOne {
-				if _, err := client.Insert(ctx, jobs.LoadTestArgs{}, routing.InsertOpts(routing.Analyzer, allTiers[i%len(allTiers)], false)); err != nil {
+				if _, err := client.Insert(ctx, jobs.LoadTestArgs{}, analyzer.InsertOpts(allTiers[i%len(allTiers)], "", false)); err != nil {
 					return err
 				}
 				opts.progress().Add(1)
@@ -162,7 +162,7 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 		{"river defaults concurrent", 2 * res.OneByOne, func(int) error { return concurrent(defaults, 2*res.OneByOne) }},
 		{"routed batch", res.Batched, func(int) error {
 			return insertBatches(ctx, client, res.Batched, res.BatchSize, opts, func(i int) *river.InsertOpts {
-				return routing.InsertOpts(routing.Analyzer, allTiers[i%len(allTiers)], false)
+				return analyzer.InsertOpts(allTiers[i%len(allTiers)], "", false)
 			})
 		}},
 	}

@@ -316,13 +316,18 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 }
 
 // insertStream inserts duration/streamInterval enterprise analyzer jobs, one
-// per streamInterval, routed by routing.InsertOpts as a producer does.
+// per streamInterval, routed by the analyzer service's InsertOpts as a
+// producer does.
 func (e *env) insertStream(ctx context.Context, client *river.Client[pgx.Tx], duration time.Duration) ([]int64, error) {
+	analyzer, err := jobs.AnalyzerService(jobs.Deps{}) // its queues only
+	if err != nil {
+		return nil, err
+	}
 	ticker := time.NewTicker(streamInterval)
 	defer ticker.Stop()
 	var ids []int64
 	for range int(duration / streamInterval) {
-		res, err := client.Insert(ctx, jobs.LoadTestArgs{}, routing.InsertOpts(routing.Analyzer, tiers.Enterprise, false))
+		res, err := client.Insert(ctx, jobs.LoadTestArgs{}, analyzer.InsertOpts(tiers.Enterprise, "", false))
 		if err != nil {
 			return nil, fmt.Errorf("insert: %w", err)
 		}

@@ -8,16 +8,11 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/tierq/tierq/routing"
 )
-
-var bothServices = []routing.Service{routing.Analyzer, routing.SpecGen}
 
 // TestWorkerCrash kills a worker with SIGKILL every 3 s under load and
 // starts a new one in its place. The jobs a killed worker was running stay
@@ -32,7 +27,7 @@ func TestWorkerCrash(t *testing.T) {
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	stats, waitLoad := s.run(loadCtx, load{
 		Every: 100 * time.Millisecond, Batch: 6, MinMS: 20, MaxMS: 300,
-		Services: bothServices, ScheduledPercent: 10, APIEvery: 250 * time.Millisecond,
+		Services: s.registry.Services(), ScheduledPercent: 10, APIEvery: 250 * time.Millisecond,
 	})
 
 	r := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
@@ -49,7 +44,7 @@ func TestWorkerCrash(t *testing.T) {
 		victim.kill()
 		killed[victim.clientID] = time.Now()
 		time.Sleep(500 * time.Millisecond)
-		s.worker(serviceOf(victim))
+		s.worker(s.serviceOf(victim))
 	}
 	time.Sleep(2 * time.Second)
 	stopLoad()
@@ -71,16 +66,6 @@ func TestWorkerCrash(t *testing.T) {
 	require.Zero(t, stats.insertErrors, "routing-helper inserts failed")
 	require.Equal(t, []int{http.StatusCreated}, keys(stats.apiStatus), "API answers")
 	s.summary(tally, recovery, settle, fmt.Sprintf("kills=%d", len(killed)))
-}
-
-// serviceOf is the service a worker process serves.
-func serviceOf(p *proc) routing.Service {
-	for _, kv := range p.cmd.Env {
-		if svc, ok := strings.CutPrefix(kv, "WORKER_SERVICE="); ok {
-			return routing.Service(svc)
-		}
-	}
-	return ""
 }
 
 func keys[V any](m map[int]V) []int {

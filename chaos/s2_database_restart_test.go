@@ -35,7 +35,7 @@ func TestDatabaseRestart(t *testing.T) {
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	stats, waitLoad := s.run(loadCtx, load{
 		Every: 100 * time.Millisecond, Batch: 5, MinMS: 20, MaxMS: 300,
-		Services: bothServices, ScheduledPercent: 10, APIEvery: 250 * time.Millisecond,
+		Services: s.registry.Services(), ScheduledPercent: 10, APIEvery: 250 * time.Millisecond,
 	})
 	time.Sleep(5 * time.Second)
 

@@ -15,7 +15,6 @@ import (
 	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/internal/proctest"
 	"github.com/tierq/tierq/jobs"
-	"github.com/tierq/tierq/routing"
 )
 
 // TestSchedulerFailover kills the leading scheduler with SIGKILL under load.
@@ -29,8 +28,8 @@ func TestSchedulerFailover(t *testing.T) {
 	ctx := context.Background()
 	a, b := s.scheduler(), s.scheduler()
 	for range 2 {
-		s.worker(routing.Analyzer, "ANALYZER_QUEUE_SCHEDULED_WORKERS=0")
-		s.worker(routing.SpecGen)
+		s.worker(s.analyzer, "ANALYZER_QUEUE_SCHEDULED_WORKERS=0")
+		s.worker(s.specGen)
 	}
 	s.api()
 	leader := s.waitLeader(ctx, a, b)
@@ -42,7 +41,7 @@ func TestSchedulerFailover(t *testing.T) {
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	_, waitLoad := s.run(loadCtx, load{
 		Every: 100 * time.Millisecond, Batch: 4, MinMS: 20, MaxMS: 200,
-		Services: bothServices, ScheduledPercent: 25, FailPercent: 5, APIEvery: 500 * time.Millisecond,
+		Services: s.registry.Services(), ScheduledPercent: 25, FailPercent: 5, APIEvery: 500 * time.Millisecond,
 	})
 	time.Sleep(8 * time.Second)
 

@@ -28,7 +28,7 @@ func TestRollingDeploy(t *testing.T) {
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	stats, waitLoad := s.run(loadCtx, load{
 		Every: 100 * time.Millisecond, Batch: 5, MinMS: 20, MaxMS: 300, LongPercent: 6,
-		Services: bothServices, ScheduledPercent: 10, APIEvery: 250 * time.Millisecond,
+		Services: s.registry.Services(), ScheduledPercent: 10, APIEvery: 250 * time.Millisecond,
 	})
 	time.Sleep(4 * time.Second)
 
@@ -38,7 +38,7 @@ func TestRollingDeploy(t *testing.T) {
 		if old.binary != "worker" {
 			continue
 		}
-		s.worker(serviceOf(old))
+		s.worker(s.serviceOf(old))
 		s.waitLongJob(ctx, old)
 		took := old.terminate(t, 10*time.Second)
 		slowestStop = max(slowestStop, took)
@@ -89,7 +89,7 @@ func (s *system) waitLongJob(ctx context.Context, p *proc) {
 		if time.Since(added) >= time.Second {
 			batch := make([]loadtestJob, 4)
 			for i := range batch {
-				batch[i] = routedLoadtest(r, serviceOf(p), tiers.Enterprise, false, 3500, 3500)
+				batch[i] = routedLoadtest(r, s.serviceOf(p), tiers.Enterprise, false, 3500, 3500)
 			}
 			require.NoError(s.t, s.insert(ctx, batch))
 			added = time.Now()

@@ -18,7 +18,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -56,9 +55,9 @@ func TestOperatorsRacing(t *testing.T) {
 	s.scheduler("AGING_INTERVAL=0")
 	s.scheduler("AGING_INTERVAL=0")
 	few := []string{"ANALYZER_QUEUE_PRIORITY_WORKERS=2", "ANALYZER_QUEUE_DEFAULT_WORKERS=1", "ANALYZER_QUEUE_SCHEDULED_WORKERS=1"}
-	s.worker(routing.Analyzer, few...)
-	s.worker(routing.Analyzer, few...)
-	s.worker(routing.SpecGen)
+	s.worker(s.analyzer, few...)
+	s.worker(s.analyzer, few...)
+	s.worker(s.specGen)
 	s.api()
 
 	ops := &operators{deadLetterJob: map[int64]int64{}, replays: map[int64]int{}, answers: map[string]int{}}
@@ -87,7 +86,7 @@ func TestOperatorsRacing(t *testing.T) {
 		for i := 0; runCtx.Err() == nil; i++ {
 			var batch []loadtestJob
 			for k := range 5 {
-				job := routedLoadtest(r, routing.Analyzer, tiers.All()[(i+k)%4], k == 4, 100, 300)
+				job := routedLoadtest(r, s.analyzer, tiers.All()[(i+k)%4], k == 4, 100, 300)
 				if k == 0 {
 					job = failingLoadtest(job, recoversAt, 1)
 					job.want = settled

@@ -23,6 +23,7 @@ import (
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/scheduler"
+	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -131,9 +132,9 @@ func TestPoisonInput(t *testing.T) {
 	var params []river.InsertManyParams
 	var wants []entry
 	for _, p := range poison {
-		svc := routing.Analyzer
+		svc := s.analyzer
 		if p.kind == jobs.KindSpecView {
-			svc = routing.SpecGen
+			svc = s.specGen
 		}
 		for i := range copies {
 			opts := &river.InsertOpts{Queue: svc.Queue(routing.Priority), Priority: 1, MaxAttempts: 2}
@@ -156,7 +157,7 @@ func TestPoisonInput(t *testing.T) {
 	// Good work behind it, in the same queues.
 	var good []loadtestJob
 	for i := range 200 {
-		job := routedLoadtest(rand.New(rand.NewPCG(1, uint64(i))), []routing.Service{routing.Analyzer, routing.SpecGen}[i%2], tiers.All()[i%4], false, 20, 20)
+		job := routedLoadtest(rand.New(rand.NewPCG(1, uint64(i))), []*service.Service{s.analyzer, s.specGen}[i%2], tiers.All()[i%4], false, 20, 20)
 		good = append(good, job)
 	}
 	require.NoError(t, s.insert(ctx, good))
@@ -238,7 +239,7 @@ func (s *system) insertBadRows(ctx context.Context) int {
 		s.ledger.add(entry{id: id, kind: jobs.KindLoadTest, queue: queue, priority: 4, want: want, reason: "bad row written by hand"})
 		n++
 	}
-	for _, svc := range []routing.Service{routing.Analyzer, routing.SpecGen} {
+	for _, svc := range []*service.Service{s.analyzer, s.specGen} {
 		for _, class := range []routing.Class{routing.Priority, routing.Default, routing.Scheduled} {
 			for _, shape := range shapes {
 				for range 2 {

@@ -29,9 +29,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/internal/proctest"
+	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/producer"
-	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -84,6 +85,11 @@ type system struct {
 	client *river.Client[pgx.Tx] // insert-only: the routing helper's load
 	ledger *ledger
 	apiURL string
+	// registry is the reference app's (jobs.Registry): the suite runs its
+	// services' workers and loads their queues. analyzer and specGen are
+	// its two services.
+	registry          *service.Registry
+	analyzer, specGen *service.Service
 
 	mu      sync.Mutex
 	procs   []*proc
@@ -108,6 +114,8 @@ func newSystem(t *testing.T, name string) *system {
 		t: t, name: name, dir: filepath.Join(suite.base, name),
 		url:    strings.Replace(suite.cluster.url(db), "postgres@", "postgres:"+dbPassword+"@", 1),
 		ledger: newLedger(), counts: map[string]int{},
+		registry: testdb.Registry(t),
+		analyzer: testdb.Service(t, jobs.ServiceAnalyzer), specGen: testdb.Service(t, jobs.ServiceSpecGen),
 	}
 	require.NoError(t, os.MkdirAll(filepath.Join(s.dir, "targets"), 0o755))
 	require.NoError(t, chown(filepath.Join(s.dir, "targets"), suite.cred))
@@ -239,8 +247,22 @@ func (p *proc) waitOutput(t *testing.T, want string) {
 }
 
 // worker starts a worker of svc with the load-test workload registered.
-func (s *system) worker(svc routing.Service, extra ...string) *proc {
-	return s.start("worker", append([]string{"WORKER_SERVICE=" + string(svc), "LOAD_TEST_WORKLOAD=true"}, extra...)...)
+func (s *system) worker(svc *service.Service, extra ...string) *proc {
+	return s.start("worker", append([]string{"WORKER_SERVICE=" + svc.Name(), "LOAD_TEST_WORKLOAD=true"}, extra...)...)
+}
+
+// serviceOf is the service a worker process serves.
+func (s *system) serviceOf(p *proc) *service.Service {
+	s.t.Helper()
+	for _, kv := range p.cmd.Env {
+		if name, ok := strings.CutPrefix(kv, "WORKER_SERVICE="); ok {
+			svc, err := s.registry.Parse(name)
+			require.NoError(s.t, err)
+			return svc
+		}
+	}
+	s.t.Fatalf("%s is not a worker", p.name)
+	return nil
 }
 
 // scheduler starts a scheduler replica.
@@ -264,8 +286,9 @@ func (s *system) fullTopology(workerEnv ...string) {
 	s.scheduler()
 	s.scheduler()
 	for range 2 {
-		s.worker(routing.Analyzer, workerEnv...)
-		s.worker(routing.SpecGen, workerEnv...)
+		for _, svc := range s.registry.Services() {
+			s.worker(svc, workerEnv...)
+		}
 	}
 	s.api()
 }
@@ -412,11 +435,11 @@ type loadtestJob struct {
 }
 
 // routedLoadtest is a recorded load-test job routed for tier and service by
-// routing.InsertOpts, sleeping between minMS and maxMS.
-func routedLoadtest(r *rand.Rand, svc routing.Service, tier tiers.Tier, scheduled bool, minMS, maxMS int) loadtestJob {
+// the service's InsertOpts, sleeping between minMS and maxMS.
+func routedLoadtest(r *rand.Rand, svc *service.Service, tier tiers.Tier, scheduled bool, minMS, maxMS int) loadtestJob {
 	return loadtestJob{
 		args: jobs.LoadTestArgs{SleepMS: minMS + r.IntN(maxMS-minMS+1), Record: true},
-		opts: routing.InsertOpts(svc, tier, scheduled),
+		opts: svc.InsertOpts(tier, "", scheduled),
 		want: completed,
 	}
 }
@@ -457,7 +480,7 @@ type load struct {
 	Every            time.Duration
 	Batch            int
 	MinMS, MaxMS     int
-	Services         []routing.Service
+	Services         []*service.Service
 	ScheduledPercent int
 	// LongPercent of the jobs sleep 2.5–3.5 s instead (longer than the
 	// soft-stop timeout, shorter than the job timeout).

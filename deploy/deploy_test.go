@@ -19,8 +19,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/metrics"
-	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -49,7 +49,7 @@ func exported(t *testing.T) map[string][]string {
 	t.Helper()
 	rec := &recorder{}
 	metrics.NewJobs(rec)
-	metrics.NewScheduler(rec, routing.Queues())
+	metrics.NewScheduler(rec, testdb.Registry(t).Queues())
 	descs := make(chan *prometheus.Desc, 100)
 	api.NewMetrics(nil, nil, nil).Describe(descs)
 	for _, c := range rec.collectors {

@@ -150,9 +150,9 @@ func (w *AnalysisWorker) Work(ctx context.Context, job *river.Job[AnalysisArgs])
 // for the same tenant.
 func specViewInsertOpts(analysisQueue string, tier tiers.Tier, tenant string) *river.InsertOpts {
 	_, class, ok := routing.ClassOf(analysisQueue)
-	opts := routing.InsertOptsFor(routing.SpecGen.BaseQueue(), tier, tenant, ok && class == routing.Scheduled)
+	opts := routing.InsertOptsFor(specViewBaseQueue, tier, tenant, ok && class == routing.Scheduled)
 	if ok {
-		opts.Queue = routing.SpecGen.Queue(class)
+		opts.Queue = routing.QueueName(specViewBaseQueue, class)
 		opts.Metadata = routing.InsertMetadata(tier, tenant, opts.Queue, opts.Priority)
 	}
 	return opts

@@ -5,7 +5,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/service"
 )
 
@@ -14,6 +13,14 @@ import (
 const (
 	ServiceAnalyzer = "analyzer"
 	ServiceSpecGen  = "specgen"
+)
+
+// Base queues of the two services: analysis_priority, analysis_default and
+// analysis_scheduled; specview_priority, specview_default and
+// specview_scheduled.
+const (
+	analysisBaseQueue = "analysis"
+	specViewBaseQueue = "specview"
 )
 
 // Deps are what the reference app's workers need.
@@ -38,7 +45,7 @@ type Deps struct {
 func AnalyzerService(deps Deps) (*service.Service, error) {
 	cfg := &service.Config{
 		Name:      ServiceAnalyzer,
-		BaseQueue: routing.Analyzer.BaseQueue(),
+		BaseQueue: analysisBaseQueue,
 		Kinds: []service.Kind{service.WorkerKind(NewAnalysisWorker(deps.Pool, deps.Logger, deps.AnalysisRoots...),
 			service.Check(analysisRequest(deps.AnalysisRoots)))},
 		Workers: &service.ClassWorkers{Priority: 5, Default: 3, Scheduled: 2},
@@ -59,7 +66,7 @@ func AnalyzerService(deps Deps) (*service.Service, error) {
 func SpecGenService(deps Deps) (*service.Service, error) {
 	return service.New(&service.Config{
 		Name:      ServiceSpecGen,
-		BaseQueue: routing.SpecGen.BaseQueue(),
+		BaseQueue: specViewBaseQueue,
 		Kinds:     []service.Kind{service.WorkerKind(NewSpecViewWorker(deps.Pool, deps.Logger), service.Check(specViewRequest))},
 		Workers:   &service.ClassWorkers{Priority: 3, Default: 2, Scheduled: 1},
 	})

@@ -1,6 +1,6 @@
 // Package producer is the insert path for API services: the queue and
-// priority from the user's tier (routing.InsertOpts), River unique options
-// that ignore the queue, and dedup that upgrades tier.
+// priority from the user's tier (the service's InsertOpts), River unique
+// options that ignore the queue, and dedup that upgrades tier.
 //
 // When a job is inserted while an equal one (same kind and unique args) is
 // still queued, River returns the queued job instead of a new one. If the new

@@ -2,16 +2,20 @@
 // and by whether a scheduler produced it, as ADR-16 lays out) and at which
 // River priority it starts inside that queue.
 //
-// Every service has three queues:
+// Routing knows no particular service. It works on base queues: each base
+// queue (a service's, see package service) names three queues, one per Class:
 //
 //	<base>_priority   pro, pro_plus and enterprise users
 //	<base>_default    free users, and any tier that is unknown or unset
 //	<base>_scheduled  background jobs from the scheduler, whatever the tier
 //
-// Producers call InsertOpts (or SelectQueue and StartingPriority) before they
-// insert a job. Unknown tiers are not an error, so a billing hiccup never stops
-// work, but they are not silent either: each one is counted (UnknownTierCount)
-// and, where a tier is parsed from text, logged (TierOrDefault).
+// Producers call InsertOptsFor (a service's InsertOpts does, with its base
+// queue), or SelectQueue and StartingPriority, before they insert a job. The
+// queue names of a base queue are cached on first use (up to a bound), so
+// routing does not allocate on the hot path. Unknown tiers are not an error,
+// so a billing hiccup never stops work, but they are not silent either: each
+// one is counted (UnknownTierCount) and, where a tier is parsed from text,
+// logged (TierOrDefault).
 package routing
 
 import (
@@ -27,58 +31,7 @@ import (
 	"github.com/tierq/tierq/tiers"
 )
 
-// Service is one of tierq's worker services. Each has its own base queue name
-// and its own worker deployment.
-type Service string
-
-const (
-	// Analyzer counts test cases in a directory. Base queue "analysis".
-	Analyzer Service = "analyzer"
-	// SpecGen renders spec documents from analysis results. Base queue "specview".
-	SpecGen Service = "specgen"
-)
-
-// Services lists every service.
-func Services() []Service { return []Service{Analyzer, SpecGen} }
-
-// ParseService returns the service named s ("analyzer" or "specgen").
-func ParseService(s string) (Service, error) {
-	switch Service(s) {
-	case Analyzer, SpecGen:
-		return Service(s), nil
-	}
-	return "", fmt.Errorf("unknown service %q (want analyzer or specgen)", s)
-}
-
-// BaseQueue is the prefix of the service's three queue names.
-func (s Service) BaseQueue() string {
-	switch s {
-	case Analyzer:
-		return "analysis"
-	case SpecGen:
-		return "specview"
-	}
-	return string(s)
-}
-
-// Queue is the name of the service's queue of the given class.
-func (s Service) Queue(class Class) string { return QueueName(s.BaseQueue(), class) }
-
-// Queues returns the service's three queue names, priority first.
-func (s Service) Queues() []string {
-	return []string{s.Queue(Priority), s.Queue(Default), s.Queue(Scheduled)}
-}
-
-// Queues returns every queue of every service, services in Services order.
-func Queues() []string {
-	var queues []string
-	for _, svc := range Services() {
-		queues = append(queues, svc.Queues()...)
-	}
-	return queues
-}
-
-// Class is the kind of queue inside a service: priority, default or scheduled.
+// Class is the kind of queue under a base queue: priority, default or scheduled.
 type Class uint8
 
 const (
@@ -114,8 +67,8 @@ func ParseClass(s string) (Class, error) {
 	return 0, fmt.Errorf("unknown queue class %q (want priority, default or scheduled)", s)
 }
 
-// QueueName joins a base queue and a class: QueueName("analysis", Priority) is
-// "analysis_priority".
+// QueueName joins a base queue and a class: QueueName("thumbnails", Priority)
+// is "thumbnails_priority".
 func QueueName(baseQueue string, class Class) string {
 	if names, ok := lookupNames(baseQueue); ok {
 		return names[class]
@@ -156,8 +109,7 @@ func ClassFor(tier tiers.Tier, isScheduled bool) Class {
 // the zero value and unknown tiers to `<base>_default` (counted, see
 // UnknownTierCount).
 //
-// It does not allocate for the services' base queues, and for any other base
-// queue after its first use.
+// It does not allocate for a base queue after its first use.
 func SelectQueue(baseQueue string, tier tiers.Tier, isScheduled bool) string {
 	return QueueName(baseQueue, ClassFor(tier, isScheduled))
 }
@@ -186,17 +138,6 @@ func StartingPriority(tier tiers.Tier) int {
 	default:
 		return PriorityLowest
 	}
-}
-
-// InsertOpts is what a producer passes to River's Insert for a job of svc on
-// behalf of a user of the given tier: the queue from SelectQueue, the tier's
-// starting priority, and metadata recording the tier and where the job
-// starts (jobmeta.Insert; no tenant: producer.Insert adds it, or see
-// InsertOptsFor).
-//
-//	_, err := client.InsertTx(ctx, tx, args, routing.InsertOpts(routing.Analyzer, tier, false))
-func InsertOpts(svc Service, tier tiers.Tier, isScheduled bool) *river.InsertOpts {
-	return InsertOptsFor(svc.BaseQueue(), tier, "", isScheduled)
 }
 
 // InsertOptsFor is what a producer passes to River's Insert for a job whose
@@ -252,17 +193,14 @@ func UnknownTierCount() uint64 { return unknownTiers.Load() }
 type queueNames [len(classSuffixes)]string
 
 var (
-	staticNames = map[string]*queueNames{
-		"analysis": newQueueNames("analysis"),
-		"specview": newQueueNames("specview"),
-	}
-	dynamicNames     sync.Map // string -> *queueNames
-	dynamicNameCount atomic.Int64
+	cachedNames     sync.Map // string -> *queueNames
+	cachedNameCount atomic.Int64
 )
 
-// maxDynamicNames bounds the cache of base queues other than the services'
-// own, so a producer passing arbitrary strings cannot grow memory forever.
-const maxDynamicNames = 1024
+// maxCachedNames bounds the cache of base queues, so a producer passing
+// arbitrary strings cannot grow memory forever. Past it, QueueName builds
+// the names of a base queue not cached on each call.
+const maxCachedNames = 1024
 
 func newQueueNames(baseQueue string) *queueNames {
 	var names queueNames
@@ -273,19 +211,16 @@ func newQueueNames(baseQueue string) *queueNames {
 }
 
 func lookupNames(baseQueue string) (*queueNames, bool) {
-	if names, ok := staticNames[baseQueue]; ok {
-		return names, true
-	}
-	if v, ok := dynamicNames.Load(baseQueue); ok {
+	if v, ok := cachedNames.Load(baseQueue); ok {
 		return v.(*queueNames), true //nolint:forcetypeassert // only *queueNames are stored
 	}
-	if dynamicNameCount.Add(1) > maxDynamicNames {
-		dynamicNameCount.Add(-1)
+	if cachedNameCount.Add(1) > maxCachedNames {
+		cachedNameCount.Add(-1)
 		return nil, false
 	}
-	v, loaded := dynamicNames.LoadOrStore(baseQueue, newQueueNames(baseQueue))
+	v, loaded := cachedNames.LoadOrStore(baseQueue, newQueueNames(baseQueue))
 	if loaded {
-		dynamicNameCount.Add(-1)
+		cachedNameCount.Add(-1)
 	}
 	return v.(*queueNames), true //nolint:forcetypeassert // only *queueNames are stored
 }

@@ -25,17 +25,16 @@ type selectQueueCase struct {
 func TestSelectQueue(t *testing.T) {
 	t.Parallel()
 
-	// Every tier x scheduled x both services, as ADR-16 lays out.
+	// Every tier x scheduled x two base queues, as ADR-16 lays out.
 	adr := map[tiers.Tier]string{
 		tiers.Free: "default", tiers.Pro: "priority", tiers.ProPlus: "priority", tiers.Enterprise: "priority",
 	}
 	var tests []selectQueueCase
-	for _, svc := range routing.Services() {
+	for _, base := range []string{"analysis", "specview"} {
 		for _, tier := range tiers.All() {
-			base := svc.BaseQueue()
 			tests = append(tests,
-				selectQueueCase{name: fmt.Sprintf("%s/%s", svc, tier), base: base, tier: tier, want: base + "_" + adr[tier]},
-				selectQueueCase{name: fmt.Sprintf("%s/%s/scheduled", svc, tier), base: base, tier: tier, isScheduled: true, want: base + "_scheduled"},
+				selectQueueCase{name: fmt.Sprintf("%s/%s", base, tier), base: base, tier: tier, want: base + "_" + adr[tier]},
+				selectQueueCase{name: fmt.Sprintf("%s/%s/scheduled", base, tier), base: base, tier: tier, isScheduled: true, want: base + "_scheduled"},
 			)
 		}
 	}
@@ -56,25 +55,22 @@ func TestSelectQueue(t *testing.T) {
 	}
 }
 
-func TestServiceQueues(t *testing.T) {
+func TestQueueName(t *testing.T) {
 	t.Parallel()
 
-	require.Equal(t, []string{"analysis_priority", "analysis_default", "analysis_scheduled"}, routing.Analyzer.Queues())
-	require.Equal(t, []string{"specview_priority", "specview_default", "specview_scheduled"}, routing.SpecGen.Queues())
-
-	for _, svc := range routing.Services() {
-		parsed, err := routing.ParseService(string(svc))
-		require.NoError(t, err)
-		require.Equal(t, svc, parsed)
-		for _, queue := range svc.Queues() {
-			base, class, ok := routing.ClassOf(queue)
+	for _, base := range []string{"analysis", "specview", "mail_out"} {
+		var queues []string
+		for _, class := range routing.Classes() {
+			queues = append(queues, routing.QueueName(base, class))
+		}
+		require.Equal(t, []string{base + "_priority", base + "_default", base + "_scheduled"}, queues)
+		for _, queue := range queues {
+			gotBase, class, ok := routing.ClassOf(queue)
 			require.True(t, ok)
-			require.Equal(t, svc.BaseQueue(), base)
-			require.Equal(t, queue, svc.Queue(class))
+			require.Equal(t, base, gotBase)
+			require.Equal(t, queue, routing.QueueName(base, class))
 		}
 	}
-	_, err := routing.ParseService("analysis")
-	require.ErrorContains(t, err, `"analysis"`)
 
 	_, _, ok := routing.ClassOf("analysis")
 	require.False(t, ok)
@@ -86,7 +82,7 @@ func TestServiceQueues(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, name, class.String())
 	}
-	_, err = routing.ParseClass("urgent")
+	_, err := routing.ParseClass("urgent")
 	require.ErrorContains(t, err, `"urgent"`)
 }
 
@@ -96,10 +92,10 @@ func TestQueueNamesPassRiverValidation(t *testing.T) {
 	t.Parallel()
 
 	queues := map[string]river.QueueConfig{}
-	for _, svc := range routing.Services() {
+	for _, base := range []string{"analysis", "specview"} {
 		for _, tier := range append(tiers.All(), 0) {
 			for _, isScheduled := range []bool{false, true} {
-				queues[routing.SelectQueue(svc.BaseQueue(), tier, isScheduled)] = river.QueueConfig{MaxWorkers: 1}
+				queues[routing.SelectQueue(base, tier, isScheduled)] = river.QueueConfig{MaxWorkers: 1}
 			}
 		}
 	}
@@ -157,11 +153,11 @@ func TestInsertOpts(t *testing.T) {
 		wantMetadata string
 	}{
 		{
-			routing.InsertOpts(routing.Analyzer, tiers.Enterprise, false), "analysis_priority", 2,
+			routing.InsertOptsFor("analysis", tiers.Enterprise, "", false), "analysis_priority", 2,
 			`{"tierq:tier": "enterprise", "tierq:original_queue": "analysis_priority", "tierq:original_priority": 2}`,
 		},
 		{
-			routing.InsertOpts(routing.SpecGen, tiers.Free, true), "specview_scheduled", 4,
+			routing.InsertOptsFor("specview", tiers.Free, "", true), "specview_scheduled", 4,
 			`{"tierq:tier": "free", "tierq:original_queue": "specview_scheduled", "tierq:original_priority": 4}`,
 		},
 		{
@@ -200,14 +196,18 @@ func TestUnknownTierCounted(t *testing.T) {
 
 	routing.SelectQueue("analysis", 0, false)
 	routing.SelectQueue("analysis", tiers.Tier(9), true)
-	routing.InsertOpts(routing.SpecGen, 0, false)
+	routing.InsertOptsFor("specview", 0, "", false)
 	require.Equal(t, before+3, routing.UnknownTierCount())
 }
 
 // TestSelectQueueDoesNotAllocate is not parallel: testing.AllocsPerRun
 // refuses to run in parallel tests.
 func TestSelectQueueDoesNotAllocate(t *testing.T) {
-	routing.SelectQueue("custom", tiers.Pro, false) // first use of a new base fills the cache
+	// The first use of a base queue fills the cache (AllocsPerRun's own
+	// warm-up run would too); every use after that does not allocate.
+	for _, base := range []string{"analysis", "specview", "custom"} {
+		routing.SelectQueue(base, tiers.Pro, false)
+	}
 	allocs := testing.AllocsPerRun(1000, func() {
 		routing.SelectQueue("analysis", tiers.Pro, false)
 		routing.SelectQueue("specview", tiers.Free, true)
@@ -227,14 +227,14 @@ func BenchmarkSelectQueue(b *testing.B) {
 	}
 }
 
-// BenchmarkInsertOpts is a producer's per-insert routing: queue and starting
-// priority for a tier.
-func BenchmarkInsertOpts(b *testing.B) {
+// BenchmarkInsertOptsFor is a producer's per-insert routing: queue, starting
+// priority and metadata for a tier.
+func BenchmarkInsertOptsFor(b *testing.B) {
 	all := tiers.All()
 	b.ReportAllocs()
 	var i int
 	for b.Loop() {
-		_ = routing.InsertOpts(routing.Analyzer, all[i%len(all)], i%7 == 0)
+		_ = routing.InsertOptsFor("analysis", all[i%len(all)], "", i%7 == 0)
 		i++
 	}
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/tierq/tierq/internal/workertest"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/metrics"
-	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/tiers"
 )
@@ -135,7 +134,7 @@ func TestStuckSpecViewJobIsRetriedWhileSchedulerLeads(t *testing.T) {
 	db := testdb.New(t)
 	ctx := context.Background()
 
-	res, err := db.Producer(t).Insert(ctx, jobs.SpecViewArgs{AnalysisResultID: 1, Tier: "pro"}, routing.InsertOpts(routing.SpecGen, tiers.Pro, false))
+	res, err := db.Producer(t).Insert(ctx, jobs.SpecViewArgs{AnalysisResultID: 1, Tier: "pro"}, testdb.Service(t, jobs.ServiceSpecGen).InsertOpts(tiers.Pro, "", false))
 	require.NoError(t, err)
 	markStuck(t, db, res.Job.ID)
 
@@ -163,7 +162,7 @@ func TestLeaderWithoutTheKindDiscardsAStuckJob(t *testing.T) {
 	db := testdb.New(t)
 	ctx := context.Background()
 
-	res, err := db.Producer(t).Insert(ctx, jobs.SpecViewArgs{AnalysisResultID: 1}, routing.InsertOpts(routing.SpecGen, tiers.Pro, false))
+	res, err := db.Producer(t).Insert(ctx, jobs.SpecViewArgs{AnalysisResultID: 1}, testdb.Service(t, jobs.ServiceSpecGen).InsertOpts(tiers.Pro, "", false))
 	require.NoError(t, err)
 	markStuck(t, db, res.Job.ID)
 

@@ -12,7 +12,6 @@ import (
 
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
-	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -29,10 +28,10 @@ func TestAnalysisRootsFromConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(outside, "x_test.go"), []byte("package x\n"), 0o600))
 
-	cfg := b.workerConfig(t, routing.Analyzer, "ANALYSIS_ROOTS="+root+"/") // cleaned to root
+	cfg := b.workerConfig(t, b.analyzer, "ANALYSIS_ROOTS="+root+"/") // cleaned to root
 	b.start(t, cfg, nil)
 
-	opts := routing.InsertOpts(routing.Analyzer, tiers.Pro, false)
+	opts := b.analyzer.InsertOpts(tiers.Pro, "", false)
 	in, err := b.producer.Insert(ctx, jobs.AnalysisArgs{Target: filepath.Join(root, "go"), Tier: "pro"}, opts)
 	require.NoError(t, err)
 	out, err := b.producer.Insert(ctx, jobs.AnalysisArgs{Target: outside, Tier: "pro"}, opts)

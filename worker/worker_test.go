@@ -19,6 +19,7 @@ import (
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/tiers"
 	"github.com/tierq/tierq/worker"
 )
@@ -27,6 +28,8 @@ type testBundle struct {
 	db       *testdb.DB
 	producer *river.Client[pgx.Tx]
 	fixture  string
+	analyzer *service.Service // the reference app's services, for their queues
+	specGen  *service.Service
 }
 
 func setup(t *testing.T) *testBundle {
@@ -35,15 +38,18 @@ func setup(t *testing.T) *testBundle {
 	producer := db.Producer(t)
 	fixture, err := filepath.Abs("../jobs/scan/testdata/fixture")
 	require.NoError(t, err)
-	return &testBundle{db: db, producer: producer, fixture: fixture}
+	return &testBundle{
+		db: db, producer: producer, fixture: fixture,
+		analyzer: testdb.Service(t, jobs.ServiceAnalyzer), specGen: testdb.Service(t, jobs.ServiceSpecGen),
+	}
 }
 
 // workerConfig loads a worker configuration the way cmd/worker does, with fast
 // fetching so tests do not wait on poll intervals.
-func (b *testBundle) workerConfig(t *testing.T, svc routing.Service, extra ...string) config.Worker {
+func (b *testBundle) workerConfig(t *testing.T, svc *service.Service, extra ...string) config.Worker {
 	t.Helper()
 	environ := append([]string{
-		"DATABASE_URL=" + b.db.URL, "DATABASE_SCHEMA=" + b.db.Schema, "WORKER_SERVICE=" + string(svc),
+		"DATABASE_URL=" + b.db.URL, "DATABASE_SCHEMA=" + b.db.Schema, "WORKER_SERVICE=" + svc.Name(),
 		"QUEUE_PRIORITY_FETCH_COOLDOWN=10ms", "QUEUE_PRIORITY_FETCH_POLL_INTERVAL=100ms",
 		"QUEUE_DEFAULT_FETCH_COOLDOWN=10ms", "QUEUE_DEFAULT_FETCH_POLL_INTERVAL=100ms",
 		"QUEUE_SCHEDULED_FETCH_COOLDOWN=10ms", "QUEUE_SCHEDULED_FETCH_POLL_INTERVAL=100ms",
@@ -76,8 +82,8 @@ func TestEachTierRoutedAndWorkedThroughBothServices(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 
-	b.start(t, b.workerConfig(t, routing.Analyzer), nil)
-	b.start(t, b.workerConfig(t, routing.SpecGen), nil)
+	b.start(t, b.workerConfig(t, b.analyzer), nil)
+	b.start(t, b.workerConfig(t, b.specGen), nil)
 
 	type inserted struct {
 		tier        tiers.Tier
@@ -89,7 +95,7 @@ func TestEachTierRoutedAndWorkedThroughBothServices(t *testing.T) {
 		for _, isScheduled := range []bool{false, true} {
 			res, err := b.producer.Insert(ctx,
 				jobs.AnalysisArgs{Target: b.fixture, UserID: "user_" + tier.String(), Tier: tier.String()},
-				routing.InsertOpts(routing.Analyzer, tier, isScheduled))
+				b.analyzer.InsertOpts(tier, "", isScheduled))
 			require.NoError(t, err)
 			all = append(all, inserted{tier: tier, isScheduled: isScheduled, jobID: res.Job.ID})
 		}
@@ -107,7 +113,7 @@ func TestEachTierRoutedAndWorkedThroughBothServices(t *testing.T) {
 
 		analysis := b.db.Jobs(t, "id = $1", in.jobID)
 		require.Len(t, analysis, 1, name)
-		require.Equal(t, routing.Analyzer.Queue(wantClass), analysis[0].Queue, name)
+		require.Equal(t, b.analyzer.Queue(wantClass), analysis[0].Queue, name)
 		require.Equal(t, "completed", analysis[0].State, name)
 		require.Equal(t, routing.StartingPriority(in.tier), analysis[0].Priority, name)
 
@@ -118,7 +124,7 @@ func TestEachTierRoutedAndWorkedThroughBothServices(t *testing.T) {
 
 		specs := b.db.Jobs(t, "kind = 'specview' AND (args->>'analysis_result_id')::bigint = $1", resultID)
 		require.Len(t, specs, 1, name)
-		require.Equal(t, routing.SpecGen.Queue(wantClass), specs[0].Queue, name)
+		require.Equal(t, b.specGen.Queue(wantClass), specs[0].Queue, name)
 		require.Equal(t, routing.StartingPriority(in.tier), specs[0].Priority, name)
 		require.Equal(t, "completed", specs[0].State, name)
 
@@ -134,7 +140,7 @@ func TestUnknownTierRoutesDefaultAndIsCounted(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	b.start(t, b.workerConfig(t, routing.Analyzer), nil)
+	b.start(t, b.workerConfig(t, b.analyzer), nil)
 
 	unknownBefore := routing.UnknownTierCount()
 	// A producer in another language inserted the job with a tier it made up.
@@ -158,14 +164,14 @@ func TestPermanentErrorsCancelWithReason(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	b.start(t, b.workerConfig(t, routing.Analyzer), nil)
-	b.start(t, b.workerConfig(t, routing.SpecGen), nil)
+	b.start(t, b.workerConfig(t, b.analyzer), nil)
+	b.start(t, b.workerConfig(t, b.specGen), nil)
 
-	missing, err := b.producer.Insert(ctx, jobs.AnalysisArgs{Target: "/no/such/dir", Tier: "pro"}, routing.InsertOpts(routing.Analyzer, tiers.Pro, false))
+	missing, err := b.producer.Insert(ctx, jobs.AnalysisArgs{Target: "/no/such/dir", Tier: "pro"}, b.analyzer.InsertOpts(tiers.Pro, "", false))
 	require.NoError(t, err)
-	empty, err := b.producer.Insert(ctx, jobs.AnalysisArgs{Tier: "free"}, routing.InsertOpts(routing.Analyzer, tiers.Free, false))
+	empty, err := b.producer.Insert(ctx, jobs.AnalysisArgs{Tier: "free"}, b.analyzer.InsertOpts(tiers.Free, "", false))
 	require.NoError(t, err)
-	noResult, err := b.producer.Insert(ctx, jobs.SpecViewArgs{AnalysisResultID: 999_999}, routing.InsertOpts(routing.SpecGen, tiers.Free, false))
+	noResult, err := b.producer.Insert(ctx, jobs.SpecViewArgs{AnalysisResultID: 999_999}, b.specGen.InsertOpts(tiers.Free, "", false))
 	require.NoError(t, err)
 
 	// Args of the wrong JSON types, as a producer in another language could send.
@@ -197,13 +203,13 @@ func TestSpecGenDeploymentNeverTakesAnalysisWork(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	b.start(t, b.workerConfig(t, routing.SpecGen), nil)
+	b.start(t, b.workerConfig(t, b.specGen), nil)
 
 	// Analysis jobs in every analysis queue, and, to prove the specgen worker
 	// was fetching all along, specview jobs it must finish.
 	for _, tier := range tiers.All() {
 		for _, isScheduled := range []bool{false, true} {
-			_, err := b.producer.Insert(ctx, jobs.AnalysisArgs{Target: b.fixture, Tier: tier.String()}, routing.InsertOpts(routing.Analyzer, tier, isScheduled))
+			_, err := b.producer.Insert(ctx, jobs.AnalysisArgs{Target: b.fixture, Tier: tier.String()}, b.analyzer.InsertOpts(tier, "", isScheduled))
 			require.NoError(t, err)
 		}
 	}
@@ -212,7 +218,7 @@ func TestSpecGenDeploymentNeverTakesAnalysisWork(t *testing.T) {
 		INSERT INTO analysis_results (job_id, target, total_tests, go_tests, python_tests, js_tests, files_scanned, files_skipped, tests)
 		VALUES (-1, 'x', 0, 0, 0, 0, 0, 0, '[]') RETURNING id`).Scan(&resultID))
 	for _, tier := range tiers.All() {
-		_, err := b.producer.Insert(ctx, jobs.SpecViewArgs{AnalysisResultID: resultID}, routing.InsertOpts(routing.SpecGen, tier, false))
+		_, err := b.producer.Insert(ctx, jobs.SpecViewArgs{AnalysisResultID: resultID}, b.specGen.InsertOpts(tier, "", false))
 		require.NoError(t, err)
 	}
 	// Jobs in the analysis kind routed, wrongly, to a specview queue.
@@ -283,7 +289,7 @@ func TestConcurrencyPerQueueNeverExceedsConfiguredCount(t *testing.T) {
 	// database sees up to twice the configured count running.
 	const replicas = 2
 	counts := map[string]int{"analysis_priority": 3, "analysis_default": 2, "analysis_scheduled": 1}
-	cfg := b.workerConfig(t, routing.Analyzer,
+	cfg := b.workerConfig(t, b.analyzer,
 		"ANALYZER_QUEUE_PRIORITY_WORKERS=3", "ANALYZER_QUEUE_DEFAULT_WORKERS=2", "ANALYZER_QUEUE_SCHEDULED_WORKERS=1")
 	blockers := make([]*blocker, replicas)
 	for i := range blockers {
@@ -347,7 +353,7 @@ func TestLoadTestWorkloadRecordsExecutionsAndFailsOnPurpose(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	client := b.start(t, b.workerConfig(t, routing.Analyzer, "LOAD_TEST_WORKLOAD=true"), nil)
+	client := b.start(t, b.workerConfig(t, b.analyzer, "LOAD_TEST_WORKLOAD=true"), nil)
 
 	// Recorded: one execution row, completed in the completing transaction.
 	ok, err := b.producer.Insert(ctx, jobs.LoadTestArgs{SleepMS: 5, Record: true}, &river.InsertOpts{Queue: "analysis_priority"})

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierq/tierq/jobs"
-	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -67,7 +67,7 @@ func (a *app) demoCommand() *cobra.Command {
 
 The demo inserts load-test jobs (kind loadtest: each sleeps for a time in
 [SLEEP_MS/2, 3*SLEEP_MS/2] and does nothing else), into both services'
-queues, routed by routing.InsertOpts exactly as a producer does:
+queues, routed by each service's InsertOpts exactly as a producer does:
 
   free        --free jobs inserted over --burst, far more than the default
               queues' workers (3 analyzer, 2 specgen by default) can take:
@@ -94,7 +94,15 @@ make run's do; otherwise nothing is worked and the demo times out.`,
 			if err := s.check(); err != nil {
 				return &usageError{err}
 			}
-			queues, err := a.serviceQueues()
+			registry, err := referenceRegistry()
+			if err != nil {
+				return err
+			}
+			analyzer, err := registry.Parse(jobs.ServiceAnalyzer)
+			if err != nil {
+				return err
+			}
+			specGen, err := registry.Parse(jobs.ServiceSpecGen)
 			if err != nil {
 				return err
 			}
@@ -104,7 +112,11 @@ make run's do; otherwise nothing is worked and the demo times out.`,
 				return err
 			}
 			defer pool.Close()
-			d := &demo{settings: s, client: client, pool: pool, app: a, queues: queues, byTier: map[tiers.Tier]int{}, byQueue: map[string]int{}}
+			d := &demo{
+				settings: s, client: client, pool: pool, app: a,
+				services: []*service.Service{analyzer, specGen}, queues: registry.Queues(),
+				byTier: map[tiers.Tier]int{}, byQueue: map[string]int{},
+			}
 			start := time.Now()
 			err = d.run(ctx)
 			if err != nil && ctx.Err() != nil {
@@ -135,6 +147,9 @@ type demo struct {
 	pool     *pgxpool.Pool
 	app      *app
 	rng      *rand.Rand
+	// services are the analyzer, then the spec generator: paid and
+	// background jobs alternate between them, free ones go 3:2.
+	services []*service.Service
 	queues   []string // the service queues, in the summary's order
 
 	ids     []int64
@@ -154,7 +169,7 @@ func (d *demo) run(ctx context.Context) error {
 	// A fixed seed: the same command line sleeps the same way.
 	d.rng = rand.New(rand.NewPCG(3, 4)) //nolint:gosec // demo data, not secrets
 	out := d.app.stdout
-	fmt.Fprintf(out, "demo: load-test jobs (kind loadtest) that sleep %d-%d ms and do nothing else, routed by routing.InsertOpts:\n",
+	fmt.Fprintf(out, "demo: load-test jobs (kind loadtest) that sleep %d-%d ms and do nothing else, routed by each service's InsertOpts:\n",
 		s.sleepMS/2, s.sleepMS/2+s.sleepMS)
 	fmt.Fprintf(out, "  free:       %d jobs over %s into analysis_default and specview_default (3:2)\n", s.free, s.burst)
 	fmt.Fprintf(out, "  paid:       one every %s for %s (pro, pro_plus, enterprise) into analysis_priority and specview_priority\n", s.paidEvery, s.duration)
@@ -254,7 +269,7 @@ func (d *demo) insertBackground(ctx context.Context) error {
 	params := make([]river.InsertManyParams, 0, d.settings.background)
 	for i := range d.settings.background {
 		tier := []tiers.Tier{tiers.Free, tiers.Pro}[i%2]
-		svc := routing.Services()[i/2%2]
+		svc := d.services[i/2%2]
 		params = append(params, d.params(svc, tier, true))
 	}
 	return d.insertMany(ctx, params)
@@ -266,9 +281,9 @@ func (d *demo) insertFree(ctx context.Context, n int) error {
 	}
 	params := make([]river.InsertManyParams, 0, min(n, 1000))
 	for range n {
-		svc := routing.Analyzer
+		svc := d.services[0]
 		if d.free%5 >= 3 { // 3:2, as the default queues' default workers
-			svc = routing.SpecGen
+			svc = d.services[1]
 		}
 		params = append(params, d.params(svc, tiers.Free, false))
 		d.free++
@@ -286,7 +301,7 @@ func (d *demo) insertFree(ctx context.Context, n int) error {
 // request does (it notifies the queue's workers at once).
 func (d *demo) insertPaid(ctx context.Context) error {
 	tier := demoPaidTiers[d.paid%len(demoPaidTiers)]
-	svc := routing.Services()[d.paid%2]
+	svc := d.services[d.paid%2]
 	p := d.params(svc, tier, false)
 	res, err := d.client.Insert(ctx, p.Args, p.InsertOpts)
 	if err != nil {
@@ -297,10 +312,10 @@ func (d *demo) insertPaid(ctx context.Context) error {
 	return nil
 }
 
-func (d *demo) params(svc routing.Service, tier tiers.Tier, scheduled bool) river.InsertManyParams {
+func (d *demo) params(svc *service.Service, tier tiers.Tier, scheduled bool) river.InsertManyParams {
 	// Each job runs for one of seven tenants of its tier (as tierctl
 	// enqueue's users), recorded in its metadata.
-	opts := routing.InsertOptsFor(svc.BaseQueue(), tier, demoUserID("demo", tier, d.byTier[tier]), scheduled)
+	opts := svc.InsertOpts(tier, demoUserID("demo", tier, d.byTier[tier]), scheduled)
 	d.byTier[tier]++
 	d.byQueue[opts.Queue]++
 	return river.InsertManyParams{Args: jobs.LoadTestArgs{SleepMS: d.settings.sleep(d.rng), Tier: tier.String()}, InsertOpts: opts}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/internal/workertest"
-	"github.com/tierq/tierq/routing"
 )
 
 // TestDemoRunsToCompletion runs tierctl demo at a reduced size against real
@@ -23,8 +22,8 @@ import (
 func TestDemoRunsToCompletion(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	for _, svc := range routing.Services() {
-		db.Start(t, workertest.RiverConfig(t, db, "WORKER_SERVICE="+string(svc), "LOAD_TEST_WORKLOAD=true"))
+	for _, name := range testdb.Registry(t).Names() {
+		db.Start(t, workertest.RiverConfig(t, db, "WORKER_SERVICE="+name, "LOAD_TEST_WORKLOAD=true"))
 	}
 
 	// 60 free jobs over 1s, a paid job every 200ms for 3s (15), 2 background.

@@ -17,7 +17,6 @@ import (
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/jobs/scan"
-	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/subscriptions"
 	"github.com/tierq/tierq/tiers"
 )
@@ -38,8 +37,9 @@ func (a *app) enqueueCommand() *cobra.Command {
 		Short: "Insert demo analysis jobs across every tier, routed as a producer would",
 		Long: `Insert COUNT analysis jobs for the given target directories, cycling through
 the tiers in the proportions of --mix, with a share of them marked as scheduled
-(background) work. Each job is routed with routing.InsertOpts, exactly as an API
-service does, and inserted in batches. A progress bar shows the inserts.
+(background) work. Each job is routed by the analyzer service's InsertOpts
+(routing.InsertOptsFor), exactly as an API service does, and inserted in
+batches. A progress bar shows the inserts.
 
 Each target must be in one of ANALYSIS_ROOTS (colon-separated absolute
 directories; default /), checked as the API checks it: the analyzer workers
@@ -67,6 +67,15 @@ cancel a job whose target is elsewhere.`,
 			}
 			if err := checkUserPrefix(userID, cycle); err != nil {
 				return &usageError{err}
+			}
+
+			registry, err := referenceRegistry()
+			if err != nil {
+				return err
+			}
+			analyzer, err := registry.Parse(jobs.ServiceAnalyzer)
+			if err != nil {
+				return err
 			}
 
 			ctx := cmd.Context()
@@ -100,7 +109,7 @@ cancel a job whose target is elsewhere.`,
 					UserID: demoUserID(userID, tier, i),
 					Tier:   tier.String(),
 				}
-				opts := routing.InsertOptsFor(routing.Analyzer.BaseQueue(), tier, args.UserID, isScheduled)
+				opts := analyzer.InsertOpts(tier, args.UserID, isScheduled)
 				batch = append(batch, river.InsertManyParams{Args: args, InsertOpts: opts})
 				perQueue[opts.Queue]++
 				if len(batch) == enqueueBatch {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/service"
 )
 
 func main() {
@@ -86,11 +87,14 @@ type app struct {
 	stdout  io.Writer
 }
 
-// serviceQueues are the queues of the reference app's services
-// (jobs.Registry), the queues tierctl escalates jobs between, replays dead
-// letters into and watches. tierctl runs none of their workers.
+// referenceRegistry is the reference app's registry (jobs.Registry) without
+// its workers' dependencies: tierctl runs none of their workers.
+func referenceRegistry() (*service.Registry, error) { return jobs.Registry(jobs.Deps{}) }
+
+// serviceQueues are the queues of the reference app's services, the queues
+// tierctl escalates jobs between, replays dead letters into and watches.
 func (a *app) serviceQueues() ([]string, error) {
-	registry, err := jobs.Registry(jobs.Deps{})
+	registry, err := referenceRegistry()
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
-	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -179,7 +178,7 @@ func TestEscalate(t *testing.T) {
 	ctx := context.Background()
 	env := dbEnv(db)
 
-	res, err := db.Producer(t).Insert(ctx, jobs.LoadTestArgs{}, routing.InsertOpts(routing.Analyzer, tiers.Free, false))
+	res, err := db.Producer(t).Insert(ctx, jobs.LoadTestArgs{}, testdb.Service(t, jobs.ServiceAnalyzer).InsertOpts(tiers.Free, "", false))
 	require.NoError(t, err)
 	id := fmt.Sprint(res.Job.ID)
 
