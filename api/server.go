@@ -8,6 +8,20 @@
 // The API can also serve River UI (riverqueue.com/riverui) under /riverui/,
 // behind the admin token (riverui.go); it is not part of the JSON API nor of
 // the OpenAPI document.
+//
+// New makes the server for a main that runs its own HTTP server; Run is the
+// whole process (connect, an insert-only River client, River UI, listen,
+// graceful stop on a signal). A team's API of the reference app's services
+// and its own is a few lines of its main:
+//
+//	cfg, err := config.Load[config.API](environ) // exit 2 on config.ErrInvalid
+//	if err != nil {
+//		return err
+//	}
+//	return api.Run(ctx, cfg, cfg.NewLogger(stdout), newServices)
+//
+// where newServices(pool) joins jobs.Registry with the team's registry
+// (service.Registry.Join; see the example).
 package api
 
 import (

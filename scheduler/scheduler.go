@@ -11,6 +11,24 @@
 // dlq) with its depth alert, and every service's own periodic jobs
 // (service.Config.PeriodicJobs; CronJob makes a cron job of the scheduler's
 // queue, as the reference app's re-analysis and retention are).
+//
+// RiverConfig is the River client configuration of the deployment, for a
+// main that runs its own River client; Run is the whole process (connect,
+// lead, watch the leadership, metrics, stop on a signal), with the check of
+// RESCUE_STUCK_JOBS_AFTER against every kind's timeout. A team's scheduler
+// of the reference app's services and its own is a few lines of its main:
+//
+//	cfg, err := config.Load[config.Scheduler](environ) // exit 2 on config.ErrInvalid
+//	if err != nil {
+//		return err
+//	}
+//	logger := cfg.NewLogger(stdout)
+//	return scheduler.Run(ctx, cfg, logger, newServices,
+//		scheduler.KindTimeouts(jobs.Timeouts()), scheduler.KindTimeouts(own))
+//
+// where newServices(pool) joins jobs.Registry with the team's registry
+// (service.Registry.Join) and own holds the timeouts of the team's kinds
+// (see the example).
 package scheduler
 
 import (

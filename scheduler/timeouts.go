@@ -27,8 +27,9 @@ const (
 // Timeouts returns the scheduler's own kinds with their timeouts. The
 // scheduler registers its services' kinds too (RiverConfig), and
 // RESCUE_STUCK_JOBS_AFTER must be longer than the timeout of each of them
-// all (config.Scheduler.CheckKindTimeouts): the application adds its
-// services' timeouts, as cmd/scheduler adds jobs.Timeouts.
+// all (config.Scheduler.CheckKindTimeouts): the application gives Run its
+// services' timeouts with KindTimeouts, as cmd/scheduler gives
+// jobs.Timeouts.
 func Timeouts() map[string]time.Duration {
 	return map[string]time.Duration{
 		KindAgingSweep:      AgingSweepTimeout,

@@ -10,26 +10,25 @@
 // does a RESCUE_STUCK_JOBS_AFTER that is not longer than the timeout of
 // every job kind (jobs.Timeouts and scheduler.Timeouts), since the rescuer
 // would then retry jobs a worker may still be running.
+//
+// The process is scheduler.Run; a team's scheduler of the reference
+// services and its own is the same few lines (example in package
+// scheduler).
 package main
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"log/slog"
-	"maps"
 	"os"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/process"
 	"github.com/tierq/tierq/jobs"
-	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/scheduler"
+	"github.com/tierq/tierq/service"
 )
 
 func main() {
@@ -41,62 +40,18 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 	if err != nil {
 		return err
 	}
-	// Every kind the scheduler registers: the reference app's (its services'
-	// kinds, their periodic kinds and the load test's) and its own.
-	timeouts := jobs.Timeouts()
-	maps.Copy(timeouts, scheduler.Timeouts())
-	if err := cfg.CheckKindTimeouts(timeouts); err != nil {
-		return err
-	}
 	logger := cfg.NewLogger(stdout)
-	if cfg.JobTimeoutSet() {
-		logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: each job kind has its own timeout (docs/operations.md, \"Job timeouts and rescue\"); it applies only to kinds registered without one",
-			slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(timeouts)))
-	}
-	poolConfig, err := cfg.PoolConfig()
-	if err != nil {
-		return err
-	}
-
-	registry := metrics.NewRegistry()
-	// Made with the client (its services' workers need the pool), before
-	// Background runs.
-	var schedulerMetrics *metrics.Scheduler
-	return process.Run(ctx, process.Spec{
-		Name:            "scheduler",
-		Logger:          logger,
-		Pool:            poolConfig,
-		SoftStopTimeout: cfg.SoftStopTimeout,
-		NewClient: func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
-			services, err := jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: jobs.MaintenanceOf(&cfg)})
-			if err != nil {
-				return nil, err
-			}
-			schedulerMetrics = metrics.NewScheduler(registry, services.Queues())
-			riverConfig, err := scheduler.RiverConfig(cfg, pool, services, logger, schedulerMetrics)
-			if err != nil {
-				return nil, err
-			}
-			// Registered so that the rescuer on this leader retries a stuck
-			// load-test job; it is no service's kind.
-			river.AddWorker(riverConfig.Workers, jobs.NewLoadTestWorker(pool))
-			return process.NewClient(pool, riverConfig, metrics.NewJobs(registry))
+	return scheduler.Run(ctx, cfg, logger,
+		func(pool *pgxpool.Pool) (*service.Registry, error) {
+			return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: jobs.MaintenanceOf(&cfg)})
 		},
-		MetricsAddr: cfg.MetricsAddr,
-		Metrics:     registry,
-		Background: func(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx]) {
-			scheduler.WatchLeader(ctx, pool, logger, time.Second, client.ID(), schedulerMetrics)
-		},
-		Attrs: []any{
-			slog.Duration("rescue_stuck_jobs_after", cfg.RescueStuckJobsAfter),
-			slog.String("cron_tz", cfg.CronTZ),
-			slog.String("reanalyze_cron", cfg.ReanalyzeCron),
-			slog.String("retention_cron", cfg.RetentionCron),
-			slog.Duration("aging_interval", cfg.AgingInterval),
-			slog.Duration("aging_step", cfg.AgingStep),
-			slog.Int("aging_max_priority", cfg.AgingMaxPriority),
-			slog.Duration("escalate_scheduled_after", cfg.EscalateScheduledAfter),
-			slog.Duration("escalate_default_after", cfg.EscalateDefaultAfter),
-		},
-	})
+		// The reference app's kinds: its services', their periodic kinds
+		// and the load test's, whose worker is registered so that the
+		// rescuer on this leader retries a stuck load-test job; it is no
+		// service's kind.
+		scheduler.KindTimeouts(jobs.Timeouts()),
+		scheduler.AddWorkers(func(workers *river.Workers, pool *pgxpool.Pool) error {
+			return river.AddWorkerSafely(workers, jobs.NewLoadTestWorker(pool))
+		}),
+	)
 }

@@ -1,0 +1,100 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/proctest"
+	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/service"
+)
+
+// TestRun runs the API through Run, as a team's main would.
+func TestRun(t *testing.T) {
+	t.Parallel()
+
+	apiConfig := func(t *testing.T, db *testdb.DB) config.API {
+		t.Helper()
+		cfg, err := config.Load[config.API]([]string{
+			"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "API_ADDR=127.0.0.1:0",
+			"API_TOKEN=" + producerToken, "API_ADMIN_TOKEN=" + adminToken,
+		})
+		require.NoError(t, err)
+		return cfg
+	}
+
+	// The reference app's services joined with a team's (example_test.go):
+	// the API accepts the kinds of both, logs attrs between its address
+	// and River UI's path, and returns nil once its context ends.
+	t.Run("reference and team services", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.New(t)
+
+		newServices := func(pool *pgxpool.Pool) (*service.Registry, error) {
+			ref, err := jobs.Registry(jobs.Deps{Pool: pool})
+			if err != nil {
+				return nil, err
+			}
+			own, err := invoiceServices(pool)
+			if err != nil {
+				return nil, err
+			}
+			return ref.Join(own)
+		}
+		out := &proctest.Buffer{}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() {
+			done <- api.Run(ctx, apiConfig(t, db), slog.New(slog.NewTextHandler(out, nil)), newServices, slog.String("team", "billing"))
+		}()
+
+		proctest.WaitOutput(t, out, "api listening", 20*time.Second)
+		listening := regexp.MustCompile(`msg="api listening" addr=(127\.0\.0\.1:\d+) team=billing river_ui=/riverui/\n`).FindStringSubmatch(out.String())
+		require.Len(t, listening, 2, out.String())
+		b := &bundle{db: db, url: "http://" + listening[1]}
+
+		require.Equal(t, http.StatusOK, b.do(t, "GET", "/healthz", "", nil).status)
+		res := b.do(t, "POST", "/v1/jobs", producerToken, `{"kind":"render_invoice","user_id":"u_1","args":{"invoice_id":7}}`)
+		require.Equal(t, http.StatusCreated, res.status, string(res.body))
+		require.Equal(t, "invoicer_default", res.json(t)["queue"])
+		res = b.do(t, "POST", "/v1/jobs", producerToken, `{"kind":"render_invoice","user_id":"u_1","args":{"invoice_id":0}}`)
+		require.Equal(t, http.StatusBadRequest, res.status)
+		require.Contains(t, res.json(t)["error"], "invoice_id must be positive")
+		res = b.do(t, "POST", "/v1/jobs", producerToken, analysisBody("u_1", "/srv/a"))
+		require.Equal(t, http.StatusCreated, res.status, string(res.body))
+		require.Equal(t, "analysis_default", res.json(t)["queue"])
+
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err, out.String())
+		case <-time.After(20 * time.Second):
+			t.Fatalf("Run did not return; output:\n%s", out.String())
+		}
+		require.Contains(t, out.String(), "api stopped")
+	})
+
+	// A registry that cannot be built is Run's error; nothing listens.
+	t.Run("services error", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.New(t)
+
+		out := &proctest.Buffer{}
+		err := api.Run(context.Background(), apiConfig(t, db), slog.New(slog.NewTextHandler(out, nil)),
+			func(*pgxpool.Pool) (*service.Registry, error) { return nil, errors.New("no registry") })
+		require.EqualError(t, err, "api: services: no registry")
+		require.NotContains(t, out.String(), "api listening")
+	})
+}

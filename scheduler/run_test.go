@@ -1,0 +1,155 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/proctest"
+	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/scheduler"
+	"github.com/tierq/tierq/service"
+)
+
+// exportArgs are the args of a kind of no service, which a deployment
+// registers with AddWorkers (as cmd/scheduler does the load test's).
+type exportArgs struct{}
+
+func (exportArgs) Kind() string { return "audit_export" }
+
+type exportWorker struct {
+	river.WorkerDefaults[exportArgs]
+	pool *pgxpool.Pool
+}
+
+func (*exportWorker) Work(context.Context, *river.Job[exportArgs]) error { return nil }
+
+// TestRun runs the scheduler deployment through Run, as a team's main
+// would.
+func TestRun(t *testing.T) {
+	t.Parallel()
+
+	// A scheduler of the mailer alone (services_test.go) and of an extra
+	// worker: it leads, runs and works the mailer's periodic job and the
+	// extra kind, serves tierq_leader on METRICS_ADDR and returns nil once
+	// its context ends.
+	t.Run("team services and extra workers", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.New(t)
+
+		var purges atomic.Int32
+		var servicesPool, extraPool *pgxpool.Pool
+		newServices := func(pool *pgxpool.Pool) (*service.Registry, error) {
+			servicesPool = pool
+			mailer, err := service.New(&service.Config{
+				Name:          "mailer",
+				Kinds:         []service.Kind{service.WorkerKind(&sendWorker{})},
+				PeriodicJobs:  []*river.PeriodicJob{scheduler.CronJob("purge_bounces", river.PeriodicInterval(time.Hour), purgeArgs{})},
+				PeriodicKinds: []service.Kind{service.WorkerKind(&purgeWorker{runs: &purges})},
+			})
+			if err != nil {
+				return nil, err
+			}
+			return service.NewRegistry(mailer)
+		}
+		export := testdb.InsertRaw(t, db, testdb.RawJob{Kind: "audit_export", Queue: scheduler.Queue})
+
+		cfg := schedulerConfig(t, db, "METRICS_ADDR=127.0.0.1:0", "SOFT_STOP_TIMEOUT=1s", "JOB_TIMEOUT=30s")
+		out := &proctest.Buffer{}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() {
+			done <- scheduler.Run(ctx, cfg, slog.New(slog.NewTextHandler(out, nil)), newServices,
+				scheduler.KindTimeouts(map[string]time.Duration{"send_mail": 2 * time.Minute}),
+				scheduler.AddWorkers(func(workers *river.Workers, pool *pgxpool.Pool) error {
+					extraPool = pool
+					return river.AddWorkerSafely(workers, &exportWorker{pool: pool})
+				}))
+		}()
+
+		proctest.WaitOutput(t, out, "scheduler started", 20*time.Second)
+		require.Contains(t, out.String(), "rescue_stuck_jobs_after=1h0m0s")
+		require.Contains(t, out.String(), `level=WARN msg="JOB_TIMEOUT no longer bounds tierq's jobs`)
+		require.Contains(t, out.String(), "kind_timeouts=\"map[aging_sweep:1m0s dlq_drain:1m0s escalation_sweep:1m0s send_mail:2m0s]\"")
+		metricsURL := proctest.MetricsURL(t, out)
+		testdb.WaitFor(t, 20*time.Second, "the purge cron job to run and the extra kind to be worked", func() bool {
+			return purges.Load() >= 1 && db.Jobs(t, "id = $1", export)[0].State == "completed"
+		})
+		testdb.WaitFor(t, 5*time.Second, "tierq_leader 1", func() bool {
+			return strings.Contains(proctest.Scrape(t, metricsURL), "\ntierq_leader 1\n")
+		})
+		require.NotNil(t, servicesPool)
+		require.Same(t, servicesPool, extraPool, "the services and the extra workers get the deployment's pool")
+
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err, out.String())
+		case <-time.After(20 * time.Second):
+			t.Fatalf("Run did not return; output:\n%s", out.String())
+		}
+		require.Contains(t, out.String(), "scheduler stopped")
+	})
+
+	// RESCUE_STUCK_JOBS_AFTER not longer than a kind's timeout, the
+	// scheduler's own or one of KindTimeouts (several add up), is
+	// config.ErrInvalid, before Run connects or builds the services.
+	t.Run("rescue not above a kind's timeout", func(t *testing.T) {
+		t.Parallel()
+
+		const prefix = `invalid configuration: RESCUE_STUCK_JOBS_AFTER="%s": must be longer than the timeout of every job kind, ` +
+			`or the rescuer retries (and runs twice) jobs a worker may still be running; job kind `
+		tests := []struct {
+			name   string
+			rescue string
+			opts   []scheduler.RunOption
+			want   string
+		}{
+			{
+				name:   "the scheduler's own",
+				rescue: "60s",
+				want:   "aging_sweep has 1m0s, job kind dlq_drain has 1m0s, job kind escalation_sweep has 1m0s",
+			},
+			{
+				name:   "a service's kind",
+				rescue: "90s",
+				opts:   []scheduler.RunOption{scheduler.KindTimeouts(map[string]time.Duration{"send_mail": 2 * time.Minute, "purge_bounces": time.Minute})},
+				want:   "send_mail has 2m0s",
+			},
+			{
+				name:   "options add up",
+				rescue: "90s",
+				opts: []scheduler.RunOption{
+					scheduler.KindTimeouts(map[string]time.Duration{"send_mail": 2 * time.Minute}),
+					scheduler.KindTimeouts(map[string]time.Duration{"audit_export": 3 * time.Minute}),
+				},
+				want: "audit_export has 3m0s, job kind send_mail has 2m0s",
+			},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				cfg, err := config.Load[config.Scheduler]([]string{
+					"DATABASE_URL=postgres://127.0.0.1:1/none", // never reached
+					"RESCUE_STUCK_JOBS_AFTER=" + tt.rescue, "JOB_TIMEOUT=30s",
+				})
+				require.NoError(t, err)
+				err = scheduler.Run(context.Background(), cfg, discard, func(*pgxpool.Pool) (*service.Registry, error) {
+					return nil, errors.New("the services were built")
+				}, tt.opts...)
+				require.ErrorIs(t, err, config.ErrInvalid)
+				require.Equal(t, strings.ReplaceAll(prefix, "%s", tt.rescue)+tt.want, err.Error())
+			})
+		}
+	})
+}
