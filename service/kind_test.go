@@ -44,7 +44,9 @@ func (a *lenientArgs) UnmarshalJSON(data []byte) error {
 
 func (a *lenientArgs) Validate() error { return a.decodeErr }
 
-type lenientWorker struct{ river.WorkerDefaults[lenientArgs] }
+type lenientWorker struct {
+	river.WorkerDefaults[lenientArgs]
+}
 
 func (*lenientWorker) Work(context.Context, *river.Job[lenientArgs]) error { return nil }
 
