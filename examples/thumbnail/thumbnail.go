@@ -32,7 +32,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -182,10 +181,10 @@ func Scale(ctx context.Context, src image.Image, width int) (image.Image, error)
 	return dst, nil
 }
 
-// Deps are what the thumbnail service needs.
+// Deps are what the thumbnail service's workers need: where images are
+// read from and where thumbnails are written. The scheduler and the API,
+// which run none of them, leave both empty.
 type Deps struct {
-	// SourceDir is where images are read from; OutputDir where thumbnails
-	// are written.
 	SourceDir string
 	OutputDir string
 }
@@ -199,9 +198,6 @@ const ServiceName = "thumbnailer"
 // 1 and 1 workers per process by default (its work is CPU-bound: one
 // worker per core).
 func Service(deps Deps) (*service.Service, error) {
-	if strings.TrimSpace(deps.SourceDir) == "" || strings.TrimSpace(deps.OutputDir) == "" {
-		return nil, errors.New("thumbnail: source and output directories are required")
-	}
 	return service.New(&service.Config{
 		Name:      ServiceName,
 		BaseQueue: "thumbnails",

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -20,15 +20,15 @@ import (
 
 func TestBadEnvironmentNamesTheVariable(t *testing.T) {
 	t.Parallel()
-	err := run(context.Background(), []string{"DATABASE_URL=postgres://x/y", "WORKER_SERVICE=thumbnailer", "THUMBNAIL_SOURCE_DIR=relative", "THUMBNAIL_OUTPUT_DIR=/tmp"}, &bytes.Buffer{})
+	err := RunWorker(context.Background(), []string{"DATABASE_URL=postgres://x/y", "WORKER_SERVICE=thumbnailer", "THUMBNAIL_SOURCE_DIR=relative", "THUMBNAIL_OUTPUT_DIR=/tmp"}, &bytes.Buffer{})
 	require.ErrorIs(t, err, config.ErrInvalid)
 	require.ErrorContains(t, err, `THUMBNAIL_SOURCE_DIR="relative": must be an absolute directory`)
 
-	err = run(context.Background(), []string{"DATABASE_URL=postgres://x/y", "WORKER_SERVICE=analyzer", "THUMBNAIL_SOURCE_DIR=/a", "THUMBNAIL_OUTPUT_DIR=/b"}, &bytes.Buffer{})
+	err = RunWorker(context.Background(), []string{"DATABASE_URL=postgres://x/y", "WORKER_SERVICE=analyzer", "THUMBNAIL_SOURCE_DIR=/a", "THUMBNAIL_OUTPUT_DIR=/b"}, &bytes.Buffer{})
 	require.ErrorIs(t, err, config.ErrInvalid)
 	require.ErrorContains(t, err, `WORKER_SERVICE="analyzer": unknown service (want thumbnailer)`)
 
-	err = run(context.Background(), []string{"DATABASE_URL=postgres://x/y", "WORKER_SERVICE=thumbnailer", "THUMBNAIL_SOURCE_DIR=/a", "THUMBNAIL_OUTPUT_DIR=/b", "THUMBNAILER_QUEUE_DEFAULT_WORKERS=many"}, &bytes.Buffer{})
+	err = RunWorker(context.Background(), []string{"DATABASE_URL=postgres://x/y", "WORKER_SERVICE=thumbnailer", "THUMBNAIL_SOURCE_DIR=/a", "THUMBNAIL_OUTPUT_DIR=/b", "THUMBNAILER_QUEUE_DEFAULT_WORKERS=many"}, &bytes.Buffer{})
 	require.ErrorIs(t, err, config.ErrInvalid)
 	require.ErrorContains(t, err, "THUMBNAILER_QUEUE_DEFAULT_WORKERS")
 }
@@ -48,7 +48,7 @@ func TestWorksThumbnails(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "WORKER_SERVICE=thumbnailer",
+		done <- RunWorker(ctx, []string{"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "WORKER_SERVICE=thumbnailer",
 			"THUMBNAIL_SOURCE_DIR=" + src, "THUMBNAIL_OUTPUT_DIR=" + out}, &bytes.Buffer{})
 	}()
 

@@ -1,0 +1,301 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/examples/thumbnail"
+	"github.com/tierq/tierq/internal/proctest"
+	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/subscriptions"
+	"github.com/tierq/tierq/tiers"
+)
+
+const (
+	producerToken = "producer-token-thumbnails"
+	adminToken    = "admin-token-thumbnails"
+)
+
+// freeAddr is a loopback address with a port nobody listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// writeImage writes a w×h PNG with a gradient, so that scaling it is real
+// work.
+func writeImage(t *testing.T, path string, w, h int) {
+	t.Helper()
+	img := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for y := range h {
+		for x := range w {
+			img.SetNRGBA(x, y, color.NRGBA{R: uint8(x), G: uint8(y), B: 128, A: 255}) //nolint:gosec // wraps on purpose
+		}
+	}
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	require.NoError(t, png.Encode(f, img))
+	require.NoError(t, f.Close())
+}
+
+type system struct {
+	db      *testdb.DB
+	api     string // http://host:port
+	metrics string // the thumbnail worker's
+	source  string
+	output  string
+	env     []string
+}
+
+func (s *system) call(t *testing.T, method, path, token string, body any) (int, map[string]any) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		require.NoError(t, err)
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, s.api+path, r)
+	require.NoError(t, err)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var out map[string]any
+	if len(raw) > 0 && raw[0] == '{' {
+		require.NoError(t, json.Unmarshal(raw, &out), string(raw))
+	}
+	return resp.StatusCode, out
+}
+
+func (s *system) get(t *testing.T, url, token string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", url, raw)
+	return string(raw)
+}
+
+// job reads GET /v1/jobs/{id}.
+func (s *system) job(t *testing.T, id any) map[string]any {
+	t.Helper()
+	status, job := s.call(t, http.MethodGet, fmt.Sprintf("/v1/jobs/%v", id), producerToken, nil)
+	require.Equal(t, http.StatusOK, status)
+	return job
+}
+
+func (s *system) waitState(t *testing.T, id any, state string) map[string]any {
+	t.Helper()
+	var job map[string]any
+	testdb.WaitFor(t, 60*time.Second, fmt.Sprintf("job %v %s", id, state), func() bool {
+		job = s.job(t, id)
+		return job["state"] == state
+	})
+	return job
+}
+
+// startSystem runs, in this process, the scheduler and the API of the
+// reference app's services and the thumbnail service, and the thumbnail
+// service's own worker deployment with no default-queue workers (free work
+// waits there until the scheduler ages and escalates it).
+func startSystem(t *testing.T) *system {
+	t.Helper()
+	db := testdb.New(t)
+	s := &system{db: db, api: "http://" + freeAddr(t), source: t.TempDir(), output: t.TempDir()}
+	s.env = []string{"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "LOG_FORMAT=json"}
+	metricsAddr := freeAddr(t)
+	s.metrics = "http://" + metricsAddr
+
+	ctx, cancel := context.WithCancel(context.Background())
+	type deployment struct {
+		name string
+		run  func(context.Context, []string, io.Writer) error
+		env  []string
+	}
+	deployments := []deployment{
+		{"scheduler", RunScheduler, []string{
+			"RESCUE_STUCK_JOBS_AFTER=61s", "AGING_INTERVAL=1s", "AGING_STEP=1s",
+			"ESCALATION_INTERVAL=1s", "ESCALATE_DEFAULT_AFTER=3s", "DLQ_DRAIN_INTERVAL=1s",
+		}},
+		{"api", RunAPI, []string{
+			"API_ADDR=" + strings.TrimPrefix(s.api, "http://"), "API_TOKEN=" + producerToken, "API_ADMIN_TOKEN=" + adminToken,
+			"MAX_ATTEMPTS=2",
+		}},
+		{"worker", RunWorker, []string{
+			"WORKER_SERVICE=thumbnailer", "THUMBNAILER_QUEUE_DEFAULT_WORKERS=0",
+			"THUMBNAIL_SOURCE_DIR=" + s.source, "THUMBNAIL_OUTPUT_DIR=" + s.output, "METRICS_ADDR=" + metricsAddr,
+		}},
+	}
+	done := make(chan error, len(deployments))
+	for _, d := range deployments {
+		log := &proctest.Buffer{}
+		go func() {
+			err := d.run(ctx, append(slices.Clone(s.env), d.env...), log)
+			if err != nil {
+				err = fmt.Errorf("%s: %w\n%s", d.name, err, log.String())
+			}
+			done <- err
+		}()
+	}
+	t.Cleanup(func() {
+		cancel()
+		for range deployments {
+			require.NoError(t, <-done)
+		}
+	})
+	testdb.WaitFor(t, 30*time.Second, "the API answers", func() bool {
+		resp, err := http.Get(s.api + "/healthz") //nolint:noctx // a probe
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return s
+}
+
+// TestThumbnailsBesideTheReferenceApp runs the example service for real
+// next to the reference app's services, under their one scheduler and API:
+// jobs enqueued through the API are routed by tier, worked by the service's
+// own worker deployment, aged and escalated when they wait, dead-lettered
+// when they keep failing and replayed, and show in /metrics, River UI and
+// tierctl watch.
+func TestThumbnailsBesideTheReferenceApp(t *testing.T) {
+	t.Parallel()
+	s := startSystem(t)
+	ctx := t.Context()
+	writeImage(t, filepath.Join(s.source, "big.png"), 2400, 1600)
+	writeImage(t, filepath.Join(s.source, "small.png"), 300, 200)
+	require.NoError(t, subscriptions.Set(ctx, s.db.Pool, "u_pro", tiers.Pro))
+
+	thumb := func(user, image string) map[string]any {
+		status, job := s.call(t, http.MethodPost, "/v1/jobs", producerToken,
+			map[string]any{"kind": "thumbnail", "user_id": user, "args": map[string]any{"image": image, "width": 128}})
+		require.Equal(t, http.StatusCreated, status, "%v", job)
+		return job
+	}
+
+	// A paid request: thumbnails_priority, worked at once.
+	paid := thumb("u_pro", "big.png")
+	require.Equal(t, "thumbnails_priority", paid["queue"])
+	require.Equal(t, "pro", paid["tier"])
+	s.waitState(t, paid["id"], "completed")
+	require.FileExists(t, filepath.Join(s.output, thumbnail.OutputName(thumbnail.Args{Image: "big.png", Width: 128})))
+
+	// The API decodes the kind's args strictly and asks them to validate.
+	status, body := s.call(t, http.MethodPost, "/v1/jobs", producerToken,
+		map[string]any{"kind": "thumbnail", "user_id": "u_pro", "args": map[string]any{"image": "../etc/passwd", "width": 128}})
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Equal(t, `invalid args: image "../etc/passwd" must be a relative path inside the source directory`, body["error"])
+	status, body = s.call(t, http.MethodPost, "/v1/jobs", producerToken,
+		map[string]any{"kind": "thumbnail", "user_id": "u_pro", "args": map[string]any{"image": "a.png", "width": 128, "tier": "enterprise"}})
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Equal(t, `invalid args: unknown field "tier"`, body["error"])
+
+	// A free request waits in thumbnails_default, which this deployment
+	// does not serve: aging lifts it, escalation moves it to the priority
+	// queue after 3 s, and it is worked there.
+	free := thumb("u_free", "small.png")
+	require.Equal(t, "thumbnails_default", free["queue"])
+	require.Equal(t, "free", free["tier"])
+	done := s.waitState(t, free["id"], "completed")
+	require.Equal(t, "thumbnails_priority", done["queue"])
+	var kinds []string
+	for _, m := range done["moves"].([]any) {
+		move := m.(map[string]any)
+		kinds = append(kinds, move["kind"].(string))
+		if move["kind"] == "escalation" {
+			require.Equal(t, "thumbnails_default", move["from_queue"])
+			require.Equal(t, "thumbnails_priority", move["to_queue"])
+			require.Equal(t, "scheduler", move["actor"])
+		}
+	}
+	require.Contains(t, kinds, "aging")
+	require.Contains(t, kinds, "escalation")
+	require.Equal(t, 1, s.db.Count(t, `SELECT count(*) FROM job_escalations WHERE job_id = $1 AND to_queue = 'thumbnails_priority'`, free["id"]))
+
+	// An image that is not there: retried, then dead-lettered after its 2
+	// attempts; replayed once it is there, and worked.
+	late := thumb("u_pro", "late.png")
+	dead := s.waitState(t, late["id"], "dead_letter")
+	require.Len(t, dead["errors"], 2)
+	require.Equal(t, `image "late.png" not found (yet)`, dead["errors"].([]any)[1].(map[string]any)["error"])
+	writeImage(t, filepath.Join(s.source, "late.png"), 640, 480)
+	status, replayed := s.call(t, http.MethodPost, fmt.Sprintf("/v1/dead-letters/%v/replay", dead["dead_letter_id"]), adminToken, map[string]any{"actor": "alice"})
+	require.Equal(t, http.StatusOK, status, "%v", replayed)
+	require.Equal(t, "thumbnails_priority", replayed["queue"])
+	again := s.waitState(t, replayed["job_id"], "completed")
+	require.Equal(t, "pro", again["tier"])
+	require.Equal(t, "u_pro", again["tenant"])
+
+	// /metrics: the API's queue gauges list the service's queues; the
+	// worker's wait histogram counts each attempt it started: pro, the paid
+	// job, the late one's two attempts and its replay; free, the escalated
+	// one.
+	apiMetrics := s.get(t, s.api+"/metrics", "")
+	for _, queue := range []string{"thumbnails_priority", "thumbnails_default", "thumbnails_scheduled"} {
+		require.Contains(t, apiMetrics, `tierq_queue_depth{queue="`+queue+`",state="available"}`)
+	}
+	workerMetrics := s.get(t, s.metrics+"/metrics", "")
+	require.Contains(t, workerMetrics, `tierq_job_wait_seconds_count{queue="thumbnails_priority",tier="pro"} 4`)
+	require.Contains(t, workerMetrics, `tierq_job_wait_seconds_count{queue="thumbnails_priority",tier="free"} 1`)
+
+	// River UI, served by the same API: the service's queues, and a job
+	// with its tier in metadata.
+	require.Contains(t, s.get(t, s.api+"/riverui/api/queues", adminToken), `"thumbnails_priority"`)
+	uiJob := s.get(t, fmt.Sprintf("%s/riverui/api/jobs/%v", s.api, paid["id"]), adminToken)
+	require.Contains(t, uiJob, `"tierq:tier":"pro"`)
+	require.Contains(t, uiJob, `"kind":"thumbnail"`)
+
+	// tierctl watch, the reference app's live view, shows the service's
+	// queues (registered in River by its worker) and their waits by tier:
+	// of the pro jobs, the paid one and the replay are in river_job (the
+	// late one's attempts went to the dead letters).
+	tierctl := filepath.Join(t.TempDir(), "tierctl")
+	build := exec.CommandContext(ctx, "go", "build", "-o", tierctl, "github.com/tierq/tierq/cmd/tierctl")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, string(out))
+	watch := exec.CommandContext(ctx, tierctl, "watch", "--once")
+	watch.Env = append(os.Environ(), s.env...)
+	out, err = watch.CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Regexp(t, `(?m)^\s*thumbnails_priority\s+0\s+0\s+0\s+0\s+0\s+\S+\s+0$`, string(out))
+	require.Regexp(t, `(?m)^\s*thumbnails_priority\s+pro\s+2\s+\S+\s+\S+$`, string(out))
+	require.Regexp(t, `(?m)^\s*thumbnails_priority\s+free\s+1\s+\S+\s+\S+$`, string(out))
+}
