@@ -1,0 +1,164 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tierq/tierq/dlq"
+)
+
+func (a *app) dlqListCommand() *cobra.Command {
+	var (
+		filter   dlq.Filter
+		since    string
+		limit    int
+		beforeID int64
+		asJSON   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List dead letters, newest first",
+		Example: `  tierctl dlq list
+  tierctl dlq list --queue analysis_default --since 24h --pending
+  tierctl dlq list --kind specview --limit 200 --json`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if filter.Since, err = parseAge("--since", since); err != nil {
+				return err
+			}
+			page := dlq.Page{Limit: limit, BeforeID: beforeID}
+			if err := checkList(filter, page); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			_, pool, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+
+			rows, err := dlq.List(ctx, pool, filter, page)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return a.printJSON(rows)
+			}
+			if len(rows) == 0 {
+				fmt.Fprintln(a.stdout, "no dead letters match")
+				return nil
+			}
+			w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tJOB ID\tKIND\tQUEUE\tATTEMPTS\tLAST ERROR\tMOVED AT\tREPLAYED AS")
+			for _, d := range rows {
+				replayed := "-"
+				if d.ReplayJobID != nil {
+					replayed = "job " + strconv.FormatInt(*d.ReplayJobID, 10)
+				}
+				fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", d.ID, d.JobID, d.Kind, d.Queue,
+					d.Attempt, d.MaxAttempts, oneLine(d.LastError(), 60), d.MovedAt.UTC().Format(time.DateTime), replayed)
+			}
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			if len(rows) == limit {
+				fmt.Fprintf(a.stdout, "(first %d; next page: --before %d)\n", limit, rows[len(rows)-1].ID)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&filter.Queue, "queue", "", "only this original queue")
+	cmd.Flags().StringVar(&filter.Kind, "kind", "", "only this job kind")
+	cmd.Flags().StringVar(&since, "since", "", "only rows moved in this long ago (e.g. 90m, 24h, 7d)")
+	cmd.Flags().BoolVar(&filter.Pending, "pending", false, "only rows not replayed yet")
+	cmd.Flags().IntVar(&limit, "limit", 50, fmt.Sprintf("most rows to show (1-%d)", dlq.MaxListLimit))
+	cmd.Flags().Int64Var(&beforeID, "before", 0, "continue a listing: only ids below this one")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array with every field")
+	return cmd
+}
+
+// checkList turns dlq's validation of a listing into a usage error.
+func checkList(f dlq.Filter, page dlq.Page) error {
+	if err := f.Validate(); err != nil {
+		return &usageError{err}
+	}
+	if err := checkRange("--limit", page.Limit, 1, dlq.MaxListLimit); err != nil {
+		return err
+	}
+	if page.BeforeID < 0 {
+		return &usageError{fmt.Errorf("--before must not be negative, not %d", page.BeforeID)}
+	}
+	return nil
+}
+
+func (a *app) dlqShowCommand() *cobra.Command {
+	var asJSON, trace bool
+	cmd := &cobra.Command{
+		Use:     "show ID",
+		Short:   "Show one dead letter: its args and every attempt's error",
+		Example: "  tierctl dlq show 42\n  tierctl dlq show 42 --trace",
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseID("ID", args[0])
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			_, pool, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+
+			d, err := dlq.Get(ctx, pool, id)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return a.printJSON(d)
+			}
+			a.printDeadLetter(d, trace)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the row as JSON")
+	cmd.Flags().BoolVar(&trace, "trace", false, "print each error's stack trace too")
+	return cmd
+}
+
+func (a *app) printDeadLetter(d dlq.DeadLetter, trace bool) {
+	out := a.stdout
+	fmt.Fprintf(out, "dead letter %d: job %d, kind %s\n", d.ID, d.JobID, d.Kind)
+	fmt.Fprintf(out, "  queue         %s (priority %d)\n", d.Queue, d.Priority)
+	fmt.Fprintf(out, "  attempts      %d of %d\n", d.Attempt, d.MaxAttempts)
+	fmt.Fprintf(out, "  enqueued      %s\n", d.CreatedAt.UTC().Format(time.RFC3339))
+	if d.FinalizedAt != nil {
+		fmt.Fprintf(out, "  discarded     %s\n", d.FinalizedAt.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintf(out, "  moved         %s\n", d.MovedAt.UTC().Format(time.RFC3339))
+	if d.ReplayedAt != nil {
+		fmt.Fprintf(out, "  replayed      %s as job %d by %s\n", d.ReplayedAt.UTC().Format(time.RFC3339), *d.ReplayJobID, *d.ReplayedBy)
+	} else {
+		fmt.Fprintf(out, "  replayed      no\n")
+	}
+	if len(d.Tags) > 0 {
+		fmt.Fprintf(out, "  tags          %s\n", strings.Join(d.Tags, ", "))
+	}
+	fmt.Fprintf(out, "  args          %s\n", indentJSON(d.Args, "                "))
+	fmt.Fprintf(out, "  metadata      %s\n", indentJSON(d.Metadata, "                "))
+	fmt.Fprintf(out, "  errors (%d):\n", len(d.Errors))
+	for _, e := range d.Errors {
+		fmt.Fprintf(out, "    attempt %d at %s: %s\n", e.Attempt, e.At.UTC().Format(time.RFC3339), e.Error)
+		if trace && e.Trace != "" {
+			for line := range strings.SplitSeq(strings.TrimRight(e.Trace, "\n"), "\n") {
+				fmt.Fprintf(out, "      %s\n", line)
+			}
+		}
+	}
+}
