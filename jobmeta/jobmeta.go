@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -180,17 +182,22 @@ func TierOf(metadata, args []byte) (tiers.Tier, bool) {
 	return tierAt(args, "tier")
 }
 
-// tierAt parses the string at key of the JSON object doc as a tier.
+// tierAt parses the string at key of the JSON object doc as a tier. It
+// runs for every job a worker starts (the metrics hook), so it reads the one
+// key with gjson instead of decoding the whole object.
 func tierAt(doc []byte, key string) (tiers.Tier, bool) {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(doc, &m) != nil {
+	if !gjson.ValidBytes(doc) {
 		return 0, false
 	}
-	var name string
-	if json.Unmarshal(m[key], &name) != nil {
+	root := gjson.ParseBytes(doc)
+	if !root.IsObject() {
 		return 0, false
 	}
-	t, err := tiers.Parse(name)
+	v := root.Get(gjson.Escape(key))
+	if v.Type != gjson.String {
+		return 0, false
+	}
+	t, err := tiers.Parse(v.Str)
 	return t, err == nil
 }
 
