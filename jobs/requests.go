@@ -74,12 +74,6 @@ func (a SpecViewArgs) WithTier(tier tiers.Tier, _ string) river.JobArgs {
 	return a
 }
 
-// WithTier is a copy of the args with the job's tier in its own field too.
-func (a LoadTestArgs) WithTier(tier tiers.Tier, _ string) river.JobArgs {
-	a.Tier = orTier(tier, a.Tier)
-	return a
-}
-
 // orTier is tier's name, or current for an unknown tier.
 func orTier(tier tiers.Tier, current string) string {
 	if tier.Valid() {

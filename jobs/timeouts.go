@@ -32,11 +32,6 @@ const (
 	// thousands of tests.
 	SpecViewTimeout = 30 * time.Second
 
-	// LoadTestTimeout bounds one load-test job: sleep_ms beyond it ends in
-	// the timeout (retried, then dead-lettered). The chaos suite's longest
-	// job sleeps 3.5 s.
-	LoadTestTimeout = time.Minute
-
 	// ReanalyzeStaleTimeout bounds the re-analysis cron job: pages of 500
 	// stale targets, each one insert of their analysis jobs.
 	ReanalyzeStaleTimeout = time.Minute
@@ -64,9 +59,6 @@ func (*AnalysisWorker) Timeout(*river.Job[AnalysisArgs]) time.Duration { return 
 
 // Timeout is SpecViewTimeout, for every specview job.
 func (*SpecViewWorker) Timeout(*river.Job[SpecViewArgs]) time.Duration { return SpecViewTimeout }
-
-// Timeout is LoadTestTimeout, for every load-test job.
-func (*LoadTestWorker) Timeout(*river.Job[LoadTestArgs]) time.Duration { return LoadTestTimeout }
 
 // Timeout is ReanalyzeStaleTimeout.
 func (*ReanalyzeStaleWorker) Timeout(*river.Job[ReanalyzeStaleArgs]) time.Duration {

@@ -36,7 +36,7 @@ import (
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/process"
-	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/loadtest"
 	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/service"
@@ -77,7 +77,7 @@ func RiverConfig(cfg config.Worker, services *service.Registry, pool *pgxpool.Po
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	if cfg.LoadTestWorkload {
-		if err := river.AddWorkerSafely(workers, jobs.NewLoadTestWorker(pool)); err != nil {
+		if err := river.AddWorkerSafely(workers, loadtest.NewWorker(pool)); err != nil {
 			return nil, fmt.Errorf("worker: load-test workload: %w", err)
 		}
 	}

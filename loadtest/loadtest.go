@@ -1,0 +1,168 @@
+// Package loadtest is tierq's load-test workload: a job kind (loadtest) whose
+// worker sleeps for the time its args say, optionally records each
+// execution, and fails on purpose when asked. Benchmarks, the chaos suite
+// and `tierctl demo` run it in any service's queues (LOAD_TEST_WORKLOAD=true
+// registers it on a worker deployment); it simulates work and does nothing
+// else.
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/tierq/tierq/tiers"
+)
+
+// Kind is the kind of the load-test workload.
+const Kind = "loadtest"
+
+// Args are the args of the load-test workload. JSON:
+//
+//	{"sleep_ms": 250, "record": true, "fail_until": "2026-11-21T12:00:00Z", "tier": "pro"}
+type Args struct {
+	// SleepMS is how long the job "works", in milliseconds (0 to 1 hour).
+	SleepMS int `json:"sleep_ms"`
+	// Record writes each attempt into load_test_executions (when it starts,
+	// and when it completes, in the completing transaction), so a test can
+	// count deliveries.
+	Record bool `json:"record,omitempty"`
+	// FailUntil makes every attempt that starts before this time fail with a
+	// transient error (retried with backoff, dead-lettered when attempts run
+	// out): an outage of whatever the job depends on.
+	FailUntil *time.Time `json:"fail_until,omitempty"`
+	// Tier is the tier the job was routed for, when the inserter says so
+	// (tierctl demo does): the worker ignores it; the metrics hook, the API
+	// and tierctl watch read it as they read an analysis job's.
+	Tier string `json:"tier,omitempty"`
+
+	decodeErr error
+}
+
+func (Args) Kind() string { return Kind }
+
+// UnmarshalJSON decodes the args without ever failing; see decodeArgs.
+func (a *Args) UnmarshalJSON(data []byte) error {
+	type plain Args
+	return decodeArgs(data, (*plain)(a), &a.decodeErr)
+}
+
+// Worker is the load-test workload: it simulates work by sleeping for
+// SleepMS and does nothing else, except what its args ask for (recording its
+// executions, failing on purpose). It honours cancellation, so a stopping
+// worker's soft-stop timeout and JOB_TIMEOUT apply to it like to real work.
+// Registered only with LOAD_TEST_WORKLOAD=true.
+type Worker struct {
+	river.WorkerDefaults[Args]
+
+	pool *pgxpool.Pool
+}
+
+var _ river.Worker[Args] = (*Worker)(nil)
+
+// NewWorker returns the load-test workload, recording executions
+// through pool (nil: jobs asking to be recorded fail).
+func NewWorker(pool *pgxpool.Pool) *Worker {
+	return &Worker{pool: pool}
+}
+
+// ErrFailure is the transient failure a load-test job asks for with
+// fail_until.
+var ErrFailure = errors.New("load test: failing on purpose (fail_until)")
+
+const insertLoadTestExecution = `
+INSERT INTO load_test_executions (job_id, attempt, pid, client_id)
+VALUES ($1, $2, $3, $4)
+RETURNING id`
+
+func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
+	args := job.Args
+	if args.decodeErr != nil {
+		return cancelBadArgs(args.decodeErr)
+	}
+	if args.SleepMS < 0 || args.SleepMS > int(time.Hour/time.Millisecond) {
+		return cancelBadArgs(errSleepRange)
+	}
+	var execution int64
+	if args.Record {
+		client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+		if w.pool == nil || err != nil {
+			return river.JobCancel(errors.New("load test: record asked, but this worker has no database pool or River client"))
+		}
+		if err := w.pool.QueryRow(ctx, insertLoadTestExecution, job.ID, job.Attempt, os.Getpid(), client.ID()).Scan(&execution); err != nil {
+			return fmt.Errorf("record load-test execution: %w", err)
+		}
+	}
+	if args.FailUntil != nil && time.Now().Before(*args.FailUntil) {
+		return ErrFailure
+	}
+
+	timer := time.NewTimer(time.Duration(args.SleepMS) * time.Millisecond)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if !args.Record {
+		return nil
+	}
+	return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE load_test_executions SET completed_at = now() WHERE id = $1`, execution); err != nil {
+			return fmt.Errorf("record load-test completion: %w", err)
+		}
+		completed, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		if err != nil {
+			return fmt.Errorf("complete job: %w", err)
+		}
+		// JobCompleteTx leaves a job that is no longer running as it is
+		// (and would complete a later attempt's run): then this execution
+		// did not complete it, and must not say so.
+		if completed.State != rivertype.JobStateCompleted || completed.Attempt != job.Attempt {
+			return fmt.Errorf("load test: job %d attempt %d was no longer this execution's to complete (state %s, attempt %d)",
+				job.ID, job.Attempt, completed.State, completed.Attempt)
+		}
+		return nil
+	})
+}
+
+var errSleepRange = errors.New("sleep_ms must be between 0 and 3600000")
+
+// Timeout bounds one load-test job: sleep_ms beyond it ends in the timeout
+// (retried, then dead-lettered). The chaos suite's longest job sleeps 3.5 s.
+const Timeout = time.Minute
+
+// Timeout is the package's Timeout, for every load-test job.
+func (*Worker) Timeout(*river.Job[Args]) time.Duration { return Timeout }
+
+// decodeArgs decodes into dst, keeping a failure in *decodeErr instead of
+// returning it: River would retry an unmarshal error; Work cancels the job
+// with the reason instead.
+func decodeArgs[T any](data []byte, dst *T, decodeErr *error) error {
+	if err := json.Unmarshal(data, dst); err != nil {
+		*decodeErr = err
+	}
+	return nil
+}
+
+// cancelBadArgs cancels a job whose args did not decode or validate.
+func cancelBadArgs(err error) error {
+	return river.JobCancel(fmt.Errorf("bad %s args: %w", Kind, err))
+}
+
+// WithTier is a copy of the args with the job's tier in their own field too
+// (producer.TierFields); an unknown tier leaves the field as it is.
+func (a Args) WithTier(tier tiers.Tier, _ string) river.JobArgs {
+	if tier.Valid() {
+		a.Tier = tier.String()
+	}
+	return a
+}
