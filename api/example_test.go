@@ -64,12 +64,13 @@ func invoiceServices(pool *pgxpool.Pool) (*service.Registry, error) {
 func Example() {
 	run := func(ctx context.Context, environ []string, stdout io.Writer) error {
 		cfg, err := config.Load[config.API](environ)
-		if err != nil {
+		analysis, analysisErr := config.LoadSection[jobs.AnalysisConfig](environ)
+		if err := config.Join(err, analysisErr); err != nil {
 			return err
 		}
 		logger := cfg.NewLogger(stdout)
 		newServices := func(pool *pgxpool.Pool) (*service.Registry, error) {
-			ref, err := jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: cfg.Analysis.Roots})
+			ref, err := jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: analysis.Roots})
 			if err != nil {
 				return nil, err
 			}
@@ -79,7 +80,7 @@ func Example() {
 			}
 			return ref.Join(own)
 		}
-		return api.Run(ctx, cfg, logger, newServices, slog.String("analysis_roots", cfg.Analysis.Roots.String()))
+		return api.Run(ctx, cfg, logger, newServices, slog.String("analysis_roots", analysis.Roots.String()))
 	}
 
 	if err := run(context.Background(), os.Environ(), os.Stdout); err != nil {

@@ -8,7 +8,6 @@ const MinTokenLen = 16
 type API struct {
 	Database
 	Logging
-	Analysis
 
 	// Addr is where the API listens. Default 127.0.0.1:8081 (loopback only;
 	// compose binds all interfaces).
@@ -38,5 +37,4 @@ func (a *API) validate(c *checker) {
 		c.fail("AdminToken", "must differ from API_TOKEN")
 	}
 	c.intRange("MaxAttempts", a.MaxAttempts, 1, 1000)
-	a.Analysis.validate(c)
 }

@@ -37,8 +37,5 @@ func TestAPIBadValues(t *testing.T) {
 		{name: "bad addr", give: []string{"API_ADDR=localhost"}, wantVar: "API_ADDR", wantValue: "localhost", wantReason: "listen address"},
 		{name: "bad port", give: []string{"API_ADDR=:99999"}, wantVar: "API_ADDR", wantValue: ":99999", wantReason: "listen address"},
 		{name: "max attempts", give: []string{"MAX_ATTEMPTS=0"}, wantVar: "MAX_ATTEMPTS", wantValue: "0", wantReason: "between 1 and 1000"},
-		{name: "relative analysis root", give: []string{"ANALYSIS_ROOTS=repos"}, wantVar: "ANALYSIS_ROOTS", wantValue: "repos", wantReason: `"repos" is not an absolute directory`},
-		{name: "empty analysis root entry", give: []string{"ANALYSIS_ROOTS=:/srv/repos"}, wantVar: "ANALYSIS_ROOTS", wantValue: ":/srv/repos", wantReason: "empty entry"},
-		{name: "empty analysis roots", give: []string{"ANALYSIS_ROOTS="}, wantVar: "ANALYSIS_ROOTS", wantValue: "", wantReason: "must not be empty"},
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/jobs"
 )
 
 // TestComposeFileIsValid checks docker-compose.yml without a Docker engine:
@@ -74,10 +75,15 @@ func TestComposeFileIsValid(t *testing.T) {
 
 	// The API and the analyzer confine analysis targets to the same real
 	// root, not to "/".
-	require.Equal(t, config.AnalysisRoots{"/srv/repos"}, cfg.Analysis.Roots, "api")
-	analyzer, err := loadWorker(t, composeEnviron(compose.Services["worker-analyzer"].Environment))
-	require.NoError(t, err)
-	require.Equal(t, config.AnalysisRoots{"/srv/repos"}, analyzer.Analysis.Roots, "worker-analyzer")
+	// (ANALYSIS_ROOTS is the reference app's own section.)
+	analysis, err := config.LoadSection[jobs.AnalysisConfig](environ)
+	require.NoError(t, err, "api")
+	require.Equal(t, jobs.AnalysisRoots{"/srv/repos"}, analysis.Roots, "api")
+	analysis, err = config.LoadSection[jobs.AnalysisConfig](composeEnviron(compose.Services["worker-analyzer"].Environment))
+	require.NoError(t, err, "worker-analyzer")
+	require.Equal(t, jobs.AnalysisRoots{"/srv/repos"}, analysis.Roots, "worker-analyzer")
+	_, err = jobs.LoadMaintenance(composeEnviron(scheduler.Environment), &config.Scheduler{})
+	require.NoError(t, err, "scheduler")
 }
 
 // composeEnviron is a service's environment as the process would see it.

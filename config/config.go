@@ -79,20 +79,19 @@ type Validator interface {
 // variable.
 //
 // A Worker is loaded with LoadWorker instead: its variables depend on the
-// application's services.
+// application's services. An application's own variables are a Section,
+// loaded with LoadSection.
 func Load[T any, PT interface {
 	*T
 	Validator
 }](environ []string) (T, error) {
-	return load[T, PT](environ, nil)
+	return load(environ, nil, func(cfg *T, c *checker) { PT(cfg).validate(c) })
 }
 
-// load is Load with the application's services, which the configurations
-// whose variable names derive from a service's name need (Worker).
-func load[T any, PT interface {
-	*T
-	Validator
-}](environ []string, services *service.Registry) (T, error) {
+// load parses environ into a T and checks it with validate. services are
+// the application's services, which the configurations whose variable
+// names derive from a service's name need (Worker); nil for the others.
+func load[T any](environ []string, services *service.Registry, validate func(cfg *T, c *checker)) (T, error) {
 	vars := env.ToMap(environ)
 	fields := fieldsOf(reflect.TypeFor[T]())
 	c := &checker{vars: vars, fields: fields, services: services}
@@ -102,13 +101,13 @@ func load[T any, PT interface {
 		c.errs = translate(err, vars, fields)
 		// The variables no struct field declares are checked all the same,
 		// so that one load still reports every bad variable.
-		if sv, ok := any(PT(&cfg)).(servicesValidator); ok {
+		if sv, ok := any(&cfg).(servicesValidator); ok {
 			sv.validateServices(c)
 		}
 		return cfg, c.errs
 	}
 
-	PT(&cfg).validate(c)
+	validate(&cfg, c)
 	if len(c.errs) > 0 {
 		return cfg, c.errs
 	}

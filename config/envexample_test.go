@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/routing"
 )
 
@@ -68,7 +69,10 @@ func TestEnvExampleListsEveryVariable(t *testing.T) {
 	examples := map[string]string{"ANALYSIS_ROOTS": "/srv/repos"}
 	type variable struct{ def, of string }
 	vars := map[string]variable{}
-	for _, typ := range []reflect.Type{reflect.TypeFor[config.Worker](), reflect.TypeFor[config.Scheduler](), reflect.TypeFor[config.CLI](), reflect.TypeFor[config.API]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[config.Worker](), reflect.TypeFor[config.Scheduler](), reflect.TypeFor[config.CLI](), reflect.TypeFor[config.API](),
+		// The reference app's own sections (config.LoadSection).
+		reflect.TypeFor[jobs.AnalysisConfig](), reflect.TypeFor[jobs.MaintenanceConfig](),
+	} {
 		for key, def := range envVars(typ) {
 			vars[key] = variable{def: def, of: typ.Name()}
 		}

@@ -17,8 +17,8 @@ type Jobs struct {
 	// (River's default, and the longest timeout of tierq's kinds).
 	JobTimeout time.Duration `env:"JOB_TIMEOUT" envDefault:"1m"`
 
-	// MaxAttempts is how many times a job this process inserts (the chained
-	// specview job, the scheduler's re-analysis jobs) is tried before River
+	// MaxAttempts is how many times a job this process inserts (work a job
+	// chains, the jobs a periodic job inserts) is tried before River
 	// discards it. Default 10: with River's backoff (attempt^4 seconds) the
 	// last retry comes about 7 hours after the first failure.
 	MaxAttempts int `env:"MAX_ATTEMPTS" envDefault:"10"`

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 	_ "time/tzdata" // CRON_TZ must resolve in minimal containers too
-
-	"github.com/robfig/cron/v3"
 )
 
 // Scheduler is the configuration of the scheduler deployment (cmd/scheduler):
@@ -35,22 +33,10 @@ type Scheduler struct {
 	// has given up on it. Default 1h.
 	RescueStuckJobsAfter time.Duration `env:"RESCUE_STUCK_JOBS_AFTER" envDefault:"1h"`
 
-	// CronTZ is the time zone the cron expressions are read in. Default UTC.
+	// CronTZ is the time zone the cron expressions of the application's
+	// periodic jobs are read in (Checker.Cron, ParseCron). tierq's own
+	// periodic work runs on intervals. Default UTC.
 	CronTZ string `env:"CRON_TZ" envDefault:"UTC"`
-
-	// ReanalyzeCron is when stale targets are re-analysed (standard 5-field
-	// cron, or a descriptor such as @hourly or @every 30m; @every runs at
-	// multiples of its period, see AlignedEvery).
-	ReanalyzeCron string `env:"REANALYZE_CRON" envDefault:"0 */6 * * *"`
-	// ReanalyzeStaleAfter is the age of a target's latest result that makes
-	// it stale. Default 24h.
-	ReanalyzeStaleAfter time.Duration `env:"REANALYZE_STALE_AFTER" envDefault:"24h"`
-
-	// RetentionCron is when old results and spec documents are deleted.
-	RetentionCron string `env:"RETENTION_CRON" envDefault:"30 3 * * *"`
-	// RetentionPeriod is how long results and spec documents are kept.
-	// Default 2160h (90 days).
-	RetentionPeriod time.Duration `env:"RETENTION_PERIOD" envDefault:"2160h"`
 
 	// AgingInterval is how often the aging sweep runs; 0 turns aging off.
 	AgingInterval time.Duration `env:"AGING_INTERVAL" envDefault:"1m"`
@@ -93,8 +79,7 @@ type Scheduler struct {
 	// Default 5s.
 	DLQAlertTimeout time.Duration `env:"DLQ_ALERT_TIMEOUT" envDefault:"5s"`
 
-	reanalyze, retention cron.Schedule
-	rescueAfterValue     string // RESCUE_STUCK_JOBS_AFTER as written
+	rescueAfterValue string // RESCUE_STUCK_JOBS_AFTER as written
 }
 
 // MaxDLQAlertTimeout is the longest DLQ_ALERT_TIMEOUT: the webhook call runs
@@ -135,12 +120,6 @@ func (s *Scheduler) CheckKindTimeouts(timeouts map[string]time.Duration) error {
 	}}
 }
 
-// ReanalyzeSchedule is REANALYZE_CRON, parsed in CRON_TZ.
-func (s *Scheduler) ReanalyzeSchedule() cron.Schedule { return s.reanalyze }
-
-// RetentionSchedule is RETENTION_CRON, parsed in CRON_TZ.
-func (s *Scheduler) RetentionSchedule() cron.Schedule { return s.retention }
-
 func (s *Scheduler) validate(c *checker) {
 	s.Database.validate(c)
 	s.Logging.validate(c)
@@ -153,14 +132,9 @@ func (s *Scheduler) validate(c *checker) {
 		c.fail("RescueStuckJobsAfter", "must be longer than JOB_TIMEOUT (%s), the timeout of job kinds without their own, or such jobs are rescued while they still run", s.JobTimeout)
 	}
 
-	if _, err := time.LoadLocation(s.CronTZ); err != nil || s.CronTZ == "" || strings.ContainsAny(s.CronTZ, " \t") {
-		c.fail("CronTZ", "not a time zone name (examples: UTC, Europe/Berlin)")
-	} else {
-		s.reanalyze = c.cron("ReanalyzeCron", s.ReanalyzeCron, s.CronTZ)
-		s.retention = c.cron("RetentionCron", s.RetentionCron, s.CronTZ)
+	if !validTimeZone(s.CronTZ) {
+		c.fail("CronTZ", timeZoneReason)
 	}
-	c.durationRange("ReanalyzeStaleAfter", s.ReanalyzeStaleAfter, time.Minute, 0)
-	c.durationRange("RetentionPeriod", s.RetentionPeriod, time.Hour, 0)
 
 	if s.AgingInterval != 0 {
 		c.durationRange("AgingInterval", s.AgingInterval, time.Second, 24*time.Hour)
@@ -187,29 +161,6 @@ func (s *Scheduler) validate(c *checker) {
 	}
 	c.durationRange("DLQAlertInterval", s.DLQAlertInterval, time.Second, 0)
 	c.durationRange("DLQAlertTimeout", s.DLQAlertTimeout, 100*time.Millisecond, MaxDLQAlertTimeout)
-}
-
-// cron parses a cron expression in time zone tz, recording an error against
-// the variable behind name when it does not parse.
-func (c *checker) cron(name, spec, tz string) cron.Schedule {
-	spec = strings.TrimSpace(spec)
-	if spec == "" {
-		c.fail(name, "must not be empty (a cron expression such as \"0 */6 * * *\" or \"@every 1h\")")
-		return nil
-	}
-	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
-		c.fail(name, "set the time zone with CRON_TZ, not inside the expression")
-		return nil
-	}
-	schedule, err := cron.ParseStandard("CRON_TZ=" + tz + " " + spec)
-	if err != nil {
-		c.fail(name, "not a cron expression (%s); examples: \"0 */6 * * *\", \"30 3 * * *\", \"@every 1h\"", err)
-		return nil
-	}
-	if every, ok := schedule.(cron.ConstantDelaySchedule); ok {
-		return AlignedEvery(every.Delay)
-	}
-	return schedule
 }
 
 // AlignedEvery is how tierq reads "@every D": runs at every multiple of D

@@ -21,8 +21,6 @@ func TestSchedulerDefaults(t *testing.T) {
 	require.Equal(t, 2, cfg.QueueWorkers)
 	require.Equal(t, time.Hour, cfg.RescueStuckJobsAfter)
 	require.Equal(t, "UTC", cfg.CronTZ)
-	require.Equal(t, 24*time.Hour, cfg.ReanalyzeStaleAfter)
-	require.Equal(t, 90*24*time.Hour, cfg.RetentionPeriod)
 	require.Equal(t, time.Minute, cfg.AgingInterval)
 	require.Equal(t, 5*time.Minute, cfg.AgingStep)
 	require.Equal(t, 2, cfg.AgingMaxPriority)
@@ -35,30 +33,6 @@ func TestSchedulerDefaults(t *testing.T) {
 	require.Equal(t, 15*time.Minute, cfg.DLQAlertInterval)
 	require.Equal(t, 5*time.Second, cfg.DLQAlertTimeout)
 
-	// The cron expressions are parsed in CRON_TZ: "0 */6 * * *" runs at the
-	// next multiple of six hours, "30 3 * * *" at 03:30 UTC.
-	from := time.Date(2026, 11, 21, 7, 10, 0, 0, time.UTC)
-	require.Equal(t, time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), cfg.ReanalyzeSchedule().Next(from).UTC())
-	require.Equal(t, time.Date(2026, 11, 22, 3, 30, 0, 0, time.UTC), cfg.RetentionSchedule().Next(from).UTC())
-}
-
-func TestSchedulerCronTimeZone(t *testing.T) {
-	t.Parallel()
-
-	cfg, err := config.Load[config.Scheduler](append(baseSchedulerEnv(), "CRON_TZ=Asia/Tokyo", "RETENTION_CRON=30 3 * * *"))
-	require.NoError(t, err)
-	from := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC) // 09:00 in Tokyo
-	require.Equal(t, time.Date(2026, 11, 21, 18, 30, 0, 0, time.UTC), cfg.RetentionSchedule().Next(from).UTC())
-}
-
-func TestEveryRunsOnMultiplesOfItsPeriod(t *testing.T) {
-	t.Parallel()
-
-	cfg, err := config.Load[config.Scheduler](append(baseSchedulerEnv(), "REANALYZE_CRON=@every 6h", "RETENTION_CRON=@every 2s"))
-	require.NoError(t, err)
-	from := time.Date(2026, 11, 21, 7, 10, 3, 500, time.UTC)
-	require.Equal(t, time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), cfg.ReanalyzeSchedule().Next(from))
-	require.Equal(t, time.Date(2026, 11, 21, 7, 10, 4, 0, time.UTC), cfg.RetentionSchedule().Next(from))
 }
 
 func TestSchedulerAgingAndEscalationCanBeTurnedOff(t *testing.T) {
@@ -84,10 +58,6 @@ func TestSchedulerBadValues(t *testing.T) {
 
 	runBadValues[config.Scheduler](t, baseSchedulerEnv(), []badValue{
 		{name: "missing database url", omit: "DATABASE_URL", wantVar: "DATABASE_URL", wantReason: "required"},
-		{name: "bad cron", give: []string{"REANALYZE_CRON=0 */6 * *"}, wantVar: "REANALYZE_CRON", wantValue: "0 */6 * *", wantReason: "not a cron expression"},
-		{name: "cron out of range", give: []string{"RETENTION_CRON=61 3 * * *"}, wantVar: "RETENTION_CRON", wantValue: "61 3 * * *", wantReason: "not a cron expression"},
-		{name: "empty cron", give: []string{"RETENTION_CRON= "}, wantVar: "RETENTION_CRON", wantValue: " ", wantReason: "must not be empty"},
-		{name: "tz inside cron", give: []string{"REANALYZE_CRON=CRON_TZ=UTC 0 * * * *"}, wantVar: "REANALYZE_CRON", wantValue: "CRON_TZ=UTC 0 * * * *", wantReason: "CRON_TZ"},
 		{name: "bad time zone", give: []string{"CRON_TZ=Mars/Olympus"}, wantVar: "CRON_TZ", wantValue: "Mars/Olympus", wantReason: "time zone"},
 		{name: "queue workers zero", give: []string{"SCHEDULER_QUEUE_WORKERS=0"}, wantVar: "SCHEDULER_QUEUE_WORKERS", wantValue: "0", wantReason: "between 1 and 100"},
 		{name: "rescue before timeout", give: []string{"JOB_TIMEOUT=10m", "RESCUE_STUCK_JOBS_AFTER=5m"}, wantVar: "RESCUE_STUCK_JOBS_AFTER", wantValue: "5m", wantReason: "longer than JOB_TIMEOUT"},
@@ -97,8 +67,6 @@ func TestSchedulerBadValues(t *testing.T) {
 		{name: "escalation after negative", give: []string{"ESCALATE_DEFAULT_AFTER=-5m"}, wantVar: "ESCALATE_DEFAULT_AFTER", wantValue: "-5m", wantReason: "at least 1s"},
 		{name: "escalation after not a duration", give: []string{"ESCALATE_SCHEDULED_AFTER=3 hours"}, wantVar: "ESCALATE_SCHEDULED_AFTER", wantValue: "3 hours", wantReason: "not a duration"},
 		{name: "escalation interval zero", give: []string{"ESCALATION_INTERVAL=0"}, wantVar: "ESCALATION_INTERVAL", wantValue: "0", wantReason: "between 1s and 24h"},
-		{name: "retention too short", give: []string{"RETENTION_PERIOD=5m"}, wantVar: "RETENTION_PERIOD", wantValue: "5m", wantReason: "at least 1h"},
-		{name: "stale too short", give: []string{"REANALYZE_STALE_AFTER=1s"}, wantVar: "REANALYZE_STALE_AFTER", wantValue: "1s", wantReason: "at least 1m"},
 		{name: "sweep batch", give: []string{"SWEEP_BATCH=0"}, wantVar: "SWEEP_BATCH", wantValue: "0", wantReason: "between 1 and 100000"},
 		{name: "bad metrics address", give: []string{"METRICS_ADDR=host:port"}, wantVar: "METRICS_ADDR", wantValue: "host:port", wantReason: "listen address"},
 		{name: "drain interval zero", give: []string{"DLQ_DRAIN_INTERVAL=0"}, wantVar: "DLQ_DRAIN_INTERVAL", wantValue: "0", wantReason: "between 1s and 1h"},

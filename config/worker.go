@@ -22,7 +22,6 @@ type Worker struct {
 	Logging
 	Jobs
 	Observability
-	Analysis
 
 	// Service is the name of the service this deployment works
 	// (WORKER_SERVICE), one of the registry's. Required; a deployment
@@ -84,7 +83,7 @@ func LoadWorker(environ []string, services *service.Registry) (Worker, error) {
 	if services == nil {
 		panic("config: LoadWorker needs the application's services")
 	}
-	return load[Worker](environ, services)
+	return load(environ, services, (*Worker).validate)
 }
 
 // QueueClass is the River tuning of one class of queue.
@@ -130,7 +129,6 @@ func (w *Worker) validate(c *checker) {
 	c.fetch("ScheduledFetchCooldown", w.ScheduledFetchCooldown, "ScheduledFetchPollInterval", w.ScheduledFetchPollInterval)
 
 	w.Jobs.validate(c)
-	w.Analysis.validate(c)
 }
 
 // validateServices checks WORKER_SERVICE against the registered services

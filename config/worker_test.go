@@ -128,12 +128,6 @@ func TestWorkerBadValues(t *testing.T) {
 		{name: "bad bool", give: []string{"LOAD_TEST_WORKLOAD=yes please"}, wantVar: "LOAD_TEST_WORKLOAD", wantValue: "yes please", wantReason: "not a boolean"},
 		{name: "bad schema", give: []string{"DATABASE_SCHEMA=Public; drop"}, wantVar: "DATABASE_SCHEMA", wantValue: "Public; drop", wantReason: "identifier"},
 		{name: "pool too small", give: []string{"DATABASE_MAX_CONNS=1"}, wantVar: "DATABASE_MAX_CONNS", wantValue: "1", wantReason: "between 2 and 1000"},
-		{name: "relative analysis root", give: []string{"ANALYSIS_ROOTS=srv/repos"}, wantVar: "ANALYSIS_ROOTS", wantValue: "srv/repos", wantReason: `"srv/repos" is not an absolute directory`},
-		{name: "relative second analysis root", give: []string{"ANALYSIS_ROOTS=/srv/repos:./checkouts"}, wantVar: "ANALYSIS_ROOTS", wantValue: "/srv/repos:./checkouts", wantReason: `"./checkouts" is not an absolute directory`},
-		{name: "empty analysis root entry", give: []string{"ANALYSIS_ROOTS=/srv/repos::/data"}, wantVar: "ANALYSIS_ROOTS", wantValue: "/srv/repos::/data", wantReason: "empty entry"},
-		{name: "trailing colon in analysis roots", give: []string{"ANALYSIS_ROOTS=/srv/repos:"}, wantVar: "ANALYSIS_ROOTS", wantValue: "/srv/repos:", wantReason: "empty entry"},
-		{name: "empty analysis roots", give: []string{"ANALYSIS_ROOTS="}, wantVar: "ANALYSIS_ROOTS", wantValue: "", wantReason: "must not be empty"},
-		{name: "dot-dot in an analysis root", give: []string{"ANALYSIS_ROOTS=/srv/repos/../etc"}, wantVar: "ANALYSIS_ROOTS", wantValue: "/srv/repos/../etc", wantReason: "has a . or .. component"},
 	}
 	checkBadValues(t, baseWorkerEnv(), tests, func(environ []string) (config.Worker, error) { return loadWorker(t, environ) })
 }
@@ -326,33 +320,4 @@ func TestPoolConfigSchema(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "tenant_a", poolConfig.ConnConfig.RuntimeParams["search_path"])
 	require.EqualValues(t, 7, poolConfig.MaxConns)
-}
-
-func TestAnalysisRoots(t *testing.T) {
-	t.Parallel()
-
-	tests := []struct {
-		name string
-		give []string
-		want config.AnalysisRoots
-	}{
-		{name: "default: every directory", want: config.AnalysisRoots{"/"}},
-		{name: "one root", give: []string{"ANALYSIS_ROOTS=/srv/repos"}, want: config.AnalysisRoots{"/srv/repos"}},
-		{name: "cleaned", give: []string{"ANALYSIS_ROOTS=/srv/repos/://data//checkouts"}, want: config.AnalysisRoots{"/srv/repos", "/data/checkouts"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			worker, err := loadWorker(t, append(baseWorkerEnv(), tt.give...))
-			require.NoError(t, err)
-			require.Equal(t, tt.want, worker.Analysis.Roots)
-			api, err := config.Load[config.API](append(baseAPIEnv(), tt.give...))
-			require.NoError(t, err)
-			require.Equal(t, tt.want, api.Analysis.Roots)
-			analysis, err := config.Load[config.Analysis](tt.give)
-			require.NoError(t, err)
-			require.Equal(t, tt.want, analysis.Roots)
-		})
-	}
-	require.Equal(t, "/srv/repos:/data", config.AnalysisRoots{"/srv/repos", "/data"}.String())
 }

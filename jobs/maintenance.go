@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/scheduler"
@@ -28,8 +27,8 @@ const (
 
 // Maintenance configures the analyzer's periodic jobs, which the scheduler
 // deployment runs (Deps.Maintenance): re-analysis of stale targets and
-// retention of results and spec documents. MaintenanceOf reads it from the
-// scheduler's environment.
+// retention of results and spec documents. LoadMaintenance reads it from the
+// scheduler's environment (MaintenanceConfig).
 type Maintenance struct {
 	// ReanalyzeSchedule is when stale targets are re-analysed
 	// (REANALYZE_CRON, read in CRON_TZ). Required.
@@ -49,16 +48,20 @@ type Maintenance struct {
 	Batch int
 }
 
-// MaintenanceOf is the Maintenance the scheduler's configuration sets.
-func MaintenanceOf(cfg *config.Scheduler) *Maintenance {
-	return &Maintenance{
-		ReanalyzeSchedule:   cfg.ReanalyzeSchedule(),
-		ReanalyzeStaleAfter: cfg.ReanalyzeStaleAfter,
-		MaxAttempts:         cfg.MaxAttempts,
-		RetentionSchedule:   cfg.RetentionSchedule(),
-		RetentionPeriod:     cfg.RetentionPeriod,
-		Batch:               cfg.SweepBatch,
+// LogAttrs are the settings the scheduler logs when it starts
+// (scheduler.LogAttrs): the schedules' next runs, since a schedule has no
+// text of its own, and the ages.
+func (m *Maintenance) LogAttrs() []slog.Attr {
+	now := time.Now()
+	var attrs []slog.Attr
+	if m.ReanalyzeSchedule != nil {
+		attrs = append(attrs, slog.Time("reanalyze_next", m.ReanalyzeSchedule.Next(now)))
 	}
+	attrs = append(attrs, slog.Duration("reanalyze_stale_after", m.ReanalyzeStaleAfter))
+	if m.RetentionSchedule != nil {
+		attrs = append(attrs, slog.Time("retention_next", m.RetentionSchedule.Next(now)))
+	}
+	return append(attrs, slog.Duration("retention_period", m.RetentionPeriod))
 }
 
 // errNoSchedule is returned for a Maintenance without its schedules.

@@ -28,13 +28,16 @@ import (
 // when the scheduler starts (RunOnStart) and not again during a test.
 func startMaintenance(t *testing.T, db *testdb.DB, environ ...string) *river.Client[pgx.Tx] {
 	t.Helper()
-	cfg, err := config.Load[config.Scheduler](append([]string{
+	environ = append([]string{
 		"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema,
 		"REANALYZE_CRON=@every 10m", "RETENTION_CRON=@every 10m",
-	}, environ...))
+	}, environ...)
+	cfg, err := config.Load[config.Scheduler](environ)
+	require.NoError(t, err)
+	maintenance, err := jobs.LoadMaintenance(environ, &cfg)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	services, err := jobs.Registry(jobs.Deps{Pool: db.Pool, Logger: logger, Maintenance: jobs.MaintenanceOf(&cfg)})
+	services, err := jobs.Registry(jobs.Deps{Pool: db.Pool, Logger: logger, Maintenance: maintenance})
 	require.NoError(t, err)
 	m := metrics.NewScheduler(prometheus.NewRegistry(), services.Queues())
 	riverConfig, err := scheduler.RiverConfig(cfg, db.Pool, services, logger, m)

@@ -41,7 +41,7 @@ type Args struct {
 	FailUntil *time.Time `json:"fail_until,omitempty"`
 	// Tier is the tier the job was routed for, when the inserter says so
 	// (tierctl demo does): the worker ignores it; the metrics hook, the API
-	// and tierctl watch read it as they read an analysis job's.
+	// and tierctl watch read it as they read any job's (jobmeta.TierOf).
 	Tier string `json:"tier,omitempty"`
 
 	decodeErr error

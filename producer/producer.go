@@ -151,7 +151,7 @@ func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Jo
 	out.Upgraded, out.FromQueue = moved.Changed, moved.FromQueue
 	if moved.Changed {
 		// The job now runs for this tier: its metadata says so, and its args
-		// too, so that the work it chains (the specview job) is routed for
+		// too, so that the work it chains (a follow-up job) is routed for
 		// this tier. The row is still locked by the move in tx.
 		_, err := tx.Exec(ctx, `
 			UPDATE river_job

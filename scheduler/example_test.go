@@ -62,12 +62,13 @@ func invoiceServices(pool *pgxpool.Pool) (*service.Registry, error) {
 func Example() {
 	run := func(ctx context.Context, environ []string, stdout io.Writer) error {
 		cfg, err := config.Load[config.Scheduler](environ)
-		if err != nil {
+		maintenance, maintenanceErr := jobs.LoadMaintenance(environ, &cfg)
+		if err := config.Join(err, maintenanceErr); err != nil {
 			return err
 		}
 		logger := cfg.NewLogger(stdout)
 		newServices := func(pool *pgxpool.Pool) (*service.Registry, error) {
-			ref, err := jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: jobs.MaintenanceOf(&cfg)})
+			ref, err := jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
 			if err != nil {
 				return nil, err
 			}

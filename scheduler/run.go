@@ -26,6 +26,7 @@ type RunOption func(*runOptions)
 type runOptions struct {
 	timeouts   map[string]time.Duration
 	addWorkers []func(workers *river.Workers, pool *pgxpool.Pool) error
+	attrs      []any
 }
 
 // KindTimeouts gives Run the timeout of each job kind the deployment
@@ -55,6 +56,17 @@ func AddWorkers(add func(workers *river.Workers, pool *pgxpool.Pool) error) RunO
 	return func(o *runOptions) { o.addWorkers = append(o.addWorkers, add) }
 }
 
+// LogAttrs adds attrs to the "scheduler started" line: the settings of the
+// application's own periodic jobs (the reference app logs its cron jobs'
+// next runs). Several LogAttrs add up.
+func LogAttrs(attrs ...slog.Attr) RunOption {
+	return func(o *runOptions) {
+		for _, a := range attrs {
+			o.attrs = append(o.attrs, a)
+		}
+	}
+}
+
 // Run runs a scheduler deployment until ctx ends or the process gets
 // SIGINT or SIGTERM. It connects to cfg's database, builds the
 // application's services on the pool with newServices, and runs the River
@@ -62,7 +74,8 @@ func AddWorkers(add func(workers *river.Workers, pool *pgxpool.Pool) error) RunO
 // tierq's job metrics and the scheduler's (the sweeps' counts, and
 // tierq_leader, which WatchLeader refreshes every second), served at
 // /metrics on cfg.MetricsAddr when set. "scheduler started" is logged
-// with the client ID and cfg's rescue, cron, aging and escalation settings.
+// with the client ID, cfg's rescue, time zone, aging and escalation
+// settings, and LogAttrs'.
 //
 // Before it connects, Run returns an error matching config.ErrInvalid (a
 // main exits 2 on it) when RESCUE_STUCK_JOBS_AFTER is not longer than the
@@ -127,16 +140,14 @@ func Run(ctx context.Context, cfg config.Scheduler, logger *slog.Logger, newServ
 		Background: func(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx]) {
 			WatchLeader(ctx, pool, logger, leaderWatchInterval, client.ID(), schedulerMetrics)
 		},
-		Attrs: []any{
+		Attrs: append([]any{
 			slog.Duration("rescue_stuck_jobs_after", cfg.RescueStuckJobsAfter),
 			slog.String("cron_tz", cfg.CronTZ),
-			slog.String("reanalyze_cron", cfg.ReanalyzeCron),
-			slog.String("retention_cron", cfg.RetentionCron),
 			slog.Duration("aging_interval", cfg.AgingInterval),
 			slog.Duration("aging_step", cfg.AgingStep),
 			slog.Int("aging_max_priority", cfg.AgingMaxPriority),
 			slog.Duration("escalate_scheduled_after", cfg.EscalateScheduledAfter),
 			slog.Duration("escalate_default_after", cfg.EscalateDefaultAfter),
-		},
+		}, o.attrs...),
 	})
 }

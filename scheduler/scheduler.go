@@ -10,7 +10,7 @@
 // the services' queues on fixed intervals, the dead-letter drain (package
 // dlq) with its depth alert, and every service's own periodic jobs
 // (service.Config.PeriodicJobs; CronJob makes a cron job of the scheduler's
-// queue, as the reference app's re-analysis and retention are).
+// queue, as the reference app's maintenance jobs are).
 //
 // RiverConfig is the River client configuration of the deployment, for a
 // main that runs its own River client; Run is the whole process (connect,

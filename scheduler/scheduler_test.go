@@ -28,16 +28,11 @@ import (
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // schedulerConfig loads a scheduler configuration the way cmd/scheduler
-// does. The cron jobs default to once an hour here: they run once when the
-// scheduler becomes leader (RunOnStart) and not again during a test.
+// does.
 func schedulerConfig(t *testing.T, db *testdb.DB, extra ...string) config.Scheduler {
 	t.Helper()
 	cfg, err := config.Load[config.Scheduler](append([]string{
 		"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema,
-		// Slots every 10 minutes: the latest is always younger than
-		// CronCatchUp, so both cron jobs run when the scheduler starts
-		// (a 1h period ran them only in the first 15 minutes of an hour).
-		"REANALYZE_CRON=@every 10m", "RETENTION_CRON=@every 10m",
 	}, extra...))
 	require.NoError(t, err)
 	return cfg
@@ -53,7 +48,12 @@ func startScheduler(t *testing.T, db *testdb.DB, cfg config.Scheduler) *river.Cl
 // periodic jobs and kinds), and the load-test kind.
 func riverConfig(t testing.TB, cfg config.Scheduler, pool *pgxpool.Pool, logger *slog.Logger, m *metrics.Scheduler) *river.Config {
 	t.Helper()
-	services, err := jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: jobs.MaintenanceOf(&cfg)})
+	// The analyzer's cron jobs have slots every 10 minutes: the latest is
+	// always younger than CronCatchUp, so both run once when the scheduler
+	// becomes leader (RunOnStart) and not again during a test.
+	maintenance, err := jobs.LoadMaintenance([]string{"REANALYZE_CRON=@every 10m", "RETENTION_CRON=@every 10m"}, &cfg)
+	require.NoError(t, err)
+	services, err := jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
 	require.NoError(t, err)
 	rc, err := scheduler.RiverConfig(cfg, pool, services, logger, m)
 	require.NoError(t, err)

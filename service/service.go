@@ -70,8 +70,8 @@ type Config struct {
 
 	// PeriodicKinds are the kinds of the jobs PeriodicJobs insert into the
 	// scheduler's own queue: the service's maintenance, worked by the
-	// scheduler deployment (the reference app's re-analysis of stale
-	// targets and retention). Registry.AddWorkers registers them; the
+	// scheduler deployment (a cleanup of old results, say).
+	// Registry.AddWorkers registers them; the
 	// service's workers do not work them (Service.AddWorkers) and they are
 	// not among the kinds Registry.ForKind finds, so a producer cannot
 	// insert one as the service's work. A kind belongs to one service, in
@@ -216,7 +216,7 @@ func (s *Service) PeriodicJobs() []*river.PeriodicJob { return slices.Clone(s.cf
 func (s *Service) PeriodicKinds() []Kind { return slices.Clone(s.cfg.PeriodicKinds) }
 
 // EnvPrefix is the prefix of the service's environment variables: its name
-// upper-cased, then "_" ("ANALYZER_").
+// upper-cased, then "_" (service "mailer": "MAILER_").
 func (s *Service) EnvPrefix() string { return strings.ToUpper(s.cfg.Name) + "_" }
 
 // AddWorkers registers the River worker of each of the service's kinds

@@ -30,6 +30,7 @@ type testBundle struct {
 	fixture  string
 	analyzer *service.Service // the reference app's services, for their queues
 	specGen  *service.Service
+	roots    jobs.AnalysisRoots // ANALYSIS_ROOTS of the latest workerConfig
 }
 
 func setup(t *testing.T) *testBundle {
@@ -58,6 +59,9 @@ func (b *testBundle) workerConfig(t *testing.T, svc *service.Service, extra ...s
 	require.NoError(t, err)
 	cfg, err := config.LoadWorker(environ, described)
 	require.NoError(t, err)
+	analysis, err := config.LoadSection[jobs.AnalysisConfig](environ)
+	require.NoError(t, err)
+	b.roots = analysis.Roots
 	return cfg
 }
 
@@ -67,7 +71,7 @@ func (b *testBundle) workerConfig(t *testing.T, svc *service.Service, extra ...s
 func (b *testBundle) start(t *testing.T, cfg config.Worker, mutate func(*river.Config)) *river.Client[pgx.Tx] {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	services, err := jobs.Registry(jobs.Deps{Pool: b.db.Pool, Logger: logger, AnalysisRoots: cfg.Analysis.Roots})
+	services, err := jobs.Registry(jobs.Deps{Pool: b.db.Pool, Logger: logger, AnalysisRoots: b.roots})
 	require.NoError(t, err)
 	riverConfig, err := worker.RiverConfig(cfg, services, b.db.Pool, logger)
 	require.NoError(t, err)

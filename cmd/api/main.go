@@ -34,13 +34,14 @@ func main() {
 
 func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) error {
 	cfg, err := config.Load[config.API](environ)
-	if err != nil {
+	analysis, analysisErr := config.LoadSection[jobs.AnalysisConfig](environ)
+	if err := config.Join(err, analysisErr); err != nil {
 		return err
 	}
 	logger := cfg.NewLogger(stdout)
 	return api.Run(ctx, cfg, logger, func(pool *pgxpool.Pool) (*service.Registry, error) {
 		// ANALYSIS_ROOTS reaches the API through the analyzer's check of
 		// its requests.
-		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: cfg.Analysis.Roots})
-	}, slog.String("analysis_roots", cfg.Analysis.Roots.String()))
+		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: analysis.Roots})
+	}, slog.String("analysis_roots", analysis.Roots.String()))
 }

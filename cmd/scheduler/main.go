@@ -37,13 +37,14 @@ func main() {
 
 func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) error {
 	cfg, err := config.Load[config.Scheduler](environ)
-	if err != nil {
+	maintenance, maintenanceErr := jobs.LoadMaintenance(environ, &cfg)
+	if err := config.Join(err, maintenanceErr); err != nil {
 		return err
 	}
 	logger := cfg.NewLogger(stdout)
 	return scheduler.Run(ctx, cfg, logger,
 		func(pool *pgxpool.Pool) (*service.Registry, error) {
-			return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: jobs.MaintenanceOf(&cfg)})
+			return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
 		},
 		// The reference app's kinds: its services', their periodic kinds
 		// and the load test's, whose worker is registered so that the
@@ -53,5 +54,6 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 		scheduler.AddWorkers(func(workers *river.Workers, pool *pgxpool.Pool) error {
 			return river.AddWorkerSafely(workers, jobs.NewLoadTestWorker(pool))
 		}),
+		scheduler.LogAttrs(maintenance.LogAttrs()...),
 	)
 }

@@ -57,7 +57,7 @@ cancel a job whose target is elsewhere.`,
 			if scheduled < 0 || scheduled > 1 {
 				return &usageError{fmt.Errorf("--scheduled must be between 0 and 1, not %g", scheduled)}
 			}
-			analysis, err := config.Load[config.Analysis](a.environ)
+			analysis, err := config.LoadSection[jobs.AnalysisConfig](a.environ)
 			if err != nil {
 				return err
 			}
@@ -165,7 +165,7 @@ func parseMix(mix string) ([]tiers.Tier, error) {
 
 // checkTargets makes each target absolute and checks that it is a
 // directory here and, lexically as the API does, in one of roots.
-func checkTargets(targets []string, roots config.AnalysisRoots) ([]string, error) {
+func checkTargets(targets []string, roots jobs.AnalysisRoots) ([]string, error) {
 	if len(targets) == 0 {
 		return nil, errors.New("--target: at least one directory is needed")
 	}

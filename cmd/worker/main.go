@@ -43,7 +43,8 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 		return err
 	}
 	cfg, err := config.LoadWorker(environ, described)
-	if err != nil {
+	analysis, analysisErr := config.LoadSection[jobs.AnalysisConfig](environ)
+	if err := config.Join(err, analysisErr); err != nil {
 		return err
 	}
 	logger := cfg.NewLogger(stdout)
@@ -54,9 +55,9 @@ func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) er
 
 	var attrs []slog.Attr
 	if cfg.Service == jobs.ServiceAnalyzer {
-		attrs = append(attrs, slog.String("analysis_roots", cfg.Analysis.Roots.String()))
+		attrs = append(attrs, slog.String("analysis_roots", analysis.Roots.String()))
 	}
 	return worker.Run(ctx, cfg, logger, func(pool *pgxpool.Pool) (*service.Registry, error) {
-		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: cfg.Analysis.Roots})
+		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: analysis.Roots})
 	}, attrs...)
 }

@@ -7,10 +7,8 @@ package app
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"path/filepath"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -29,17 +27,16 @@ import (
 // (2, 1, 1 by default), THUMBNAIL_SOURCE_DIR and THUMBNAIL_OUTPUT_DIR
 // (absolute, required), and a tierq worker's variables (.env.example).
 func RunWorker(ctx context.Context, environ []string, stdout io.Writer) error {
-	deps, err := depsFrom(environ)
-	if err != nil {
-		return err
+	dirs, dirsErr := config.LoadSection[Dirs](environ)
+	services := func(*pgxpool.Pool) (*service.Registry, error) {
+		return thumbnail.Registry(thumbnail.Deps{SourceDir: dirs.SourceDir, OutputDir: dirs.OutputDir})
 	}
-	services := func(*pgxpool.Pool) (*service.Registry, error) { return thumbnail.Registry(deps) }
 	described, err := services(nil)
 	if err != nil {
 		return err
 	}
 	cfg, err := config.LoadWorker(environ, described)
-	if err != nil {
+	if err := config.Join(err, dirsErr); err != nil {
 		return err
 	}
 	return worker.Run(ctx, cfg, cfg.NewLogger(stdout), services)
@@ -50,13 +47,14 @@ func RunWorker(ctx context.Context, environ []string, stdout io.Writer) error {
 // service's queues aged and escalated, every dead letter drained.
 func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error {
 	cfg, err := config.Load[config.Scheduler](environ)
-	if err != nil {
+	maintenance, maintenanceErr := jobs.LoadMaintenance(environ, &cfg)
+	if err := config.Join(err, maintenanceErr); err != nil {
 		return err
 	}
 	logger := cfg.NewLogger(stdout)
 	return scheduler.Run(ctx, cfg, logger,
 		func(pool *pgxpool.Pool) (*service.Registry, error) {
-			return thumbnail.WithReference(jobs.Deps{Pool: pool, Logger: logger, Maintenance: jobs.MaintenanceOf(&cfg)})
+			return thumbnail.WithReference(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
 		},
 		scheduler.KindTimeouts(jobs.Timeouts()),
 		scheduler.KindTimeouts(thumbnail.Timeouts()),
@@ -71,35 +69,34 @@ func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error
 // specview.
 func RunAPI(ctx context.Context, environ []string, stdout io.Writer) error {
 	cfg, err := config.Load[config.API](environ)
-	if err != nil {
+	analysis, analysisErr := config.LoadSection[jobs.AnalysisConfig](environ)
+	if err := config.Join(err, analysisErr); err != nil {
 		return err
 	}
 	logger := cfg.NewLogger(stdout)
 	return api.Run(ctx, cfg, logger, func(pool *pgxpool.Pool) (*service.Registry, error) {
-		return thumbnail.WithReference(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: cfg.Analysis.Roots})
+		return thumbnail.WithReference(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: analysis.Roots})
 	})
 }
 
-// depsFrom reads THUMBNAIL_SOURCE_DIR and THUMBNAIL_OUTPUT_DIR: absolute
-// directories, required. A bad value is a config.ErrInvalid naming it.
-func depsFrom(environ []string) (thumbnail.Deps, error) {
-	env := map[string]string{}
-	for _, kv := range environ {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			env[k] = v
-		}
+// Dirs is the thumbnail service's own configuration, a config.Section
+// loaded beside tierq's worker configuration: where the images are and
+// where their thumbnails go.
+type Dirs struct {
+	// SourceDir is where the images are (THUMBNAIL_SOURCE_DIR), an absolute
+	// directory. Required.
+	SourceDir string `env:"THUMBNAIL_SOURCE_DIR,required"`
+	// OutputDir is where the thumbnails are written (THUMBNAIL_OUTPUT_DIR),
+	// an absolute directory. Required.
+	OutputDir string `env:"THUMBNAIL_OUTPUT_DIR,required"`
+}
+
+// Validate implements config.Section.
+func (d *Dirs) Validate(c *config.Checker) {
+	if !filepath.IsAbs(d.SourceDir) {
+		c.Fail("SourceDir", "must be an absolute directory")
 	}
-	var problems []string
-	dir := func(name string) string {
-		v := env[name]
-		if !filepath.IsAbs(v) {
-			problems = append(problems, fmt.Sprintf("%s=%q: must be an absolute directory", name, v))
-		}
-		return v
+	if !filepath.IsAbs(d.OutputDir) {
+		c.Fail("OutputDir", "must be an absolute directory")
 	}
-	deps := thumbnail.Deps{SourceDir: dir("THUMBNAIL_SOURCE_DIR"), OutputDir: dir("THUMBNAIL_OUTPUT_DIR")}
-	if len(problems) > 0 {
-		return deps, fmt.Errorf("%w: %s", config.ErrInvalid, strings.Join(problems, "; "))
-	}
-	return deps, nil
 }
