@@ -1,18 +1,28 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/examples/thumbnail"
 	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/producer"
+	"github.com/tierq/tierq/service"
+	"github.com/tierq/tierq/tiers"
 )
 
 // TestOpenAPIDescribesEveryRoute keeps the document, its copy in docs/ and
@@ -51,47 +61,373 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	require.Equal(t, documented, operations, "openapi.json describes a route the server does not have")
 }
 
-// TestOpenAPIKindsAreTheRegistrys keeps the document's POST /v1/jobs in step
-// with the reference app's registry: its kinds are the registry's kinds,
-// and each kind's args schema lists exactly the args type's fields but
-// those the server sets (tier, user_id).
-func TestOpenAPIKindsAreTheRegistrys(t *testing.T) {
-	t.Parallel()
-	var doc struct {
+// createJobSchema is what the tests read of a document's CreateJob.
+type createJobSchema struct {
+	Properties struct {
+		Kind struct {
+			Enum []string `json:"enum"`
+		} `json:"kind"`
+		Args struct {
+			OneOf []json.RawMessage `json:"oneOf"`
+		} `json:"args"`
+	} `json:"properties"`
+}
+
+// argsSchemaFields is what the tests read of one args schema.
+type argsSchemaFields struct {
+	Kind       string                     `json:"x-kind"`
+	Properties map[string]json.RawMessage `json:"properties"`
+}
+
+// readDoc splits an OpenAPI document into its CreateJob schema and the
+// rest of it.
+func readDoc(t *testing.T, doc []byte) (createJobSchema, map[string]any) {
+	t.Helper()
+	var create struct {
 		Components struct {
 			Schemas struct {
-				CreateJob struct {
-					Properties struct {
-						Kind struct {
-							Enum []string `json:"enum"`
-						} `json:"kind"`
-						Args struct {
-							OneOf []struct {
-								Kind       string                     `json:"x-kind"`
-								Properties map[string]json.RawMessage `json:"properties"`
-							} `json:"oneOf"`
-						} `json:"args"`
-					} `json:"properties"`
-				} `json:"CreateJob"`
+				CreateJob createJobSchema `json:"CreateJob"`
 			} `json:"schemas"`
 		} `json:"components"`
 	}
-	require.NoError(t, json.Unmarshal(api.OpenAPI(), &doc))
-	create := doc.Components.Schemas.CreateJob.Properties
-	registry := testdb.Registry(t)
-	require.Equal(t, registry.KindNames(), create.Kind.Enum)
-	require.Len(t, create.Args.OneOf, len(registry.KindNames()))
+	require.NoError(t, json.Unmarshal(doc, &create))
+	var rest map[string]any
+	require.NoError(t, json.Unmarshal(doc, &rest))
+	delete(rest["components"].(map[string]any)["schemas"].(map[string]any), "CreateJob")
+	return create.Components.Schemas.CreateJob, rest
+}
 
-	serverSets := map[string]bool{"tier": true, "user_id": true}
-	for _, schema := range create.Args.OneOf {
-		_, kind, ok := registry.ForKind(schema.Kind)
-		require.True(t, ok, "x-kind %q is not a registered kind", schema.Kind)
-		var want []string
-		for _, f := range kind.ArgsFields() {
-			if !serverSets[f] {
-				want = append(want, f)
+// served is the document a server of registry serves at /openapi.json.
+func served(t *testing.T, registry *service.Registry) []byte {
+	t.Helper()
+	server := api.New(api.Config{Registry: registry}, nil, nil, api.NewMetrics(nil, registry, nil), nil)
+	rec := httptest.NewRecorder()
+	server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.json", nil))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+	return rec.Body.Bytes()
+}
+
+// TestOpenAPIKindsAreTheRegistrys keeps the documents' POST /v1/jobs in
+// step with their registries: the hand-written document with the reference
+// app's, and the generated ones with the reference app's joined with the
+// thumbnail example's, and with the mailer's. The kinds are the registry's
+// kinds, in order, and each kind's args schema lists exactly the args
+// type's fields but those the server sets (tier and user_id, of args that
+// implement producer.TierFields).
+func TestOpenAPIKindsAreTheRegistrys(t *testing.T) {
+	t.Parallel()
+	withThumbnails, err := thumbnail.WithReference(jobs.Deps{})
+	require.NoError(t, err)
+	mailer := testdb.MailerRegistry(t)
+	docs := map[string]struct {
+		doc      func() ([]byte, error)
+		registry *service.Registry
+	}{
+		"hand-written":    {func() ([]byte, error) { return api.OpenAPI(), nil }, testdb.Registry(t)},
+		"with thumbnails": {func() ([]byte, error) { return api.OpenAPIFor(withThumbnails) }, withThumbnails},
+		"mailer":          {func() ([]byte, error) { return api.OpenAPIFor(mailer) }, mailer},
+	}
+	for name, tt := range docs {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			doc, err := tt.doc()
+			require.NoError(t, err)
+			create, _ := readDoc(t, doc)
+			require.Equal(t, tt.registry.KindNames(), create.Properties.Kind.Enum)
+			var kinds []string
+			for _, raw := range create.Properties.Args.OneOf {
+				var schema argsSchemaFields
+				require.NoError(t, json.Unmarshal(raw, &schema))
+				kinds = append(kinds, schema.Kind)
+				_, kind, ok := tt.registry.ForKind(schema.Kind)
+				require.True(t, ok, "x-kind %q is not a registered kind", schema.Kind)
+				serverSets := kind.ArgsType().Implements(reflect.TypeFor[producer.TierFields]())
+				var want []string
+				for _, f := range kind.ArgsFields() {
+					if !serverSets || (f != "tier" && f != "user_id") {
+						want = append(want, f)
+					}
+				}
+				require.ElementsMatch(t, want, slices.Collect(maps.Keys(schema.Properties)), "args of %s", schema.Kind)
 			}
+			require.Equal(t, tt.registry.KindNames(), kinds, "one args schema per kind, in order")
+		})
+	}
+}
+
+// TestOpenAPIOfTheReferenceAppIsTheHandWrittenOne: a server of the reference
+// app's registry serves api/openapi.json as written, byte for byte.
+func TestOpenAPIOfTheReferenceAppIsTheHandWrittenOne(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, string(api.OpenAPI()), string(served(t, testdb.Registry(t))))
+}
+
+// TestOpenAPIDescribesTheThumbnailKind: a server of the reference app's
+// registry joined with the thumbnail example's serves the hand-written
+// document but for CreateJob, whose kinds are the three and whose args
+// schemas are the reference kinds' hand-written ones and the thumbnail
+// kind's generated one.
+func TestOpenAPIDescribesTheThumbnailKind(t *testing.T) {
+	t.Parallel()
+	registry, err := thumbnail.WithReference(jobs.Deps{})
+	require.NoError(t, err)
+	doc := served(t, registry)
+	again, err := api.OpenAPIFor(registry)
+	require.NoError(t, err)
+	require.Equal(t, string(doc), string(again), "the same registry, the same bytes")
+
+	create, rest := readDoc(t, doc)
+	handCreate, handRest := readDoc(t, api.OpenAPI())
+	require.Equal(t, handRest, rest, "everything but CreateJob is the hand-written document")
+	require.Equal(t, []string{"analysis", "specview", "thumbnail"}, create.Properties.Kind.Enum)
+	oneOf := create.Properties.Args.OneOf
+	require.Len(t, oneOf, 3)
+	require.JSONEq(t, string(handCreate.Properties.Args.OneOf[0]), string(oneOf[0]))
+	require.JSONEq(t, string(handCreate.Properties.Args.OneOf[1]), string(oneOf[1]))
+	require.JSONEq(t, `{
+		"x-kind": "thumbnail",
+		"description": "Generated from the Go type thumbnail.Args. Required fields and limits on values are not described: the kind checks them (its Validate), and a 400 says what it refused.",
+		"type": "object",
+		"additionalProperties": false,
+		"properties": {
+			"image": {"type": "string"},
+			"width": {"type": "integer", "format": "int64"}
 		}
-		require.ElementsMatch(t, want, slices.Collect(maps.Keys(schema.Properties)), "args of %s", schema.Kind)
+	}`, string(oneOf[2]))
+
+	// The rest of CreateJob is the hand-written one's.
+	var got, want map[string]any
+	require.NoError(t, json.Unmarshal(doc, &got))
+	require.NoError(t, json.Unmarshal(api.OpenAPI(), &want))
+	createOf := func(doc map[string]any) map[string]any {
+		create := doc["components"].(map[string]any)["schemas"].(map[string]any)["CreateJob"].(map[string]any)
+		props := create["properties"].(map[string]any)
+		delete(props["kind"].(map[string]any), "enum")
+		delete(props["args"].(map[string]any), "oneOf")
+		return create
+	}
+	require.Equal(t, createOf(want), createOf(got))
+}
+
+// TestOpenAPILeavesOutUnregisteredKinds: a server of the thumbnail service
+// alone describes its kind only; one whose kind "analysis" has other args
+// than the reference app's gets their generated schema, not the
+// hand-written one.
+func TestOpenAPILeavesOutUnregisteredKinds(t *testing.T) {
+	t.Parallel()
+	alone, err := thumbnail.Registry(thumbnail.Deps{})
+	require.NoError(t, err)
+	create, _ := readDoc(t, served(t, alone))
+	require.Equal(t, []string{"thumbnail"}, create.Properties.Kind.Enum)
+	require.Len(t, create.Properties.Args.OneOf, 1)
+	var only argsSchemaFields
+	require.NoError(t, json.Unmarshal(create.Properties.Args.OneOf[0], &only))
+	require.Equal(t, "thumbnail", only.Kind)
+
+	create, _ = readDoc(t, served(t, registryOf(t, service.WorkerKind(&otherAnalysisWorker{}))))
+	require.Equal(t, []string{"analysis"}, create.Properties.Kind.Enum)
+	require.JSONEq(t, `{
+		"x-kind": "analysis",
+		"description": "Generated from the Go type api_test.otherAnalysisArgs. Required fields and limits on values are not described: the kind checks them (its Validate), and a 400 says what it refused.",
+		"type": "object",
+		"additionalProperties": false,
+		"properties": {"target": {"type": "integer", "format": "int64"}}
+	}`, string(create.Properties.Args.OneOf[0]))
+}
+
+// TestOpenAPIWithoutKinds: no registry, or one without kinds, has no
+// document; a server without a registry answers /openapi.json with a 500.
+func TestOpenAPIWithoutKinds(t *testing.T) {
+	t.Parallel()
+	_, err := api.OpenAPIFor(nil)
+	require.EqualError(t, err, "openapi: no registry")
+	empty, err := service.NewRegistry()
+	require.NoError(t, err)
+	_, err = api.OpenAPIFor(empty)
+	require.EqualError(t, err, "openapi: the registry has no kinds")
+
+	server := api.New(api.Config{}, nil, nil, api.NewMetrics(nil, nil, nil), nil)
+	rec := httptest.NewRecorder()
+	server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.json", nil))
+	require.Equal(t, http.StatusInternalServerError, rec.Code)
+	require.JSONEq(t, `{"error": "openapi: no registry"}`, rec.Body.String())
+}
+
+// everyTypeArgs have a field of each JSON type, and the field shapes
+// encoding/json and service.Kind.ArgsFields know.
+type everyTypeArgs struct {
+	embeddedArgs // its fields inline
+
+	Name     string            `json:"name"`
+	Count    int64             `json:"count,omitempty"`
+	Small    int8              `json:"small"`
+	Port     uint16            `json:"port"`
+	Seq      uint64            `json:"seq"`
+	Ratio    float64           `json:"ratio"`
+	Share    float32           `json:"share"`
+	Enabled  bool              `json:"enabled"`
+	Tags     []string          `json:"tags"`
+	Pair     [2]int32          `json:"pair"`
+	Limits   map[string]int    `json:"limits"`
+	Labels   map[string]string `json:"labels"`
+	Owner    owner             `json:"owner"`
+	Note     *string           `json:"note"`
+	At       time.Time         `json:"at"`
+	Blob     []byte            `json:"blob"`
+	Extra    any               `json:"extra"`
+	Raw      json.RawMessage   `json:"raw"`
+	Tier     tiers.Tier        `json:"tier"`
+	Timeout  time.Duration     `json:"timeout"`
+	ID       int64             `json:"id,string"`
+	UserID   string            `json:"user_id"` // not producer.TierFields: the client's
+	Untagged string
+	Skipped  string   `json:"-"`
+	Notify   chan int `json:"notify"` // nothing but null decodes: left out
+}
+
+type embeddedArgs struct {
+	Team string `json:"team"`
+}
+
+// owner is recursive: its manager is an owner.
+type owner struct {
+	Email   string `json:"email"`
+	Manager *owner `json:"manager"`
+}
+
+func (everyTypeArgs) Kind() string { return "every_type" }
+
+type everyTypeWorker struct {
+	river.WorkerDefaults[everyTypeArgs]
+}
+
+func (*everyTypeWorker) Work(context.Context, *river.Job[everyTypeArgs]) error { return nil }
+
+// tieredArgs keep the tier and the tenant in fields of their own, which the
+// server sets.
+type tieredArgs struct {
+	Target string `json:"target"`
+	UserID string `json:"user_id"`
+	Tier   string `json:"tier"`
+}
+
+func (tieredArgs) Kind() string { return "tiered" }
+
+func (a tieredArgs) WithTier(tier tiers.Tier, tenant string) river.JobArgs {
+	a.Tier, a.UserID = tier.String(), tenant
+	return a
+}
+
+type tieredWorker struct {
+	river.WorkerDefaults[tieredArgs]
+}
+
+func (*tieredWorker) Work(context.Context, *river.Job[tieredArgs]) error { return nil }
+
+// otherAnalysisArgs are a team's kind "analysis", not the reference app's.
+type otherAnalysisArgs struct {
+	Target int64 `json:"target"`
+}
+
+func (otherAnalysisArgs) Kind() string { return "analysis" }
+
+type otherAnalysisWorker struct {
+	river.WorkerDefaults[otherAnalysisArgs]
+}
+
+func (*otherAnalysisWorker) Work(context.Context, *river.Job[otherAnalysisArgs]) error { return nil }
+
+// registryOf is a registry of one service, "testsvc", of kinds.
+func registryOf(t *testing.T, kinds ...service.Kind) *service.Registry {
+	t.Helper()
+	svc, err := service.New(&service.Config{Name: "testsvc", Kinds: kinds})
+	require.NoError(t, err)
+	registry, err := service.NewRegistry(svc)
+	require.NoError(t, err)
+	return registry
+}
+
+// TestOpenAPIArgsSchemaOfEveryJSONType states the generated schema of args
+// with a field of each JSON type, and checks that args the schema
+// describes decode (service.Kind.DecodeArgs) and that values of another
+// type do not.
+func TestOpenAPIArgsSchemaOfEveryJSONType(t *testing.T) {
+	t.Parallel()
+	everyType := service.WorkerKind(&everyTypeWorker{})
+	registry := registryOf(t, everyType, service.WorkerKind(&tieredWorker{}))
+	create, _ := readDoc(t, served(t, registry))
+	require.Equal(t, []string{"every_type", "tiered"}, create.Properties.Kind.Enum)
+	require.Len(t, create.Properties.Args.OneOf, 2)
+	require.JSONEq(t, `{
+		"x-kind": "every_type",
+		"description": "Generated from the Go type api_test.everyTypeArgs. Required fields and limits on values are not described: the kind checks them (its Validate), and a 400 says what it refused.",
+		"type": "object",
+		"additionalProperties": false,
+		"properties": {
+			"team": {"type": "string"},
+			"name": {"type": "string"},
+			"count": {"type": "integer", "format": "int64"},
+			"small": {"type": "integer", "minimum": -128, "maximum": 127},
+			"port": {"type": "integer", "minimum": 0, "maximum": 65535},
+			"seq": {"type": "integer", "minimum": 0},
+			"ratio": {"type": "number", "format": "double"},
+			"share": {"type": "number", "format": "float"},
+			"enabled": {"type": "boolean"},
+			"tags": {"type": "array", "items": {"type": "string"}},
+			"pair": {"type": "array", "items": {"type": "integer", "format": "int32"}},
+			"limits": {"type": "object", "additionalProperties": {"type": "integer", "format": "int64"}},
+			"labels": {"type": "object", "additionalProperties": {"type": "string"}},
+			"owner": {"type": "object", "properties": {
+				"email": {"type": "string"},
+				"manager": {"type": "object", "nullable": true}
+			}},
+			"note": {"type": "string", "nullable": true},
+			"at": {"type": "string", "format": "date-time"},
+			"blob": {"type": "string", "format": "byte"},
+			"extra": {},
+			"raw": {},
+			"tier": {"type": "string"},
+			"timeout": {"type": "integer", "format": "int64"},
+			"id": {"type": "string"},
+			"user_id": {"type": "string"},
+			"Untagged": {"type": "string"}
+		}
+	}`, string(create.Properties.Args.OneOf[0]))
+	require.JSONEq(t, `{
+		"x-kind": "tiered",
+		"description": "Generated from the Go type api_test.tieredArgs. Required fields and limits on values are not described: the kind checks them (its Validate), and a 400 says what it refused.",
+		"type": "object",
+		"additionalProperties": false,
+		"properties": {"target": {"type": "string"}}
+	}`, string(create.Properties.Args.OneOf[1]))
+
+	// Every property of the schema, as the schema says, decodes.
+	args, err := everyType.DecodeArgs([]byte(`{
+		"team": "payments", "name": "n", "count": 3, "small": -128, "port": 65535, "seq": 18446744073709551615,
+		"ratio": 0.5, "share": 1.5, "enabled": true, "tags": ["a"], "pair": [1, 2],
+		"limits": {"a": 1}, "labels": {"a": "b"}, "owner": {"email": "e", "manager": {"email": "m"}},
+		"note": null, "at": "2026-01-02T03:04:05Z", "blob": "aGk=", "extra": [1, "x"], "raw": {"any": 1},
+		"tier": "pro", "timeout": 1000000000, "id": "42", "user_id": "u_1", "Untagged": "x"
+	}`))
+	require.NoError(t, err)
+	decoded := args.(everyTypeArgs)
+	require.Equal(t, "payments", decoded.Team)
+	require.Equal(t, owner{Email: "e", Manager: &owner{Email: "m"}}, decoded.Owner)
+	require.Equal(t, []byte("hi"), decoded.Blob)
+	require.Equal(t, tiers.Pro, decoded.Tier)
+	require.Equal(t, int64(42), decoded.ID)
+	require.Equal(t, time.Second, decoded.Timeout)
+
+	// What the schema refuses, decoding refuses: other types, bounds of
+	// the sized integers, keys it does not list.
+	for _, give := range []string{
+		`{"name": 1}`, `{"count": "3"}`, `{"count": 1.5}`, `{"small": 128}`, `{"port": -1}`, `{"seq": -1}`,
+		`{"ratio": "x"}`, `{"enabled": "true"}`, `{"tags": "a"}`, `{"tags": [1]}`, `{"pair": {}}`,
+		`{"limits": {"a": "b"}}`, `{"owner": "o"}`, `{"note": 1}`, `{"at": "today"}`, `{"blob": 1}`,
+		`{"tier": "gold"}`, `{"timeout": "1s"}`, `{"id": 42}`, `{"Skipped": "x"}`, `{"notify": 1}`, `{"untagged": "x"}`,
+	} {
+		_, err := everyType.DecodeArgs([]byte(give))
+		require.Error(t, err, give)
 	}
 }

@@ -3,7 +3,9 @@
 // operations endpoints for operators: job status, escalation, queue and
 // priority statistics, dead letters, health and metrics. JSON in and out;
 // every error is {"error": "..."} with a 4xx or 5xx status. The OpenAPI
-// document is openapi.json (served at /openapi.json, copied in docs/).
+// document served at /openapi.json describes the server's registry's kinds
+// (OpenAPIFor): the hand-written openapi.json (copied in docs/), the
+// reference app's, with a generated args schema for every other kind.
 //
 // The API can also serve River UI (riverqueue.com/riverui) under /riverui/,
 // behind the admin token (riverui.go); it is not part of the JSON API nor of
@@ -28,7 +30,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
-	_ "embed"
 	"log/slog"
 	"net/http"
 	"time"
@@ -42,9 +43,6 @@ import (
 
 // MaxBodyBytes is the largest request body accepted (1 MiB); larger → 413.
 const MaxBodyBytes = 1 << 20
-
-//go:embed openapi.json
-var openAPI []byte
 
 // Config is what the server needs besides its connections.
 type Config struct {
@@ -90,14 +88,22 @@ type Server struct {
 	metrics *Metrics
 	ready   readiness // readyz's cached migration check
 
+	// openAPI is the document of the registry's kinds (OpenAPIFor), or
+	// why there is none (no registry).
+	openAPI    []byte
+	openAPIErr error
+
 	producerDigest, adminDigest [sha256.Size]byte
 }
 
 // New returns a server inserting through client (an insert-only River
-// client) and reading through pool.
+// client) and reading through pool. It serves OpenAPIFor(cfg.Registry) at
+// /openapi.json (without a registry, a 500).
 func New(cfg Config, pool *pgxpool.Pool, client *river.Client[pgx.Tx], metrics *Metrics, logger *slog.Logger) *Server {
+	doc, err := OpenAPIFor(cfg.Registry)
 	return &Server{
 		cfg: cfg, pool: pool, client: client, logger: logger, metrics: metrics,
+		openAPI: doc, openAPIErr: err,
 		producerDigest: sha256.Sum256([]byte(cfg.Token)),
 		adminDigest:    sha256.Sum256([]byte(cfg.AdminToken)),
 	}
@@ -140,15 +146,22 @@ func (s *Server) routes() []Route {
 		{"GET /healthz", roleNone, s.healthz},
 		{"GET /readyz", roleNone, s.readyz},
 		{"GET /metrics", roleNone, s.metrics.Handler().ServeHTTP},
-		{"GET /openapi.json", roleNone, func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(openAPI)
-		}},
+		{"GET /openapi.json", roleNone, s.serveOpenAPI},
 	}
 }
 
+// serveOpenAPI serves the document of the server's kinds.
+func (s *Server) serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	if s.openAPIErr != nil {
+		writeError(w, http.StatusInternalServerError, "%v", s.openAPIErr)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(s.openAPI)
+}
+
 // Patterns are the ServeMux patterns of every endpoint of the JSON API,
-// the ones openapi.json describes; River UI (Config.RiverUI) is not one.
+// the ones the OpenAPI document describes; River UI (Config.RiverUI) is not one.
 func (s *Server) Patterns() []string {
 	var out []string
 	for _, r := range s.routes() {
@@ -156,9 +169,6 @@ func (s *Server) Patterns() []string {
 	}
 	return out
 }
-
-// OpenAPI is the OpenAPI 3 document served at /openapi.json.
-func OpenAPI() []byte { return openAPI }
 
 // Handler routes every endpoint, and River UI when Config.RiverUI is set.
 func (s *Server) Handler() http.Handler {

@@ -16,6 +16,7 @@ import (
 // WorkerKind makes one; the zero value is not valid.
 type Kind struct {
 	name      string
+	argsType  reflect.Type
 	fields    []string // JSON field names of the args type, sorted
 	addWorker func(workers *river.Workers) error
 	decode    func(data []byte) (river.JobArgs, error)
@@ -51,8 +52,9 @@ func WorkerKind[T river.JobArgs](worker river.Worker[T], opts ...KindOption[T]) 
 	var zero T
 	fields, isStruct := jsonFields(reflect.TypeFor[T]())
 	return Kind{
-		name:   zero.Kind(),
-		fields: slices.Sorted(maps.Keys(fields)),
+		name:     zero.Kind(),
+		argsType: reflect.TypeFor[T](),
+		fields:   slices.Sorted(maps.Keys(fields)),
 		addWorker: func(workers *river.Workers) error {
 			return river.AddWorkerSafely(workers, worker)
 		},
@@ -127,6 +129,12 @@ func jsonFields(t reflect.Type) (map[string]bool, bool) {
 
 // Name is the kind's name (its args' Kind()).
 func (k Kind) Name() string { return k.name }
+
+// ArgsType is the kind's args type, the T of WorkerKind: the type DecodeArgs
+// decodes into, for a description of the args that follows the type (the
+// API's OpenAPI document generates the schema of a kind's args from it).
+// Nil for a Kind not made by WorkerKind.
+func (k Kind) ArgsType() reflect.Type { return k.argsType }
 
 // ArgsFields are the JSON field names of the kind's args type, sorted: the
 // keys DecodeArgs accepts (none when the type is not a struct).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -90,4 +91,10 @@ func TestArgsFields(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, []string{"Upper", "count", "path", "team"}, service.WorkerKind(&lenientWorker{}).ArgsFields())
 	require.Equal(t, []string{"subject", "to"}, service.WorkerKind(&sendWorker{}).ArgsFields())
+}
+
+func TestArgsType(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, reflect.TypeFor[lenientArgs](), service.WorkerKind(&lenientWorker{}).ArgsType())
+	require.Nil(t, service.Kind{}.ArgsType())
 }

@@ -195,7 +195,7 @@ func startSystem(t *testing.T) *system {
 // jobs enqueued through the API are routed by tier, worked by the service's
 // own worker deployment, aged and escalated when they wait, dead-lettered
 // when they keep failing and replayed, and show in /metrics, River UI and
-// tierctl watch.
+// tierctl watch; the API's /openapi.json describes the thumbnail kind.
 func TestThumbnailsBesideTheReferenceApp(t *testing.T) {
 	t.Parallel()
 	s := startSystem(t)
@@ -203,6 +203,35 @@ func TestThumbnailsBesideTheReferenceApp(t *testing.T) {
 	writeImage(t, filepath.Join(s.source, "big.png"), 2400, 1600)
 	writeImage(t, filepath.Join(s.source, "small.png"), 300, 200)
 	require.NoError(t, subscriptions.Set(ctx, s.db.Pool, "u_pro", tiers.Pro))
+
+	// The API's OpenAPI document describes the thumbnail kind beside the
+	// reference app's, with the schema generated from thumbnail.Args.
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				CreateJob struct {
+					Properties struct {
+						Kind struct {
+							Enum []string `json:"enum"`
+						} `json:"kind"`
+						Args struct {
+							OneOf []map[string]any `json:"oneOf"`
+						} `json:"args"`
+					} `json:"properties"`
+				} `json:"CreateJob"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(s.get(t, s.api+"/openapi.json", "")), &doc))
+	create := doc.Components.Schemas.CreateJob.Properties
+	require.Equal(t, []string{"analysis", "specview", "thumbnail"}, create.Kind.Enum)
+	require.Len(t, create.Args.OneOf, 3)
+	require.Equal(t, "thumbnail", create.Args.OneOf[2]["x-kind"])
+	require.Equal(t, map[string]any{
+		"image": map[string]any{"type": "string"},
+		"width": map[string]any{"type": "integer", "format": "int64"},
+	}, create.Args.OneOf[2]["properties"])
+	require.Equal(t, false, create.Args.OneOf[2]["additionalProperties"])
 
 	thumb := func(user, image string) map[string]any {
 		status, job := s.call(t, http.MethodPost, "/v1/jobs", producerToken,
