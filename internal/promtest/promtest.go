@@ -3,11 +3,15 @@
 package promtest
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Values gathers g and returns each counter and gauge sample, and each
@@ -42,4 +46,22 @@ func Values(t testing.TB, g prometheus.Gatherer, prefix string) map[string]float
 		}
 	}
 	return got
+}
+
+// Text parses body, a /metrics page in Prometheus' text format as a process
+// serves it, and returns what Values returns for a registry holding those
+// samples: a test that scrapes a running process compares the same map.
+func Text(t testing.TB, body, prefix string) map[string]float64 {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("parse metrics: %v\n%s", err, body)
+	}
+	return Values(t, prometheus.GathererFunc(gathered(slices.Collect(maps.Values(families)))), prefix)
+}
+
+// gathered is a Gather function returning families as they are.
+func gathered[F any](families F) func() (F, error) {
+	return func() (F, error) { return families, nil }
 }
