@@ -16,16 +16,10 @@ package main
 import (
 	"context"
 	"io"
-	"log/slog"
 	"os"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/tierq/tierq/api"
-	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/process"
-	"github.com/tierq/tierq/jobs"
-	"github.com/tierq/tierq/service"
+	"github.com/tierq/tierq/internal/refapp"
 )
 
 func main() {
@@ -33,15 +27,5 @@ func main() {
 }
 
 func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) error {
-	cfg, err := config.Load[config.API](environ)
-	analysis, analysisErr := config.LoadSection[jobs.AnalysisConfig](environ)
-	if err := config.Join(err, analysisErr); err != nil {
-		return err
-	}
-	logger := cfg.NewLogger(stdout)
-	return api.Run(ctx, cfg, logger, func(pool *pgxpool.Pool) (*service.Registry, error) {
-		// ANALYSIS_ROOTS reaches the API through the analyzer's check of
-		// its requests.
-		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: analysis.Roots})
-	}, slog.String("analysis_roots", analysis.Roots.String()))
+	return refapp.RunAPI(ctx, environ, stdout)
 }

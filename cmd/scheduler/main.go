@@ -21,14 +21,8 @@ import (
 	"io"
 	"os"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-
-	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/process"
-	"github.com/tierq/tierq/jobs"
-	"github.com/tierq/tierq/scheduler"
-	"github.com/tierq/tierq/service"
+	"github.com/tierq/tierq/internal/refapp"
 )
 
 func main() {
@@ -36,24 +30,5 @@ func main() {
 }
 
 func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) error {
-	cfg, err := config.Load[config.Scheduler](environ)
-	maintenance, maintenanceErr := jobs.LoadMaintenance(environ, &cfg)
-	if err := config.Join(err, maintenanceErr); err != nil {
-		return err
-	}
-	logger := cfg.NewLogger(stdout)
-	return scheduler.Run(ctx, cfg, logger,
-		func(pool *pgxpool.Pool) (*service.Registry, error) {
-			return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
-		},
-		// The reference app's kinds: its services', their periodic kinds
-		// and the load test's, whose worker is registered so that the
-		// rescuer on this leader retries a stuck load-test job; it is no
-		// service's kind.
-		scheduler.KindTimeouts(jobs.Timeouts()),
-		scheduler.AddWorkers(func(workers *river.Workers, pool *pgxpool.Pool) error {
-			return river.AddWorkerSafely(workers, jobs.NewLoadTestWorker(pool))
-		}),
-		scheduler.LogAttrs(maintenance.LogAttrs()...),
-	)
+	return refapp.RunScheduler(ctx, environ, stdout)
 }

@@ -17,24 +17,19 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tierq/tierq/api"
-	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/internal/proctest"
 	"github.com/tierq/tierq/internal/promtest"
+	"github.com/tierq/tierq/internal/refapp"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/migrate"
-	"github.com/tierq/tierq/scheduler"
-	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/subscriptions"
 	"github.com/tierq/tierq/tiers"
-	"github.com/tierq/tierq/worker"
 )
 
 const (
@@ -574,17 +569,17 @@ func start(t *testing.T, db *testdb.DB, root string) *system {
 		run  func(context.Context, []string, io.Writer) error
 		env  []string
 	}{
-		{"scheduler", runScheduler, []string{
+		{"scheduler", refapp.RunScheduler, []string{
 			"AGING_INTERVAL=1s", "AGING_STEP=5m", "ESCALATION_INTERVAL=1s", "ESCALATE_SCHEDULED_AFTER=1h", "DLQ_DRAIN_INTERVAL=1s",
 		}},
-		{"api", runAPI, []string{
+		{"api", refapp.RunAPI, []string{
 			"API_ADDR=127.0.0.1:0", "API_TOKEN=" + producerToken, "API_ADMIN_TOKEN=" + adminToken, "ANALYSIS_ROOTS=" + root,
 		}},
-		{"analyzer", runWorker, []string{
+		{"analyzer", refapp.RunWorker, []string{
 			"WORKER_SERVICE=analyzer", "ANALYZER_QUEUE_DEFAULT_WORKERS=0", "ANALYZER_QUEUE_SCHEDULED_WORKERS=0",
 			"ANALYSIS_ROOTS=" + root, "METRICS_ADDR=127.0.0.1:0",
 		}},
-		{"specgen", runWorker, []string{"WORKER_SERVICE=specgen", "METRICS_ADDR=127.0.0.1:0"}},
+		{"specgen", refapp.RunWorker, []string{"WORKER_SERVICE=specgen", "METRICS_ADDR=127.0.0.1:0"}},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, len(deployments))
@@ -615,52 +610,6 @@ func start(t *testing.T, db *testdb.DB, root string) *system {
 		analyzerMetrics: proctest.MetricsURL(t, logs["analyzer"]),
 		specgenMetrics:  proctest.MetricsURL(t, logs["specgen"]),
 	}
-}
-
-// runWorker is cmd/worker's run.
-func runWorker(ctx context.Context, environ []string, stdout io.Writer) error {
-	described, err := jobs.Registry(jobs.Deps{})
-	if err != nil {
-		return err
-	}
-	cfg, err := config.LoadWorker(environ, described)
-	if err != nil {
-		return err
-	}
-	logger := cfg.NewLogger(stdout)
-	return worker.Run(ctx, cfg, logger, func(pool *pgxpool.Pool) (*service.Registry, error) {
-		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: cfg.Analysis.Roots})
-	})
-}
-
-// runScheduler is cmd/scheduler's run.
-func runScheduler(ctx context.Context, environ []string, stdout io.Writer) error {
-	cfg, err := config.Load[config.Scheduler](environ)
-	if err != nil {
-		return err
-	}
-	logger := cfg.NewLogger(stdout)
-	return scheduler.Run(ctx, cfg, logger,
-		func(pool *pgxpool.Pool) (*service.Registry, error) {
-			return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: jobs.MaintenanceOf(&cfg)})
-		},
-		scheduler.KindTimeouts(jobs.Timeouts()),
-		scheduler.AddWorkers(func(workers *river.Workers, pool *pgxpool.Pool) error {
-			return river.AddWorkerSafely(workers, jobs.NewLoadTestWorker(pool))
-		}),
-	)
-}
-
-// runAPI is cmd/api's run.
-func runAPI(ctx context.Context, environ []string, stdout io.Writer) error {
-	cfg, err := config.Load[config.API](environ)
-	if err != nil {
-		return err
-	}
-	logger := cfg.NewLogger(stdout)
-	return api.Run(ctx, cfg, logger, func(pool *pgxpool.Pool) (*service.Registry, error) {
-		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: cfg.Analysis.Roots})
-	})
 }
 
 // call sends a JSON request to the API and decodes the JSON object it

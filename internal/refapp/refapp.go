@@ -1,0 +1,98 @@
+// Package refapp is the reference app's processes: the worker, scheduler
+// and API deployments of the services of package jobs, wired from the
+// library. cmd/worker, cmd/scheduler and cmd/api are thin mains on it, and
+// tests run the reference app in-process through it, exactly as the
+// binaries do.
+package refapp
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/scheduler"
+	"github.com/tierq/tierq/service"
+	"github.com/tierq/tierq/worker"
+)
+
+// RunWorker runs one worker deployment (cmd/worker) configured by environ
+// until ctx ends or the process is signalled. Invalid configuration is an
+// error matching config.ErrInvalid, returned before any connection.
+func RunWorker(ctx context.Context, environ []string, stdout io.Writer) error {
+	// Before there is a pool, the services only describe themselves: their
+	// names and default worker counts are all the configuration needs.
+	described, err := jobs.Registry(jobs.Deps{})
+	if err != nil {
+		return err
+	}
+	cfg, err := config.LoadWorker(environ, described)
+	analysis, analysisErr := config.LoadSection[jobs.AnalysisConfig](environ)
+	if err := config.Join(err, analysisErr); err != nil {
+		return err
+	}
+	logger := cfg.NewLogger(stdout)
+	if cfg.JobTimeoutSet() {
+		logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: each job kind has its own timeout (docs/operations.md, \"Job timeouts and rescue\"); it applies only to kinds registered without one",
+			slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(jobs.Timeouts())))
+	}
+
+	var attrs []slog.Attr
+	if cfg.Service == jobs.ServiceAnalyzer {
+		attrs = append(attrs, slog.String("analysis_roots", analysis.Roots.String()))
+	}
+	return worker.Run(ctx, cfg, logger, func(pool *pgxpool.Pool) (*service.Registry, error) {
+		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: analysis.Roots})
+	}, attrs...)
+}
+
+// RunScheduler runs one scheduler replica (cmd/scheduler) configured by
+// environ until ctx ends or the process is signalled. Invalid
+// configuration, including a RESCUE_STUCK_JOBS_AFTER not longer than every
+// kind's timeout, is an error matching config.ErrInvalid, returned before
+// any connection.
+func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error {
+	cfg, err := config.Load[config.Scheduler](environ)
+	maintenance, maintenanceErr := jobs.LoadMaintenance(environ, &cfg)
+	if err := config.Join(err, maintenanceErr); err != nil {
+		return err
+	}
+	logger := cfg.NewLogger(stdout)
+	return scheduler.Run(ctx, cfg, logger,
+		func(pool *pgxpool.Pool) (*service.Registry, error) {
+			return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
+		},
+		// The reference app's kinds: its services', their periodic kinds
+		// and the load test's, whose worker is registered so that the
+		// rescuer on this leader retries a stuck load-test job; it is no
+		// service's kind.
+		scheduler.KindTimeouts(jobs.Timeouts()),
+		scheduler.AddWorkers(func(workers *river.Workers, pool *pgxpool.Pool) error {
+			return river.AddWorkerSafely(workers, jobs.NewLoadTestWorker(pool))
+		}),
+		scheduler.LogAttrs(maintenance.LogAttrs()...),
+	)
+}
+
+// RunAPI runs the HTTP API (cmd/api) configured by environ until ctx ends
+// or the process is signalled. Invalid configuration is an error matching
+// config.ErrInvalid, returned before any connection.
+func RunAPI(ctx context.Context, environ []string, stdout io.Writer) error {
+	cfg, err := config.Load[config.API](environ)
+	analysis, analysisErr := config.LoadSection[jobs.AnalysisConfig](environ)
+	if err := config.Join(err, analysisErr); err != nil {
+		return err
+	}
+	logger := cfg.NewLogger(stdout)
+	return api.Run(ctx, cfg, logger, func(pool *pgxpool.Pool) (*service.Registry, error) {
+		// ANALYSIS_ROOTS reaches the API through the analyzer's check of
+		// its requests.
+		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: analysis.Roots})
+	}, slog.String("analysis_roots", analysis.Roots.String()))
+}
