@@ -47,7 +47,8 @@ type Options struct {
 	// fetch tuning than the defaults.
 	WorkerEnv []string
 
-	tiny bool // the tests' sizes: every code path, no meaningful numbers
+	tiny         bool   // the tests' sizes: every code path, no meaningful numbers
+	schemaPrefix string // the scenarios' schemas are <schemaPrefix>_<random>; "": tierq_bench
 }
 
 // sizes are the dimensions of the scenarios.
@@ -123,7 +124,11 @@ type env struct {
 
 // newEnv creates the scenario's schema; the caller drops it with close.
 func newEnv(ctx context.Context, opts Options) (*env, error) {
-	s, err := scratch.New(ctx, opts.DatabaseURL, "tierq_bench", 20)
+	prefix := opts.schemaPrefix
+	if prefix == "" {
+		prefix = "tierq_bench"
+	}
+	s, err := scratch.New(ctx, opts.DatabaseURL, prefix, 20)
 	if err != nil {
 		return nil, err
 	}

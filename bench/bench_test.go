@@ -2,6 +2,8 @@ package bench_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"testing"
 
@@ -16,15 +18,19 @@ import (
 // inserts, the report) works, the results are consistent, and the bench's
 // schemas are gone afterwards. It checks no speed: that is what tierctl bench
 // is for.
+//
+// The schemas are counted by a prefix of this run's own: other checkouts may
+// run this test against the same database at the same time.
 func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 	db := testdb.New(t) // creates the test database if needed
 	ctx := context.Background()
+	prefix := schemaPrefix(t)
 	benchSchemas := func() int {
-		return db.Count(t, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'tierq\_bench\_%'`)
+		return db.Count(t, `SELECT count(*) FROM pg_namespace WHERE starts_with(nspname, $1)`, prefix+"_")
 	}
 	before := benchSchemas()
 
-	opts := bench.Tiny(bench.Options{DatabaseURL: testdb.URL()})
+	opts := bench.Tiny(bench.Options{DatabaseURL: testdb.URL()}, prefix)
 	scenarios := []string{"isolation", "throughput", "sweeps", "dlq", "insert"}
 	reports := make([]bench.Report, len(scenarios))
 	ran := t.Run("scenarios", func(t *testing.T) {
@@ -96,4 +102,16 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, r.Rows())
+}
+
+// schemaPrefix is a prefix of the bench's schemas that no other run of the
+// tests shares. It is not tierq_bench_: a run of tierctl bench, or of an
+// older version of these tests (which counted every tierq_bench_ schema),
+// does not see this run's schemas either.
+func schemaPrefix(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 4)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	return "tierq_benchtest" + hex.EncodeToString(b)
 }
