@@ -4,13 +4,17 @@
 // works only there, and drops it at the end; production tables of the target
 // database are never touched.
 //
-// The workload is River's own `loadtest` kind with a sleep of 0: the
-// load-test workload of package jobs, a job that does nothing, so that what
-// is measured is the queue, not the work.
+// The bench drives one service, the service under test (Options.Service;
+// tierctl bench passes the reference app's first service): its worker
+// deployment, configured as the worker process configures it, and its
+// queues. The workload is the load-test kind (package loadtest) with a sleep
+// of 0, a job that does nothing, so that what is measured is the queue, not
+// the work.
 package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,7 +29,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/tierq/tierq/internal/scratch"
-	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/internal/seed"
+	"github.com/tierq/tierq/service"
 )
 
 // Options are what every scenario takes.
@@ -42,12 +47,69 @@ type Options struct {
 	Progress Progress
 	// Logger receives River's own logs; nil discards them.
 	Logger *slog.Logger
-	// WorkerEnv are extra NAME=value settings for tierq's worker
-	// configuration (as the worker process reads them), to measure other
-	// fetch tuning than the defaults.
+	// WorkerEnv are extra NAME=value settings for the worker configuration
+	// of the service under test (as its worker process reads them), to
+	// measure other worker counts or fetch tuning than the defaults
+	// (CheckWorkerEnv says which).
 	WorkerEnv []string
 
-	tiny bool // the tests' sizes: every code path, no meaningful numbers
+	// Service is the service under test: the scenarios run its worker
+	// deployment (WORKER_SERVICE=<its name>, with its default worker
+	// counts, as config.LoadWorker loads it, and the load-test workload
+	// registered), and route their jobs into its queues with its
+	// InsertOpts. tierctl bench passes the reference app's first service.
+	//
+	// Default: Registry's first service. One of Service and Registry is
+	// required.
+	Service *service.Service
+
+	// Registry is every service of the application, Service among them:
+	// the registry the worker deployment is configured from
+	// (config.LoadWorker, worker.RiverConfig), whose queues the sweeps and
+	// dead-letter replays act on and the seeded history and discarded jobs
+	// fill. The workers of its kinds are registered but never run (the
+	// scenarios run the load-test workload only), so a registry built
+	// without its workers' dependencies will do.
+	//
+	// Default: a registry of Service alone.
+	Registry *service.Registry
+
+	// ProducerArgs are the args of the i-th job (from 0) of run (from 0)
+	// that the insert scenario inserts through producer.Insert: of a kind
+	// of Service's, and different for every i of a run, since
+	// producer.Insert's unique options make equal jobs one. tierctl bench
+	// passes the reference app's analysis of target /bench/<run>/<i>.
+	//
+	// Required by the insert scenario; the others do not use it.
+	ProducerArgs func(run, i int) river.JobArgs
+
+	tiny         bool   // the tests' sizes: every code path, no meaningful numbers
+	schemaPrefix string // the scenarios' schemas are <schemaPrefix>_<random>; "": tierq_bench
+}
+
+// withDefaults is o with Service and Registry set, or an error when o names
+// no service or a Service that is not Registry's.
+func (o Options) withDefaults() (Options, error) {
+	switch {
+	case o.Service == nil && o.Registry == nil:
+		return o, errors.New("bench: no service to measure (Options.Service or Options.Registry)")
+	case o.Registry == nil:
+		registry, err := service.NewRegistry(o.Service)
+		if err != nil {
+			return o, fmt.Errorf("bench: %w", err)
+		}
+		o.Registry = registry
+	case o.Service == nil:
+		services := o.Registry.Services()
+		if len(services) == 0 {
+			return o, errors.New("bench: Options.Registry has no service")
+		}
+		o.Service = services[0]
+	}
+	if s, ok := o.Registry.Lookup(o.Service.Name()); !ok || !slices.Equal(s.Queues(), o.Service.Queues()) {
+		return o, fmt.Errorf("bench: service %s is not one of Options.Registry's (%s)", o.Service.Name(), strings.Join(o.Registry.Names(), ", "))
+	}
+	return o, nil
 }
 
 // sizes are the dimensions of the scenarios.
@@ -123,7 +185,11 @@ type env struct {
 
 // newEnv creates the scenario's schema; the caller drops it with close.
 func newEnv(ctx context.Context, opts Options) (*env, error) {
-	s, err := scratch.New(ctx, opts.DatabaseURL, "tierq_bench", 20)
+	prefix := opts.schemaPrefix
+	if prefix == "" {
+		prefix = "tierq_bench"
+	}
+	s, err := scratch.New(ctx, opts.DatabaseURL, prefix, 20)
 	if err != nil {
 		return nil, err
 	}
@@ -147,14 +213,19 @@ func (e *env) pool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// serviceQueues are the queues of the reference app's services
-// (jobs.Registry), the ones the sweeps and replays measured here act on.
-func serviceQueues() ([]string, error) {
-	registry, err := jobs.Registry(jobs.Deps{})
-	if err != nil {
-		return nil, err
+// discardedQueues are the queues, kinds and args of the discarded jobs the
+// sweeps and dlq scenarios seed: every service's queues, each with the
+// service's first kind and args that say the tier (pro) and the job's
+// number. Nothing works them: only the drain and the replay read them.
+func discardedQueues(registry *service.Registry) []seed.Queue {
+	var queues []seed.Queue
+	for _, svc := range registry.Services() {
+		kind := svc.Kinds()[0].Name()
+		for _, queue := range svc.Queues() {
+			queues = append(queues, seed.Queue{Name: queue, Kind: kind, Args: `{"seq": {i}, "tier": "pro"}`})
+		}
 	}
-	return registry.Queues(), nil
+	return queues
 }
 
 // reset empties the job tables between measurements.
@@ -225,16 +296,21 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // CheckWorkerEnv accepts only the worker settings a bench may vary: worker
-// counts and fetch tuning (QUEUE_*, ANALYZER_QUEUE_*, SPECGEN_QUEUE_*). The
-// database, schema and service are the bench's own.
-func CheckWorkerEnv(env []string) error {
+// counts and fetch tuning, QUEUE_* and <PREFIX>QUEUE_* for each service of
+// registry (its EnvPrefix). The database, schema and service are the
+// bench's own.
+func CheckWorkerEnv(registry *service.Registry, env []string) error {
+	prefixes := []string{"QUEUE_"}
+	for _, svc := range registry.Services() {
+		prefixes = append(prefixes, svc.EnvPrefix()+"QUEUE_")
+	}
 	for _, kv := range env {
 		name, _, ok := strings.Cut(kv, "=")
 		if !ok {
 			return fmt.Errorf("--set wants NAME=value, not %q", kv)
 		}
-		if !strings.HasPrefix(name, "QUEUE_") && !strings.HasPrefix(name, "ANALYZER_QUEUE_") && !strings.HasPrefix(name, "SPECGEN_QUEUE_") {
-			return fmt.Errorf("--set %s: only worker counts and fetch tuning (QUEUE_*, ANALYZER_QUEUE_*, SPECGEN_QUEUE_*) can be set", name)
+		if !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
+			return fmt.Errorf("--set %s: only worker counts and fetch tuning (%s*) can be set", name, strings.Join(prefixes, "*, "))
 		}
 	}
 	return nil

@@ -2,13 +2,18 @@ package bench_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"testing"
 
+	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/bench"
 	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/jobs"
 )
 
 // TestEveryScenarioRunsAndCleansUp runs each scenario at tiny sizes against
@@ -16,15 +21,27 @@ import (
 // inserts, the report) works, the results are consistent, and the bench's
 // schemas are gone afterwards. It checks no speed: that is what tierctl bench
 // is for.
+//
+// The schemas are counted by a prefix of this run's own: other checkouts may
+// run this test against the same database at the same time.
 func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 	db := testdb.New(t) // creates the test database if needed
 	ctx := context.Background()
+	prefix := schemaPrefix(t)
 	benchSchemas := func() int {
-		return db.Count(t, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'tierq\_bench\_%'`)
+		return db.Count(t, `SELECT count(*) FROM pg_namespace WHERE starts_with(nspname, $1)`, prefix+"_")
 	}
 	before := benchSchemas()
 
-	opts := bench.Tiny(bench.Options{DatabaseURL: testdb.URL()})
+	registry := testdb.Registry(t)
+	analyzer, ok := registry.Lookup(jobs.ServiceAnalyzer)
+	require.True(t, ok)
+	opts := bench.Tiny(bench.Options{
+		DatabaseURL: testdb.URL(), Service: analyzer, Registry: registry,
+		ProducerArgs: func(run, i int) river.JobArgs {
+			return jobs.AnalysisArgs{Target: fmt.Sprintf("/bench/%d/%d", run, i), UserID: "bench"}
+		},
+	}, prefix)
 	scenarios := []string{"isolation", "throughput", "sweeps", "dlq", "insert"}
 	reports := make([]bench.Report, len(scenarios))
 	ran := t.Run("scenarios", func(t *testing.T) {
@@ -96,4 +113,81 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, r.Rows())
+}
+
+// TestScenariosRunForAServiceOfYourOwn runs the scenarios but the longest
+// (isolation) on a service that is not the reference app's: the bench names
+// none of its own.
+func TestScenariosRunForAServiceOfYourOwn(t *testing.T) {
+	db := testdb.New(t)
+	ctx := context.Background()
+	prefix := schemaPrefix(t)
+	registry := testdb.MailerRegistry(t)
+	opts := bench.Tiny(bench.Options{
+		DatabaseURL: testdb.URL(), Registry: registry, // its one service is the default
+		ProducerArgs: func(run, i int) river.JobArgs {
+			return testdb.SendMailArgs{To: fmt.Sprintf("%d.%d@example.com", run, i)}
+		},
+		WorkerEnv: []string{"MAILER_QUEUE_SCHEDULED_WORKERS=4"},
+	}, prefix)
+	scenarios := []string{"throughput", "sweeps", "dlq", "insert"}
+	reports := make([]bench.Report, len(scenarios))
+	ran := t.Run("scenarios", func(t *testing.T) {
+		for k, s := range scenarios {
+			t.Run(s, func(t *testing.T) {
+				t.Parallel()
+				require.NoError(t, bench.Run(ctx, s, opts, &reports[k]))
+			})
+		}
+	})
+	require.True(t, ran, "a scenario failed")
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM pg_namespace WHERE starts_with(nspname, $1)`, prefix+"_"))
+	require.InDelta(t, 546, reports[0].Throughput.ADRBoundJobsPerS, 0.01, "5/10ms + 3/100ms + 4/250ms: the default counts, and the scheduled queue's from WorkerEnv")
+	require.Positive(t, reports[0].Throughput.TierqJobsPerS)
+	require.Positive(t, reports[1].Sweeps.DLQLargeMs)
+	require.Positive(t, reports[2].DLQ.ReplayRowsPerS)
+	require.Positive(t, reports[3].Insert.ProducerOnePerS)
+	require.Zero(t, reports[3].Insert.SelectQueueAllocs)
+}
+
+// schemaPrefix is a prefix of the bench's schemas that no other run of the
+// tests shares. It is not tierq_bench_: a run of tierctl bench, or of an
+// older version of these tests (which counted every tierq_bench_ schema),
+// does not see this run's schemas either.
+func schemaPrefix(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 4)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	return "tierq_benchtest" + hex.EncodeToString(b)
+}
+
+func TestCheckWorkerEnvAcceptsEveryServicesWorkerSettings(t *testing.T) {
+	t.Parallel()
+	registry, err := testdb.Registry(t).Join(testdb.MailerRegistry(t))
+	require.NoError(t, err)
+	require.NoError(t, bench.CheckWorkerEnv(registry, []string{
+		"QUEUE_PRIORITY_FETCH_COOLDOWN=50ms", "ANALYZER_QUEUE_DEFAULT_WORKERS=9",
+		"SPECGEN_QUEUE_PRIORITY_WORKERS=1", "MAILER_QUEUE_SCHEDULED_WORKERS=4",
+	}))
+	for _, kv := range []string{"DATABASE_SCHEMA=public", "WORKER_SERVICE=mailer", "THUMBNAILER_QUEUE_DEFAULT_WORKERS=1"} {
+		err := bench.CheckWorkerEnv(registry, []string{kv})
+		require.ErrorContains(t, err, "only worker counts and fetch tuning (QUEUE_*, ANALYZER_QUEUE_*, SPECGEN_QUEUE_*, MAILER_QUEUE_*) can be set", kv)
+	}
+	require.ErrorContains(t, bench.CheckWorkerEnv(registry, []string{"QUEUE_DEFAULT_WORKERS"}), "--set wants NAME=value")
+}
+
+func TestScenariosRefuseOptionsWithoutAServiceOfTheRegistry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var r bench.Report
+	require.ErrorContains(t, bench.Run(ctx, "sweeps", bench.Options{DatabaseURL: testdb.URL()}, &r), "no service to measure")
+	mailer := testdb.MailerRegistry(t).Services()[0]
+	require.ErrorContains(t, bench.Run(ctx, "dlq", bench.Options{DatabaseURL: testdb.URL(), Service: mailer, Registry: testdb.Registry(t)}, &r),
+		"service mailer is not one of Options.Registry's (analyzer, specgen)")
+	require.ErrorContains(t, bench.Run(ctx, "insert", bench.Options{DatabaseURL: testdb.URL(), Service: mailer}, &r),
+		"needs Options.ProducerArgs")
+	require.Nil(t, r.Sweeps)
+	require.Nil(t, r.DLQ)
+	require.Nil(t, r.Insert)
 }

@@ -14,9 +14,10 @@ import (
 )
 
 // DLQResult is the dlq scenario: discarded jobs (next to as many completed
-// ones) moved into dead_letter_jobs by the scheduler's drain with its default
-// batch, then all of them replayed as new River jobs with tierctl's default
-// batch. Medians over runs.
+// ones, both spread over every service's queues) moved into
+// dead_letter_jobs by the scheduler's drain with its default batch, then all
+// of them replayed as new River jobs with tierctl's default batch. Medians
+// over runs.
 type DLQResult struct {
 	Rows           int     `json:"rows"`
 	DrainBatch     int     `json:"drain_batch"`
@@ -38,6 +39,11 @@ const (
 // DLQ runs the dlq scenario.
 func DLQ(ctx context.Context, opts Options) (DLQResult, error) {
 	res := DLQResult{Rows: opts.sizes().dlqRows, DrainBatch: dlqDrainBatch, ReplayBatch: dlqReplayBatch, Runs: opts.runs()}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return res, err
+	}
+	queues, discarded := opts.Registry.Queues(), discardedQueues(opts.Registry)
 	e, err := newEnv(ctx, opts)
 	if err != nil {
 		return res, err
@@ -47,10 +53,6 @@ func DLQ(ctx context.Context, opts Options) (DLQResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("new river client: %w", err)
 	}
-	queues, err := serviceQueues()
-	if err != nil {
-		return res, err
-	}
 
 	var drains, replays, drainS, replayS []float64
 	for run := range res.Runs {
@@ -58,10 +60,10 @@ func DLQ(ctx context.Context, opts Options) (DLQResult, error) {
 		if err := e.reset(ctx); err != nil {
 			return res, err
 		}
-		if err := seed.Finished(ctx, e.Pool, res.Rows); err != nil {
+		if err := seed.Finished(ctx, e.Pool, queues, res.Rows); err != nil {
 			return res, err
 		}
-		if _, err := seed.Discarded(ctx, e.Pool, res.Rows); err != nil {
+		if _, err := seed.Discarded(ctx, e.Pool, discarded, res.Rows); err != nil {
 			return res, err
 		}
 		if err := seed.Analyze(ctx, e.Pool); err != nil {

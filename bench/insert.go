@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -11,7 +12,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/loadtest"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/tiers"
@@ -19,10 +20,10 @@ import (
 
 // InsertResult is the insert scenario: jobs/s a producer inserts one by one
 // and in batches (InsertMany) with the queue and priority from the routing
-// helper (the analyzer service's InsertOpts, from the tier), against raw
-// River inserts of the same queues and priorities written out literally, on
-// the same client, alternating; and producer.Insert (routing plus dedup by
-// target, one transaction each).
+// helper (the InsertOpts of the service under test, from the tier), against
+// raw River inserts of the same queues and priorities written out literally,
+// on the same client, alternating; and producer.Insert (routing plus dedup
+// by unique args, one transaction each, of Options.ProducerArgs).
 // Medians over runs. SelectQueue's cost is measured in-process with
 // testing.Benchmark.
 type InsertResult struct {
@@ -56,15 +57,19 @@ type InsertResult struct {
 // Insert runs the insert scenario.
 func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 	res := InsertResult{OneByOne: opts.sizes().insertOne, Batched: opts.sizes().insertBatched, BatchSize: 1000, Runs: opts.runs()}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return res, err
+	}
+	if opts.ProducerArgs == nil {
+		return res, errors.New("bench: the insert scenario needs Options.ProducerArgs")
+	}
+	svc := opts.Service
 	e, err := newEnv(ctx, opts)
 	if err != nil {
 		return res, err
 	}
 	defer e.close()
-	analyzer, err := jobs.AnalyzerService(jobs.Deps{})
-	if err != nil {
-		return res, err
-	}
 	client, err := river.NewClient(riverpgxv5.New(e.Pool), producer.ClientConfig(e.Name, opts.logger()))
 	if err != nil {
 		return res, fmt.Errorf("new river client: %w", err)
@@ -75,15 +80,16 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 	}
 
 	// The raw variants insert the same queues and priorities as the routed
-	// ones, in the same order, written out literally: the difference is the
-	// routing helper, not the mix of queues.
+	// ones, in the same order, written out literally (built once, here):
+	// the difference is the routing helper, not the mix of queues.
 	allTiers := tiers.All() // free, pro, pro_plus, enterprise
+	free, paid := svc.Queue(routing.Default), svc.Queue(routing.Priority)
 	literal := []*river.InsertOpts{
-		{Queue: "analysis_default", Priority: 4}, {Queue: "analysis_priority", Priority: 4},
-		{Queue: "analysis_priority", Priority: 3}, {Queue: "analysis_priority", Priority: 2},
+		{Queue: free, Priority: 4}, {Queue: paid, Priority: 4},
+		{Queue: paid, Priority: 3}, {Queue: paid, Priority: 2},
 	}
 	for k, tier := range allTiers {
-		routed := analyzer.InsertOpts(tier, "", false)
+		routed := svc.InsertOpts(tier, "", false)
 		if routed.Queue != literal[k].Queue || routed.Priority != literal[k].Priority {
 			return res, fmt.Errorf("insert: literal options for %s (%s, %d) differ from routing's (%s, %d)",
 				tier, literal[k].Queue, literal[k].Priority, routed.Queue, routed.Priority)
@@ -96,7 +102,7 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 		for p := range producers {
 			g.Go(func() error {
 				for i := p; i < n; i += producers {
-					if _, err := c.Insert(gctx, jobs.LoadTestArgs{}, raw(i)); err != nil {
+					if _, err := c.Insert(gctx, loadtest.Args{}, raw(i)); err != nil {
 						return err
 					}
 					opts.progress().Add(1)
@@ -113,7 +119,7 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 	}{
 		{"raw one", res.OneByOne, func(int) error {
 			for i := range res.OneByOne {
-				if _, err := client.Insert(ctx, jobs.LoadTestArgs{}, raw(i)); err != nil {
+				if _, err := client.Insert(ctx, loadtest.Args{}, raw(i)); err != nil {
 					return err
 				}
 				opts.progress().Add(1)
@@ -122,7 +128,7 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 		}},
 		{"routed one", res.OneByOne, func(int) error {
 			for i := range res.OneByOne {
-				if _, err := client.Insert(ctx, jobs.LoadTestArgs{}, analyzer.InsertOpts(allTiers[i%len(allTiers)], "", false)); err != nil {
+				if _, err := client.Insert(ctx, loadtest.Args{}, svc.InsertOpts(allTiers[i%len(allTiers)], "", false)); err != nil {
 					return err
 				}
 				opts.progress().Add(1)
@@ -133,10 +139,7 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 			for i := range res.OneByOne {
 				tier := allTiers[i%len(allTiers)]
 				err := pgx.BeginFunc(ctx, e.Pool, func(tx pgx.Tx) error {
-					_, err := producer.Insert(ctx, client, tx, producer.Job{
-						Args:    jobs.AnalysisArgs{Target: fmt.Sprintf("/bench/%d/%d", run, i), UserID: "bench", Tier: tier.String()},
-						Service: analyzer, Tier: tier,
-					})
+					_, err := producer.Insert(ctx, client, tx, producer.Job{Args: opts.ProducerArgs(run, i), Service: svc, Tier: tier})
 					return err
 				})
 				if err != nil {
@@ -148,7 +151,7 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 		}},
 		{"river defaults one", res.OneByOne, func(int) error {
 			for i := range res.OneByOne {
-				if _, err := defaults.Insert(ctx, jobs.LoadTestArgs{}, raw(i)); err != nil {
+				if _, err := defaults.Insert(ctx, loadtest.Args{}, raw(i)); err != nil {
 					return err
 				}
 				opts.progress().Add(1)
@@ -162,7 +165,7 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 		{"river defaults concurrent", 2 * res.OneByOne, func(int) error { return concurrent(defaults, 2*res.OneByOne) }},
 		{"routed batch", res.Batched, func(int) error {
 			return insertBatches(ctx, client, res.Batched, res.BatchSize, opts, func(i int) *river.InsertOpts {
-				return analyzer.InsertOpts(allTiers[i%len(allTiers)], "", false)
+				return svc.InsertOpts(allTiers[i%len(allTiers)], "", false)
 			})
 		}},
 	}
@@ -191,10 +194,11 @@ func Insert(ctx context.Context, opts Options) (InsertResult, error) {
 	res.ConcurrentPerS, res.RiverDefaultsConcurrentPerS = round(m("concurrent"), 0), round(m("river defaults concurrent"), 0)
 	res.ConcurrentRatio = round(m("concurrent")/m("river defaults concurrent"), 3)
 
+	base := svc.BaseQueue()
 	bench := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
 		for i := range b.N {
-			_ = routing.SelectQueue("analysis", allTiers[i%len(allTiers)], i%7 == 0)
+			_ = routing.SelectQueue(base, allTiers[i%len(allTiers)], i%7 == 0)
 		}
 	})
 	if bench.N > 0 {
@@ -210,7 +214,7 @@ func insertBatches(ctx context.Context, client *river.Client[pgx.Tx], n, size in
 	for i := 0; i < n; i += size {
 		params := make([]river.InsertManyParams, 0, size)
 		for j := i; j < min(i+size, n); j++ {
-			params = append(params, river.InsertManyParams{Args: jobs.LoadTestArgs{}, InsertOpts: opts(j)})
+			params = append(params, river.InsertManyParams{Args: loadtest.Args{}, InsertOpts: opts(j)})
 		}
 		if _, err := client.InsertMany(ctx, params); err != nil {
 			return err

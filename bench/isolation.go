@@ -14,17 +14,18 @@ import (
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/seed"
-	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/loadtest"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/tiers"
 )
 
 // IsolationResult is the isolation scenario: insert→start latency of a
-// steady stream of enterprise jobs (one per 50ms into analysis_priority),
-// without and with a free-tier backlog in analysis_default being worked, on
-// tierq's analyzer worker; and the same stream on a River client with River's
-// default fetch settings. Medians over runs.
+// steady stream of enterprise jobs (one per 50ms into the priority queue of
+// the service under test), without and with a free-tier backlog in its
+// default queue being worked, on tierq's worker of that service; and the
+// same stream on a River client with River's default fetch settings.
+// Medians over runs.
 type IsolationResult struct {
 	P50Ms     float64 `json:"p50_ms"`
 	P95Ms     float64 `json:"p95_ms"`
@@ -62,10 +63,10 @@ type IsolationResult struct {
 	P99HeavyMs         float64 `json:"p99_heavy_ms"`
 	HeavyRatio         float64 `json:"heavy_ratio"`
 	HeavyBacklogWorked float64 `json:"heavy_backlog_worked"`
-	// IdleQueriesPerS is the statements per second an idle analyzer worker
-	// (tierq's defaults, nothing queued) sends to PostgreSQL, counted on its
-	// connections; RiverDefaultsIdleQueriesPerS the same for a River client
-	// with River's defaults and the same queues.
+	// IdleQueriesPerS is the statements per second an idle worker of the
+	// service under test (tierq's defaults, nothing queued) sends to
+	// PostgreSQL, counted on its connections; RiverDefaultsIdleQueriesPerS
+	// the same for a River client with River's defaults and the same queues.
 	IdleQueriesPerS              float64 `json:"idle_queries_per_s"`
 	RiverDefaultsIdleQueriesPerS float64 `json:"river_defaults_idle_queries_per_s"`
 	// Samples are the latencies (ms) of the last run, per phase, for plots.
@@ -85,6 +86,10 @@ type isolationPhase struct {
 
 // Isolation runs the isolation scenario.
 func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return IsolationResult{}, err
+	}
 	e, err := newEnv(ctx, opts)
 	if err != nil {
 		return IsolationResult{}, err
@@ -105,7 +110,7 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	// allows: 50 workers fetching every 10ms.
 	tierqHeavy := func(pool *pgxpool.Pool) (*river.Config, error) {
 		cfg, err := e.workerConfig(append(slices.Clone(opts.WorkerEnv),
-			"ANALYZER_QUEUE_DEFAULT_WORKERS=50", "QUEUE_DEFAULT_FETCH_COOLDOWN=10ms")...)
+			opts.Service.EnvPrefix()+"QUEUE_DEFAULT_WORKERS=50", "QUEUE_DEFAULT_FETCH_COOLDOWN=10ms")...)
 		if err != nil {
 			return nil, err
 		}
@@ -228,25 +233,22 @@ func (e *env) idleQueries(ctx context.Context, ph isolationPhase, d time.Duratio
 	return float64(counter.n.Load()-before) / d.Seconds(), nil
 }
 
-// workerConfig is the analyzer worker's configuration as the worker process
-// loads it (defaults, then env), with the load-test workload registered. The
-// bench's own settings come last, so that nothing in env can point the
-// worker at another schema or service (CheckWorkerEnv refuses them anyway).
+// workerConfig is the configuration of the worker of the service under
+// test as the worker process loads it (defaults, then env), with the
+// load-test workload registered. The bench's own settings come last, so that
+// nothing in env can point the worker at another schema or service
+// (CheckWorkerEnv refuses them anyway).
 func (e *env) workerConfig(env ...string) (config.Worker, error) {
-	services, err := jobs.Registry(jobs.Deps{}) // names and worker counts only
-	if err != nil {
-		return config.Worker{}, err
-	}
 	return config.LoadWorker(append(slices.Clone(env),
 		"DATABASE_URL="+e.opts.DatabaseURL, "DATABASE_SCHEMA="+e.Name,
-		"WORKER_SERVICE="+jobs.ServiceAnalyzer, "LOAD_TEST_WORKLOAD=true",
-	), services)
+		"WORKER_SERVICE="+e.opts.Service.Name(), "LOAD_TEST_WORKLOAD=true",
+	), e.opts.Registry)
 }
 
 // stream runs one phase: a fresh table (with backlog free jobs queued in
-// analysis_default if asked), the phase's worker started, then one
-// enterprise job every streamInterval for duration through the phase's
-// producer. It returns the stream's insert→start latencies in ms (created_at
+// the default queue of the service under test if asked), the phase's worker
+// started, then one enterprise job every streamInterval for duration through
+// the phase's producer. It returns the stream's insert→start latencies in ms (created_at
 // to attempted_at, both the database's clock), and how many backlog jobs were
 // worked during the phase and how many were left.
 func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, duration time.Duration) (lat []float64, worked, left int, err error) {
@@ -254,7 +256,7 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 		return nil, 0, 0, err
 	}
 	if backlog > 0 {
-		if err := seed.Available(ctx, e.Pool, jobs.KindLoadTest, "analysis_default", routing.StartingPriority(tiers.Free), backlog, 0, 0, 0); err != nil {
+		if err := seed.Available(ctx, e.Pool, loadtest.Kind, e.opts.Service.Queue(routing.Default), routing.StartingPriority(tiers.Free), backlog, 0, 0, 0); err != nil {
 			return nil, 0, 0, err
 		}
 		if err := seed.Analyze(ctx, e.Pool); err != nil {
@@ -299,7 +301,7 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 	}
 	if backlog > 0 {
 		if err := e.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state <> 'available'), count(*) FILTER (WHERE state = 'available')
-			FROM river_job WHERE queue = 'analysis_default'`).Scan(&worked, &left); err != nil {
+			FROM river_job WHERE queue = $1`, e.opts.Service.Queue(routing.Default)).Scan(&worked, &left); err != nil {
 			return nil, 0, 0, fmt.Errorf("count backlog: %w", err)
 		}
 	}
@@ -315,19 +317,15 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 	return lat, worked, left, nil
 }
 
-// insertStream inserts duration/streamInterval enterprise analyzer jobs, one
-// per streamInterval, routed by the analyzer service's InsertOpts as a
-// producer does.
+// insertStream inserts duration/streamInterval enterprise load-test jobs,
+// one per streamInterval, routed by the InsertOpts of the service under test
+// as a producer does.
 func (e *env) insertStream(ctx context.Context, client *river.Client[pgx.Tx], duration time.Duration) ([]int64, error) {
-	analyzer, err := jobs.AnalyzerService(jobs.Deps{}) // its queues only
-	if err != nil {
-		return nil, err
-	}
 	ticker := time.NewTicker(streamInterval)
 	defer ticker.Stop()
 	var ids []int64
 	for range int(duration / streamInterval) {
-		res, err := client.Insert(ctx, jobs.LoadTestArgs{}, analyzer.InsertOpts(tiers.Enterprise, "", false))
+		res, err := client.Insert(ctx, loadtest.Args{}, e.opts.Service.InsertOpts(tiers.Enterprise, "", false))
 		if err != nil {
 			return nil, fmt.Errorf("insert: %w", err)
 		}

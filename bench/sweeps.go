@@ -9,14 +9,17 @@ import (
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/internal/seed"
-	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/loadtest"
+	"github.com/tierq/tierq/routing"
 )
 
 // SweepsResult is the sweeps scenario: one aging sweep that promotes 500
-// jobs, one escalation sweep that moves 500, and one dead-letter drain batch
-// of 1,000, each timed with 10k and with 1M rows in river_job (mostly
-// completed, 1% available and not yet due), in one run; medians in ms over
-// repetitions. A ratio near 1 means the cost follows the work, not the table.
+// jobs (in the default queue of the service under test), one escalation
+// sweep that moves 500 (from its scheduled queue), and one dead-letter drain
+// batch of 1,000, each timed with 10k and with 1M rows in river_job (mostly
+// completed, spread over every service's queues; 1% available and not yet
+// due), in one run; medians in ms over repetitions. A ratio near 1 means the
+// cost follows the work, not the table.
 type SweepsResult struct {
 	Small int `json:"small_rows"`
 	Large int `json:"large_rows"`
@@ -39,12 +42,16 @@ const (
 	drainBatch = 1000
 	// escalationKind marks the escalation sweep's jobs, so that the reset
 	// finds them (no worker runs either kind).
-	escalationKind = jobs.KindLoadTest + "_escalation"
+	escalationKind = loadtest.Kind + "_escalation"
 )
 
 // Sweeps runs the sweeps scenario.
 func Sweeps(ctx context.Context, opts Options) (SweepsResult, error) {
 	res := SweepsResult{Small: opts.sizes().sweepSmall, Large: opts.sizes().sweepLarge, Repetitions: opts.sizes().sweepReps}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return res, err
+	}
 	for _, total := range []int{res.Small, res.Large} {
 		agingMs, escalationMs, dlqMs, err := sweepTimes(ctx, opts, total, res.Repetitions)
 		if err != nil {
@@ -72,27 +79,26 @@ func sweepTimes(ctx context.Context, opts Options, total, reps int) (agingMs, es
 	defer e.close()
 
 	opts.progress().Stage(fmt.Sprintf("sweeps: laying out %d rows", total), 0)
+	queues := opts.Registry.Queues()
+	discarded := discardedQueues(opts.Registry)
+	freeQueue, scheduledQueue := opts.Service.Queue(routing.Default), opts.Service.Queue(routing.Scheduled)
 	waiting := total / 100
-	if err := seed.Finished(ctx, e.Pool, total-waiting-2*sweepDue); err != nil {
+	if err := seed.Finished(ctx, e.Pool, queues, total-waiting-2*sweepDue); err != nil {
 		return 0, 0, 0, err
 	}
 	// Aging: 500 due (waited 12 minutes at priority 4), the rest waited a
 	// minute. Escalation: 500 background jobs waited 4 hours, at priority
 	// 2 so that aging leaves them alone.
-	if err := seed.Available(ctx, e.Pool, jobs.KindLoadTest, "analysis_default", 4, waiting+sweepDue, time.Minute, sweepDue, 12*time.Minute); err != nil {
+	if err := seed.Available(ctx, e.Pool, loadtest.Kind, freeQueue, 4, waiting+sweepDue, time.Minute, sweepDue, 12*time.Minute); err != nil {
 		return 0, 0, 0, err
 	}
-	if err := seed.Available(ctx, e.Pool, escalationKind, "analysis_scheduled", 2, sweepDue, 4*time.Hour, 0, 0); err != nil {
+	if err := seed.Available(ctx, e.Pool, escalationKind, scheduledQueue, 2, sweepDue, 4*time.Hour, 0, 0); err != nil {
 		return 0, 0, 0, err
 	}
 	if err := seed.Analyze(ctx, e.Pool); err != nil {
 		return 0, 0, 0, err
 	}
 
-	queues, err := serviceQueues()
-	if err != nil {
-		return 0, 0, 0, err
-	}
 	agingSettings := aging.Settings{Step: 5 * time.Minute, MaxPriority: 2, Queues: queues, Batch: 1000}
 	rules := escalation.Rules(3*time.Hour, 0)
 	var ag, es, dl []float64
@@ -103,12 +109,12 @@ func sweepTimes(ctx context.Context, opts Options, total, reps int) (agingMs, es
 		}
 		// Both resets come first: the jobs the escalation sweep moved keep
 		// their 4-hour due time, and aging would lift them too.
-		if _, err := e.Pool.Exec(ctx, `UPDATE river_job SET queue = 'analysis_scheduled', priority = 2, scheduled_at = now() - interval '4 hours',
-			metadata = '{}' WHERE state = 'available' AND kind = $1`, escalationKind); err != nil {
+		if _, err := e.Pool.Exec(ctx, `UPDATE river_job SET queue = $2, priority = 2, scheduled_at = now() - interval '4 hours',
+			metadata = '{}' WHERE state = 'available' AND kind = $1`, escalationKind, scheduledQueue); err != nil {
 			return 0, 0, 0, fmt.Errorf("reset escalation: %w", err)
 		}
 		if _, err := e.Pool.Exec(ctx, `UPDATE river_job SET priority = 4, metadata = '{}'
-			WHERE state = 'available' AND queue = 'analysis_default' AND priority < 4 AND kind = $1`, jobs.KindLoadTest); err != nil {
+			WHERE state = 'available' AND queue = $2 AND priority < 4 AND kind = $1`, loadtest.Kind, freeQueue); err != nil {
 			return 0, 0, 0, fmt.Errorf("reset aging: %w", err)
 		}
 		start := time.Now()
@@ -125,7 +131,7 @@ func sweepTimes(ctx context.Context, opts Options, total, reps int) (agingMs, es
 			return 0, 0, 0, fmt.Errorf("escalation sweep moved %d of %d: %v", s.Total, sweepDue, err)
 		}
 
-		if _, err := seed.Discarded(ctx, e.Pool, drainBatch); err != nil {
+		if _, err := seed.Discarded(ctx, e.Pool, discarded, drainBatch); err != nil {
 			return 0, 0, 0, err
 		}
 		start = time.Now()

@@ -13,18 +13,19 @@ import (
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/seed"
-	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/loadtest"
 	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/worker"
 )
 
 // ThroughputResult is the throughput scenario: no-op jobs drained through
-// tierq's analyzer worker (its River configuration, hooks and all) and
-// through a bare River client with the same queues, worker counts and fetch
-// settings, alternating in one run; and the jobs/s tierq's default worker
-// counts (the ADR's 5/3/2) reach against the fetch-cadence bound, Σ
-// workers/cooldown over the three queues: each queue fetches at most once per
-// cooldown, at most its worker count each time. Medians over runs.
+// tierq's worker of the service under test (its River configuration, hooks
+// and all) and through a bare River client with the same queues, worker
+// counts and fetch settings, alternating in one run; and the jobs/s the
+// service's default worker counts (the ADR's 5/3/2 for the reference app's)
+// reach against the fetch-cadence bound, Σ workers/cooldown over the three
+// queues: each queue fetches at most once per cooldown, at most its worker
+// count each time. Medians over runs.
 type ThroughputResult struct {
 	TierqJobsPerS float64 `json:"tierq_jobs_per_s"`
 	BareJobsPerS  float64 `json:"bare_jobs_per_s"`
@@ -49,6 +50,10 @@ const drainWorkers = 100
 
 // Throughput runs the throughput scenario.
 func Throughput(ctx context.Context, opts Options) (ThroughputResult, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return ThroughputResult{}, err
+	}
 	e, err := newEnv(ctx, opts)
 	if err != nil {
 		return ThroughputResult{}, err
@@ -61,9 +66,9 @@ func Throughput(ctx context.Context, opts Options) (ThroughputResult, error) {
 	// database can do and the drain measures the job loop, not River's
 	// fetch timer (at 10ms the drains reached 23k jobs/s, over half of
 	// that cadence).
-	big := fmt.Sprint(drainWorkers)
+	big, prefix := fmt.Sprint(drainWorkers), opts.Service.EnvPrefix()
 	cfg, err := e.workerConfig(append(slices.Clone(opts.WorkerEnv),
-		"ANALYZER_QUEUE_PRIORITY_WORKERS="+big, "ANALYZER_QUEUE_DEFAULT_WORKERS="+big, "ANALYZER_QUEUE_SCHEDULED_WORKERS="+big,
+		prefix+"QUEUE_PRIORITY_WORKERS="+big, prefix+"QUEUE_DEFAULT_WORKERS="+big, prefix+"QUEUE_SCHEDULED_WORKERS="+big,
 		"QUEUE_PRIORITY_FETCH_COOLDOWN=1ms", "QUEUE_DEFAULT_FETCH_COOLDOWN=1ms", "QUEUE_SCHEDULED_FETCH_COOLDOWN=1ms")...)
 	if err != nil {
 		return res, err
@@ -119,14 +124,11 @@ func Throughput(ctx context.Context, opts Options) (ThroughputResult, error) {
 	return res, nil
 }
 
-// tierqWorker is the River configuration the worker process runs for cfg,
-// the reference app's services built on pool, with its metrics hook.
+// tierqWorker is the River configuration the worker process runs for cfg
+// (the service under test, from opts.Registry) on pool, with its metrics
+// hook.
 func tierqWorker(cfg config.Worker, pool *pgxpool.Pool, opts Options) (*river.Config, error) {
-	services, err := jobs.Registry(jobs.Deps{Pool: pool, Logger: opts.logger()})
-	if err != nil {
-		return nil, err
-	}
-	rc, err := worker.RiverConfig(cfg, services, pool, opts.logger())
+	rc, err := worker.RiverConfig(cfg, opts.Registry, pool, opts.logger())
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +143,7 @@ func tierqWorker(cfg config.Worker, pool *pgxpool.Pool, opts Options) (*river.Co
 // workers it never leads, so that neither side runs River's maintenance.
 func bareRiver(schema string, cfg config.Worker, fetch bool, opts Options) *river.Config {
 	workers := river.NewWorkers()
-	river.AddWorker(workers, jobs.NewLoadTestWorker(nil))
+	river.AddWorker(workers, loadtest.NewWorker(nil))
 	queues := map[string]river.QueueConfig{}
 	for name, qc := range cfg.Queues() {
 		q := river.QueueConfig{MaxWorkers: qc.Workers}
@@ -164,7 +166,7 @@ func (e *env) drain(ctx context.Context, cfg config.Worker, riverConfig func(*pg
 	per := n / len(queues)
 	total := 0
 	for name := range queues {
-		if err := seed.Available(ctx, e.Pool, jobs.KindLoadTest, name, 0, per, 0, 0, 0); err != nil {
+		if err := seed.Available(ctx, e.Pool, loadtest.Kind, name, 0, per, 0, 0, 0); err != nil {
 			return 0, err
 		}
 		total += per
@@ -221,7 +223,7 @@ func (e *env) cadence(ctx context.Context, cfg config.Worker, d time.Duration) (
 		perSecond := float64(qc.Workers) / qc.FetchCooldown.Seconds()
 		bound += perSecond
 		n := int(perSecond*(d.Seconds()+5)*1.5) + 100
-		if err := seed.Available(ctx, e.Pool, jobs.KindLoadTest, name, 0, n, 0, 0, 0); err != nil {
+		if err := seed.Available(ctx, e.Pool, loadtest.Kind, name, 0, n, 0, 0, 0); err != nil {
 			return 0, 0, err
 		}
 	}

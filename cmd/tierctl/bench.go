@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/riverqueue/river"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
@@ -59,7 +60,17 @@ as the last line. See docs/benchmarks.md.`,
 			if runs < 0 || runs > 100 {
 				return &usageError{fmt.Errorf("--runs must be between 0 and 100, not %d", runs)}
 			}
-			if err := bench.CheckWorkerEnv(set); err != nil {
+			// The service under test is the reference app's analyzer, in
+			// the registry of both its services.
+			services, err := jobs.Registry(jobs.Deps{})
+			if err != nil {
+				return err
+			}
+			analyzer, ok := services.Lookup(jobs.ServiceAnalyzer)
+			if !ok {
+				return fmt.Errorf("no service %s", jobs.ServiceAnalyzer)
+			}
+			if err := bench.CheckWorkerEnv(services, set); err != nil {
 				return &usageError{err}
 			}
 			cfg, err := config.Load[config.CLI](a.environ)
@@ -68,15 +79,14 @@ as the last line. See docs/benchmarks.md.`,
 			}
 			// --set values are checked as the worker process would check
 			// them, before anything is created.
-			services, err := jobs.Registry(jobs.Deps{})
-			if err != nil {
-				return err
-			}
-			if _, err := config.LoadWorker(append([]string{"DATABASE_URL=" + cfg.URL, "WORKER_SERVICE=" + jobs.ServiceAnalyzer}, set...), services); err != nil {
+			if _, err := config.LoadWorker(append([]string{"DATABASE_URL=" + cfg.URL, "WORKER_SERVICE=" + analyzer.Name()}, set...), services); err != nil {
 				return err
 			}
 			progress := &benchProgress{app: a}
-			opts := bench.Options{DatabaseURL: cfg.URL, Quick: quick, Runs: runs, WorkerEnv: set, Progress: progress}
+			opts := bench.Options{
+				DatabaseURL: cfg.URL, Quick: quick, Runs: runs, WorkerEnv: set, Progress: progress,
+				Service: analyzer, Registry: services, ProducerArgs: benchAnalysis,
+			}
 			report := bench.Report{}
 			var runErr error
 			for _, s := range scenarios {
@@ -110,6 +120,13 @@ as the last line. See docs/benchmarks.md.`,
 	cmd.Flags().StringVar(&samples, "samples", "", "write the isolation scenario's latencies (last run, ms per job and phase) to this CSV file, for scripts/plot-latency.sh")
 	cmd.Flags().StringArrayVar(&set, "set", nil, "NAME=value for tierq's worker configuration (e.g. QUEUE_PRIORITY_FETCH_COOLDOWN=10ms), to measure other tuning")
 	return cmd
+}
+
+// benchAnalysis is the i-th analysis of run that the insert scenario
+// inserts through producer.Insert: target /bench/<run>/<i>, for user bench
+// (producer.Insert fills in the tier).
+func benchAnalysis(run, i int) river.JobArgs {
+	return jobs.AnalysisArgs{Target: fmt.Sprintf("/bench/%d/%d", run, i), UserID: "bench"}
 }
 
 // benchProgress draws one progress bar per stage.

@@ -5,29 +5,46 @@ package seed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/loadtest"
 )
 
-// serviceQueues is the literal array the seeds cycle through.
-const serviceQueues = `ARRAY['analysis_priority','analysis_default','analysis_scheduled',
-                              'specview_priority','specview_default','specview_scheduled']`
+// Queue is a queue the seeds fill, with the kind and args of the discarded
+// jobs Discarded puts there.
+type Queue struct {
+	// Name is the queue's name.
+	Name string
+	// Kind is the kind of Discarded's jobs in the queue.
+	Kind string
+	// Args are their args: a JSON object in which every {i} stands for the
+	// job's number (1 to n), so that no two jobs' args are equal, e.g.
+	// {"target": "/srv/t{i}", "tier": "pro"}.
+	Args string
+}
 
-// Finished inserts n completed loadtest jobs spread over the six service
-// queues (as a busy installation's table is mostly completed work), then
-// ANALYZEs river_job.
-func Finished(ctx context.Context, q db.Querier, n int) error {
+// errNoQueues is returned when a seed is given no queue to fill.
+var errNoQueues = errors.New("no queues to seed")
+
+// Finished inserts n completed load-test jobs (kind loadtest.Kind) spread
+// over queues, the i-th in queues[i % len(queues)] (as a busy installation's
+// table is mostly completed work), then ANALYZEs river_job.
+func Finished(ctx context.Context, q db.Querier, queues []string, n int) error {
+	if len(queues) == 0 {
+		return fmt.Errorf("seed finished jobs: %w", errNoQueues)
+	}
 	_, err := q.Exec(ctx, `
 		INSERT INTO river_job (state, queue, priority, kind, args, max_attempts, attempt, attempted_at,
 		                       created_at, scheduled_at, finalized_at)
-		SELECT 'completed', (`+serviceQueues+`)[1 + i % 6],
-		       1 + i % 4, 'loadtest', '{}', 10, 1, now() - interval '1 hour',
+		SELECT 'completed', ($2::text[])[1 + i % cardinality($2::text[])],
+		       1 + i % 4, $3, '{}', 10, 1, now() - interval '1 hour',
 		       now() - interval '2 hours', now() - interval '2 hours', now() - interval '1 hour'
-		FROM generate_series(1, $1) AS i`, n)
+		FROM generate_series(1, $1) AS i`, n, queues, loadtest.Kind)
 	if err != nil {
 		return fmt.Errorf("seed finished jobs: %w", err)
 	}
@@ -37,23 +54,28 @@ func Finished(ctx context.Context, q db.Querier, n int) error {
 // Discarded inserts n jobs as River leaves a job whose last attempt failed:
 // state discarded, attempt = max_attempts = 2, two attempt errors ("attempt
 // 1 of job <i>", "attempt 2 of job <i>"), finalized now, created an hour
-// (plus i seconds) ago. They cycle through the six service queues, with
-// each service's kind and real args. It returns their ids.
-func Discarded(ctx context.Context, q db.Querier, n int) ([]int64, error) {
+// (plus i seconds) ago. The i-th (from 1) goes to queues[i % len(queues)],
+// with that Queue's kind and args. It returns their ids.
+func Discarded(ctx context.Context, q db.Querier, queues []Queue, n int) ([]int64, error) {
+	if len(queues) == 0 {
+		return nil, fmt.Errorf("seed discarded jobs: %w", errNoQueues)
+	}
+	names, kinds, args := make([]string, len(queues)), make([]string, len(queues)), make([]string, len(queues))
+	for k, queue := range queues {
+		names[k], kinds[k], args[k] = queue.Name, queue.Kind, queue.Args
+	}
 	rows, err := q.Query(ctx, `
 		INSERT INTO river_job (state, queue, priority, kind, args, metadata, max_attempts, attempt, attempted_at,
 		                       created_at, scheduled_at, finalized_at, errors)
-		SELECT 'discarded', q.queue, 1 + i % 4,
-		       CASE WHEN q.queue LIKE 'analysis%' THEN 'analysis' ELSE 'specview' END,
-		       CASE WHEN q.queue LIKE 'analysis%' THEN jsonb_build_object('target', '/srv/t' || i, 'tier', 'pro')
-		            ELSE jsonb_build_object('analysis_result_id', i, 'tier', 'pro') END,
+		SELECT 'discarded', ($2::text[])[q.k], 1 + i % 4, ($3::text[])[q.k],
+		       replace(($4::text[])[q.k], '{i}', i::text)::jsonb,
 		       jsonb_build_object('tierq:base_priority', 4), 2, 2, now() - interval '1 minute',
 		       now() - interval '1 hour' - make_interval(secs => i), now() - interval '1 hour', now(),
 		       ARRAY[jsonb_build_object('at', now() - interval '2 minutes', 'attempt', 1, 'error', 'attempt 1 of job ' || i, 'trace', ''),
 		             jsonb_build_object('at', now() - interval '1 minute', 'attempt', 2, 'error', 'attempt 2 of job ' || i, 'trace', '')]
 		FROM generate_series(1, $1) AS i,
-		     LATERAL (SELECT (`+serviceQueues+`)[1 + i % 6] AS queue) AS q
-		RETURNING id`, n)
+		     LATERAL (SELECT 1 + i % cardinality($2::text[]) AS k) AS q
+		RETURNING id`, n, names, kinds, args)
 	if err != nil {
 		return nil, fmt.Errorf("seed discarded jobs: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/internal/seed"
+	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/producer"
 )
 
@@ -81,20 +82,43 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// SeedFinished fills river_job with n finished jobs (seed.Finished).
+// SeedFinished fills river_job with n finished jobs spread over the
+// reference app's six service queues (seed.Finished).
 func SeedFinished(t testing.TB, db *DB, n int) {
 	t.Helper()
-	require.NoError(t, seed.Finished(context.Background(), db.Pool, n))
+	require.NoError(t, seed.Finished(context.Background(), db.Pool, Registry(t).Queues(), n))
 }
 
 // SeedDiscarded inserts n discarded jobs and returns their ids
 // (seed.Discarded: attempt = max_attempts = 2, errors "attempt 1 of job
-// <i>" and "attempt 2 of job <i>", cycling through the six service queues).
+// <i>" and "attempt 2 of job <i>", cycling through the reference app's six
+// service queues from i = 1: analysis_default, analysis_scheduled,
+// specview_priority, ..., analysis_priority). Each has its service's kind
+// and real args: analysis {"target": "/srv/t<i>", "tier": "pro"}, specview
+// {"analysis_result_id": <i>, "tier": "pro"}.
 func SeedDiscarded(t testing.TB, db *DB, n int) []int64 {
 	t.Helper()
-	ids, err := seed.Discarded(context.Background(), db.Pool, n)
+	ids, err := seed.Discarded(context.Background(), db.Pool, discardedQueues(t), n)
 	require.NoError(t, err)
 	return ids
+}
+
+// discardedQueues are SeedDiscarded's queues, kinds and args.
+func discardedQueues(t testing.TB) []seed.Queue {
+	t.Helper()
+	args := map[string]string{
+		jobs.KindAnalysis: `{"target": "/srv/t{i}", "tier": "pro"}`,
+		jobs.KindSpecView: `{"analysis_result_id": {i}, "tier": "pro"}`,
+	}
+	var queues []seed.Queue
+	for _, svc := range Registry(t).Services() {
+		kind := svc.Kinds()[0].Name()
+		require.Contains(t, args, kind, "SeedDiscarded knows no args of kind %s", kind)
+		for _, queue := range svc.Queues() {
+			queues = append(queues, seed.Queue{Name: queue, Kind: kind, Args: args[kind]})
+		}
+	}
+	return queues
 }
 
 // WriteExplain writes EXPLAIN (ANALYZE, BUFFERS) of sql with args, run in a
