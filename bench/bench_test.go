@@ -65,9 +65,29 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 	i := r.Isolation
 	require.Equal(t, 20, i.Jobs, "one job per 50ms for 1s")
 	for phase, samples := range i.Samples {
-		require.Len(t, samples, i.Jobs, phase)
+		switch phase {
+		case "tierq concurrent producers":
+			require.Len(t, samples, 16*i.Jobs, phase)
+		case "tierq paid saturated": // a third of the stream's duration
+			require.Len(t, samples, 16*(i.Jobs/3), phase)
+		default:
+			require.Len(t, samples, i.Jobs, phase)
+		}
 		require.Positive(t, samples[0], phase)
 	}
+	require.Len(t, i.Samples, 7)
+	require.Positive(t, i.ConcurrentP50Ms)
+	require.GreaterOrEqual(t, i.ConcurrentP99Ms, i.ConcurrentP50Ms)
+	require.Positive(t, i.SaturatedP50Ms)
+	require.Equal(t, 20, i.SaturatedJobMs)
+	require.InDelta(t, 320, i.SaturatedArrivalPerS, 0.01, "16 producers, one job per 50ms each")
+	require.InDelta(t, 250, i.SaturatedCapacityPerS, 0.01, "5 priority workers at 20ms a job")
+	require.Positive(t, i.IdleFetchesPerS)
+	require.LessOrEqual(t, i.IdleFetchesPerS, i.IdleQueriesPerS)
+	require.Positive(t, i.BusyFetchesPerS)
+	require.Positive(t, i.BusyJobsPerS)
+	require.InDelta(t, i.BusyJobsPerS/i.BusyFetchesPerS, i.BusyJobsPerFetch, 0.01)
+	require.False(t, i.Quick)
 	require.Positive(t, i.P50Ms)
 	require.GreaterOrEqual(t, i.P99Ms, i.P50Ms)
 	require.InDelta(t, i.P99Ms/i.P99IdleMs, i.Ratio, 0.01)
@@ -96,7 +116,7 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 		require.Positive(t, v)
 	}
 
-	require.Len(t, r.Targets, 9)
+	require.Len(t, r.Targets, 12)
 	raw, err := json.Marshal(r)
 	require.NoError(t, err)
 	var doc map[string]any

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/seed"
@@ -33,8 +36,13 @@ type IsolationResult struct {
 	P50IdleMs float64 `json:"p50_idle_ms"`
 	P95IdleMs float64 `json:"p95_idle_ms"`
 	P99IdleMs float64 `json:"p99_idle_ms"`
-	// Ratio is P99Ms / P99IdleMs: what the backlog costs paying work.
-	Ratio float64 `json:"ratio"`
+	// Ratio is P99Ms / P99IdleMs: what the backlog costs paying work, and
+	// GapMs their difference (P99Ms − P99IdleMs), for p99s so small that
+	// noise moves their ratio. RatioP95 is P95Ms / P95IdleMs, the ratio a
+	// quick run is judged by.
+	Ratio    float64 `json:"ratio"`
+	GapMs    float64 `json:"gap_ms"`
+	RatioP95 float64 `json:"ratio_p95"`
 	// RiverDefaults* are the same stream (with the backlog) on River's
 	// default fetch settings, producer and worker.
 	RiverDefaultsP50Ms float64 `json:"river_defaults_p50_ms"`
@@ -63,12 +71,46 @@ type IsolationResult struct {
 	P99HeavyMs         float64 `json:"p99_heavy_ms"`
 	HeavyRatio         float64 `json:"heavy_ratio"`
 	HeavyBacklogWorked float64 `json:"heavy_backlog_worked"`
+	// Concurrent* are the stream from ConcurrentProducers producers at once
+	// (each one job per streamInterval, sharing one producer client as an
+	// API replica's request handlers do) on tierq's worker with the
+	// backlog: where a client's insert-notification limit and the worker's
+	// fetch cooldown meet more than one insert per cooldown.
+	ConcurrentP50Ms float64 `json:"concurrent_p50_ms"`
+	ConcurrentP95Ms float64 `json:"concurrent_p95_ms"`
+	ConcurrentP99Ms float64 `json:"concurrent_p99_ms"`
+	// Saturated* are paid jobs of SaturatedJobMs each from the same
+	// producers, more than the priority queue's workers can do
+	// (SaturatedArrivalPerS against SaturatedCapacityPerS, for a third of
+	// the stream's duration): the latency is the queue growing, and is
+	// stated, not a target.
+	SaturatedP50Ms        float64 `json:"saturated_p50_ms"`
+	SaturatedP99Ms        float64 `json:"saturated_p99_ms"`
+	SaturatedJobMs        int     `json:"saturated_job_ms"`
+	SaturatedArrivalPerS  float64 `json:"saturated_arrival_per_s"`
+	SaturatedCapacityPerS float64 `json:"saturated_capacity_per_s"`
 	// IdleQueriesPerS is the statements per second an idle worker of the
 	// service under test (tierq's defaults, nothing queued) sends to
-	// PostgreSQL, counted on its connections; RiverDefaultsIdleQueriesPerS
-	// the same for a River client with River's defaults and the same queues.
+	// PostgreSQL, counted on its connections, and IdleFetchesPerS the
+	// fetches (River's JobGetAvailable) among them;
+	// RiverDefaultsIdleQueriesPerS the statements for a River client with
+	// River's defaults and the same queues.
 	IdleQueriesPerS              float64 `json:"idle_queries_per_s"`
+	IdleFetchesPerS              float64 `json:"idle_fetches_per_s"`
 	RiverDefaultsIdleQueriesPerS float64 `json:"river_defaults_idle_queries_per_s"`
+	// BusyFetchesPerS is the fetches per second of the worker while its
+	// priority queue is saturated with no-op jobs (more queued than it can
+	// work), BusyJobsPerS the jobs it worked per second meanwhile, and
+	// BusyJobsPerFetch their ratio: what a busy paid queue costs the
+	// database in fetch statements.
+	BusyFetchesPerS  float64 `json:"busy_fetches_per_s"`
+	BusyJobsPerS     float64 `json:"busy_jobs_per_s"`
+	BusyJobsPerFetch float64 `json:"busy_jobs_per_fetch"`
+	// Quick is true for a --quick run: its phases are too short for a
+	// stable p99 (160 jobs: the 99th percentile is the second slowest
+	// job), so its targets are read at p95 and its p99s are shown for what
+	// they are.
+	Quick bool `json:"quick"`
 	// Samples are the latencies (ms) of the last run, per phase, for plots.
 	Samples map[string][]float64 `json:"-"`
 }
@@ -76,12 +118,25 @@ type IsolationResult struct {
 // streamInterval is the gap between two jobs of the measured stream.
 const streamInterval = 50 * time.Millisecond
 
+// ConcurrentProducers is how many producers insert at once in the
+// concurrent and saturated phases, each one job per streamInterval.
+const ConcurrentProducers = 16
+
+// saturatedJobMs is how long a job of the saturated phase works: with
+// ConcurrentProducers producers at one job per streamInterval each (320
+// jobs/s) and the priority queue's 5 workers by default (250 jobs/s at
+// 20ms), paid work arrives faster than it can be done.
+const saturatedJobMs = 20
+
 // isolationPhase is one measured stream.
 type isolationPhase struct {
-	name     string
-	backlog  bool
-	producer func(schema string) *river.Config
-	worker   func(pool *pgxpool.Pool) (*river.Config, error)
+	name      string
+	backlog   bool
+	producers int           // concurrent producers; 0 means 1
+	args      loadtest.Args // the stream's jobs
+	share     int           // the phase streams for duration/share; 0 means 1
+	producer  func(schema string) *river.Config
+	worker    func(pool *pgxpool.Pool) (*river.Config, error)
 }
 
 // Isolation runs the isolation scenario.
@@ -97,7 +152,10 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	defer e.close()
 
 	duration, backlog := opts.sizes().stream, opts.sizes().backlog
-	res := IsolationResult{Jobs: int(duration / streamInterval), Backlog: backlog, Runs: opts.runs(), Samples: map[string][]float64{}}
+	res := IsolationResult{
+		Jobs: int(duration / streamInterval), Backlog: backlog, Runs: opts.runs(), Samples: map[string][]float64{},
+		Quick: opts.Quick, SaturatedJobMs: saturatedJobMs,
+	}
 
 	tierq := func(pool *pgxpool.Pool) (*river.Config, error) {
 		cfg, err := e.workerConfig(opts.WorkerEnv...)
@@ -131,6 +189,9 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 		{name: "river defaults backlog", backlog: true, producer: riverProducer, worker: riverWorker},
 		{name: "tierq with a river-default producer", backlog: true, producer: riverProducer, worker: tierq},
 		{name: "tierq heavy backlog", backlog: true, producer: tierqProducer, worker: tierqHeavy},
+		{name: "tierq concurrent producers", backlog: true, producers: ConcurrentProducers, producer: tierqProducer, worker: tierq},
+		{name: "tierq paid saturated", producers: ConcurrentProducers, args: loadtest.Args{SleepMS: saturatedJobMs}, share: 3,
+			producer: tierqProducer, worker: tierq},
 	}
 
 	p99 := map[string][]float64{}
@@ -139,12 +200,12 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	var worked, left, heavyWorked []float64
 	for run := range res.Runs {
 		for _, ph := range phases {
-			opts.progress().Stage(fmt.Sprintf("isolation run %d/%d: %s", run+1, res.Runs, ph.name), res.Jobs)
+			opts.progress().Stage(fmt.Sprintf("isolation run %d/%d: %s", run+1, res.Runs, ph.name), res.Jobs*max(ph.producers, 1)/max(ph.share, 1))
 			n := 0
 			if ph.backlog {
 				n = backlog
 			}
-			lat, done, remaining, err := e.stream(ctx, ph, n, duration)
+			lat, done, remaining, err := e.stream(ctx, ph, n, duration/time.Duration(max(ph.share, 1)))
 			if err != nil {
 				return res, fmt.Errorf("isolation %s: %w", ph.name, err)
 			}
@@ -167,43 +228,99 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	res.RiverProducerP50Ms, res.RiverProducerP99Ms = round(median(p50[phases[3].name]), 2), round(median(p99[phases[3].name]), 2)
 	res.RiverDefaultsP50Ms, res.RiverDefaultsP99Ms = round(median(p50["river defaults backlog"]), 2), round(median(p99["river defaults backlog"]), 2)
 	res.Ratio = round(res.P99Ms/res.P99IdleMs, 3)
+	res.GapMs = round(res.P99Ms-res.P99IdleMs, 2)
+	res.RatioP95 = round(res.P95Ms/res.P95IdleMs, 3)
 	res.VsRiverDefaults = round(res.P99Ms/res.RiverDefaultsP99Ms, 3)
 	res.BacklogWorked, res.BacklogLeft = median(worked), median(left)
 	res.P99HeavyMs = round(median(p99["tierq heavy backlog"]), 2)
 	res.HeavyRatio = round(res.P99HeavyMs/res.P99IdleMs, 3)
 	res.HeavyBacklogWorked = median(heavyWorked)
+	res.ConcurrentP50Ms = round(median(p50["tierq concurrent producers"]), 2)
+	res.ConcurrentP95Ms = round(median(p95["tierq concurrent producers"]), 2)
+	res.ConcurrentP99Ms = round(median(p99["tierq concurrent producers"]), 2)
+	res.SaturatedP50Ms = round(median(p50["tierq paid saturated"]), 2)
+	res.SaturatedP99Ms = round(median(p99["tierq paid saturated"]), 2)
+	res.SaturatedArrivalPerS = float64(ConcurrentProducers) * float64(time.Second/streamInterval)
+	cfg, err := e.workerConfig(opts.WorkerEnv...)
+	if err != nil {
+		return res, err
+	}
+	res.SaturatedCapacityPerS = round(float64(cfg.Workers.Of(routing.Priority))*1000/saturatedJobMs, 1)
 
 	idleFor := opts.sizes().idle
 	for _, ph := range []isolationPhase{phases[0], phases[2]} {
 		opts.progress().Stage(fmt.Sprintf("isolation: idle %s for %s", ph.name, idleFor), 0)
-		qps, err := e.idleQueries(ctx, ph, idleFor)
+		count, err := e.countQueries(ctx, ph, 0, idleFor)
 		if err != nil {
 			return res, fmt.Errorf("isolation idle %s: %w", ph.name, err)
 		}
 		if ph.name == phases[0].name {
-			res.IdleQueriesPerS = round(qps, 2)
+			res.IdleQueriesPerS, res.IdleFetchesPerS = round(count.queriesPerS, 2), round(count.fetchesPerS, 2)
 		} else {
-			res.RiverDefaultsIdleQueriesPerS = round(qps, 2)
+			res.RiverDefaultsIdleQueriesPerS = round(count.queriesPerS, 2)
 		}
+	}
+	opts.progress().Stage(fmt.Sprintf("isolation: busy priority queue for %s", idleFor), 0)
+	count, err := e.countQueries(ctx, phases[0], busyJobs(opts), idleFor)
+	if err != nil {
+		return res, fmt.Errorf("isolation busy: %w", err)
+	}
+	res.BusyFetchesPerS, res.BusyJobsPerS = round(count.fetchesPerS, 1), round(count.jobsPerS, 1)
+	if count.fetchesPerS > 0 {
+		res.BusyJobsPerFetch = round(count.jobsPerS/count.fetchesPerS, 2)
 	}
 	return res, nil
 }
 
-// queryCounter counts the statements sent on a pool's connections.
-type queryCounter struct{ n atomic.Int64 }
+// busyJobs is how many no-op jobs the busy count queues in the priority
+// queue: more than the worker can work while it counts.
+func busyJobs(opts Options) int {
+	if opts.tiny {
+		return 5_000
+	}
+	return 200_000
+}
 
-func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+// queryCounter counts the statements sent on a pool's connections, and
+// the fetches (River's JobGetAvailable) among them.
+type queryCounter struct{ n, fetches atomic.Int64 }
+
+func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	c.n.Add(1)
+	if strings.HasPrefix(data.SQL, "-- name: JobGetAvailable ") {
+		c.fetches.Add(1)
+	}
 	return ctx
 }
 
 func (c *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// idleQueries starts the phase's worker on empty queues and counts the
-// statements it sends per second over d, after a warm-up.
-func (e *env) idleQueries(ctx context.Context, ph isolationPhase, d time.Duration) (float64, error) {
+// queryCount is what countQueries counted.
+type queryCount struct {
+	queriesPerS, fetchesPerS, jobsPerS float64
+}
+
+// countQueries starts the phase's worker, with busy no-op enterprise jobs
+// queued in the priority queue of the service under test (0: nothing
+// queued), and counts the statements and fetches it sends per second over
+// d, after a warm-up, and the jobs it finishes.
+func (e *env) countQueries(ctx context.Context, ph isolationPhase, busy int, d time.Duration) (queryCount, error) {
 	if err := e.reset(ctx); err != nil {
-		return 0, err
+		return queryCount{}, err
+	}
+	queue := e.opts.Service.Queue(routing.Priority)
+	if busy > 0 {
+		if err := seed.Available(ctx, e.Pool, loadtest.Kind, queue, routing.StartingPriority(tiers.Enterprise), busy, 0, 0, 0); err != nil {
+			return queryCount{}, err
+		}
+		if err := seed.Analyze(ctx, e.Pool); err != nil {
+			return queryCount{}, err
+		}
+	}
+	finished := func() (int64, error) {
+		var n int64
+		err := e.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE queue = $1 AND state = 'completed'`, queue).Scan(&n)
+		return n, err
 	}
 	counter := &queryCounter{}
 	cfg := e.PoolConfig.Copy()
@@ -211,26 +328,42 @@ func (e *env) idleQueries(ctx context.Context, ph isolationPhase, d time.Duratio
 	cfg.ConnConfig.Tracer = counter
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return 0, fmt.Errorf("connect: %w", err)
+		return queryCount{}, fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
 	workerCfg, err := ph.worker(pool)
 	if err != nil {
-		return 0, err
+		return queryCount{}, err
 	}
 	client, err := startClient(ctx, pool, workerCfg)
 	if err != nil {
-		return 0, err
+		return queryCount{}, err
 	}
 	defer stopClient(client)
 	if err := sleep(ctx, 2*e.opts.sizes().warmup); err != nil {
-		return 0, err
+		return queryCount{}, err
 	}
-	before := counter.n.Load()
+	before, fetchesBefore := counter.n.Load(), counter.fetches.Load()
+	doneBefore, err := finished()
+	if err != nil {
+		return queryCount{}, err
+	}
 	if err := sleep(ctx, d); err != nil {
-		return 0, err
+		return queryCount{}, err
 	}
-	return float64(counter.n.Load()-before) / d.Seconds(), nil
+	queries, fetches := counter.n.Load()-before, counter.fetches.Load()-fetchesBefore
+	done, err := finished()
+	if err != nil {
+		return queryCount{}, err
+	}
+	if busy > 0 && done >= int64(busy) {
+		return queryCount{}, fmt.Errorf("the busy queue ran dry (%d jobs): queue more", busy)
+	}
+	return queryCount{
+		queriesPerS: float64(queries) / d.Seconds(),
+		fetchesPerS: float64(fetches) / d.Seconds(),
+		jobsPerS:    float64(done-doneBefore) / d.Seconds(),
+	}, nil
 }
 
 // workerConfig is the configuration of the worker of the service under
@@ -292,7 +425,7 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 	if err := sleep(ctx, e.opts.sizes().warmup); err != nil { // the worker's producers and listener are up
 		return nil, 0, 0, err
 	}
-	ids, err := e.insertStream(ctx, producerClient, duration)
+	ids, err := e.insertStream(ctx, producerClient, max(ph.producers, 1), ph.args, duration)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -317,25 +450,43 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 	return lat, worked, left, nil
 }
 
-// insertStream inserts duration/streamInterval enterprise load-test jobs,
-// one per streamInterval, routed by the InsertOpts of the service under test
-// as a producer does.
-func (e *env) insertStream(ctx context.Context, client *river.Client[pgx.Tx], duration time.Duration) ([]int64, error) {
-	ticker := time.NewTicker(streamInterval)
-	defer ticker.Stop()
-	var ids []int64
-	for range int(duration / streamInterval) {
-		res, err := client.Insert(ctx, loadtest.Args{}, e.opts.Service.InsertOpts(tiers.Enterprise, "", false))
-		if err != nil {
-			return nil, fmt.Errorf("insert: %w", err)
-		}
-		ids = append(ids, res.Job.ID)
-		e.opts.progress().Add(1)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-ticker.C:
-		}
+// insertStream inserts duration/streamInterval enterprise load-test jobs
+// (args) from each of producers goroutines sharing client, each one job
+// per streamInterval, their starts spread over the first interval, routed by
+// the InsertOpts of the service under test as a producer does.
+func (e *env) insertStream(ctx context.Context, client *river.Client[pgx.Tx], producers int, args loadtest.Args, duration time.Duration) ([]int64, error) {
+	var (
+		mu  sync.Mutex
+		ids []int64
+	)
+	g, ctx := errgroup.WithContext(ctx)
+	for p := range producers {
+		g.Go(func() error {
+			if err := sleep(ctx, streamInterval*time.Duration(p)/time.Duration(producers)); err != nil {
+				return err
+			}
+			ticker := time.NewTicker(streamInterval)
+			defer ticker.Stop()
+			for range int(duration / streamInterval) {
+				res, err := client.Insert(ctx, args, e.opts.Service.InsertOpts(tiers.Enterprise, "", false))
+				if err != nil {
+					return fmt.Errorf("insert: %w", err)
+				}
+				mu.Lock()
+				ids = append(ids, res.Job.ID)
+				mu.Unlock()
+				e.opts.progress().Add(1)
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-ticker.C:
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	return ids, nil
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 )
 
 // Report holds the results of the scenarios that ran; it is the JSON object
@@ -41,7 +42,23 @@ func Run(ctx context.Context, scenario string, opts Options, r *Report) error {
 			return err
 		}
 		r.Isolation = &res
-		r.atMost("isolation", "ratio", res.Ratio, 1.1)
+		// Paid pickup within 3ms, idle, with the free backlog and with 16
+		// producers at once, and the backlog costing it at most 10% (or 1
+		// ms: two p99s of 2–3 ms differ by that much from noise alone). A
+		// quick run's phases are too short for a p99 (160 jobs): it is
+		// judged at p95.
+		if res.Quick {
+			r.atMost("isolation", "p95_idle_ms", res.P95IdleMs, 3)
+			r.atMost("isolation", "p95_ms", res.P95Ms, 3)
+			r.atMost("isolation", "concurrent_p95_ms", res.ConcurrentP95Ms, 3)
+			r.atMost("isolation", "ratio_p95", res.RatioP95, 1.1)
+		} else {
+			r.atMost("isolation", "p99_idle_ms", res.P99IdleMs, 3)
+			r.atMost("isolation", "p99_ms", res.P99Ms, 3)
+			r.atMost("isolation", "concurrent_p99_ms", res.ConcurrentP99Ms, 3)
+			r.Targets = append(r.Targets, Target{Scenario: "isolation", Name: "ratio", Value: res.Ratio,
+				Goal: "<= 1.1 (or gap_ms <= 1)", Met: res.Ratio <= 1.1 || math.Abs(res.GapMs) <= 1})
+		}
 		r.atMost("isolation", "vs_river_defaults", res.VsRiverDefaults, 0.2)
 	case "throughput":
 		res, err := Throughput(ctx, opts)
@@ -101,12 +118,25 @@ func (r Report) Rows() []Row {
 		rows = append(rows, row)
 	}
 	if i := r.Isolation; i != nil {
+		p99 := " ms"
+		if i.Quick {
+			p99 = " ms (quick: 160 jobs, read p95; p99 needs the full run)"
+		}
 		add("isolation", "p50_idle_ms", i.P50IdleMs, " ms")
-		add("isolation", "p99_idle_ms", i.P99IdleMs, " ms")
+		add("isolation", "p95_idle_ms", i.P95IdleMs, " ms")
+		add("isolation", "p99_idle_ms", i.P99IdleMs, p99)
 		add("isolation", "p50_ms", i.P50Ms, " ms")
 		add("isolation", "p95_ms", i.P95Ms, " ms")
-		add("isolation", "p99_ms", i.P99Ms, " ms")
+		add("isolation", "p99_ms", i.P99Ms, p99)
 		add("isolation", "ratio", i.Ratio, "")
+		add("isolation", "gap_ms", i.GapMs, " ms")
+		add("isolation", "ratio_p95", i.RatioP95, "")
+		add("isolation", "concurrent_p50_ms", i.ConcurrentP50Ms, " ms")
+		add("isolation", "concurrent_p95_ms", i.ConcurrentP95Ms, " ms")
+		add("isolation", "concurrent_p99_ms", i.ConcurrentP99Ms, p99)
+		add("isolation", "saturated_p50_ms", i.SaturatedP50Ms, " ms")
+		add("isolation", "saturated_p99_ms", i.SaturatedP99Ms, fmt.Sprintf(" ms (%g jobs/s of %d ms jobs, capacity %g/s)",
+			i.SaturatedArrivalPerS, i.SaturatedJobMs, i.SaturatedCapacityPerS))
 		add("isolation", "river_defaults_p50_ms", i.RiverDefaultsP50Ms, " ms")
 		add("isolation", "river_defaults_p99_ms", i.RiverDefaultsP99Ms, " ms")
 		add("isolation", "vs_river_defaults", i.VsRiverDefaults, "")
@@ -118,6 +148,10 @@ func (r Report) Rows() []Row {
 		add("isolation", "heavy_backlog_worked", i.HeavyBacklogWorked, " jobs")
 		add("isolation", "idle_queries_per_s", i.IdleQueriesPerS, "")
 		add("isolation", "river_defaults_idle_queries_per_s", i.RiverDefaultsIdleQueriesPerS, "")
+		add("isolation", "idle_fetches_per_s", i.IdleFetchesPerS, "")
+		add("isolation", "busy_fetches_per_s", i.BusyFetchesPerS, "")
+		add("isolation", "busy_jobs_per_s", i.BusyJobsPerS, "")
+		add("isolation", "busy_jobs_per_fetch", i.BusyJobsPerFetch, "")
 	}
 	if t := r.Throughput; t != nil {
 		add("throughput", "drain_bound_jobs_per_s", t.DrainBoundJobsPerS, "")
