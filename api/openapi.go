@@ -7,10 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/service"
@@ -19,22 +23,49 @@ import (
 //go:embed openapi.json
 var openAPI []byte
 
-// OpenAPI is the hand-written OpenAPI 3 document of the reference app's API
-// (api/openapi.json, copied in docs/): every endpoint, and the reference
-// app's kinds, analysis and specview, as the kinds of POST /v1/jobs. A
-// Server serves OpenAPIFor its Config.Registry, which for the reference
-// app's registry is this document.
+// OpenAPI is the core of the API's OpenAPI 3 document (api/openapi.json):
+// every endpoint and every schema, but no kinds. CreateJob, the body of
+// POST /v1/jobs, leaves its kind a string and its args undescribed:
+// OpenAPIFor fills them in with a registry's kinds, and that is the
+// document a Server serves (docs/openapi.json is the one of the reference
+// app's registry).
 func OpenAPI() []byte { return openAPI }
+
+// JobArgsWithOpenAPISchema is implemented by args types that describe
+// themselves in the API's OpenAPI document with a hand-written JSON schema
+// (OpenAPI 3.0's schema object: descriptions, examples, required fields,
+// limits on values) instead of the schema OpenAPIFor generates from their
+// fields. OpenAPIFor calls OpenAPISchema on a zero value of the kind's args
+// type (service.Kind.ArgsType; a value or a pointer receiver) and puts the
+// schema as written in CreateJob's args.oneOf, tagged with the kind's name
+// in x-kind.
+//
+// The schema must still describe the args type, or OpenAPIFor fails: an
+// object ("type": "object"; for a struct, "additionalProperties": false,
+// as the API refuses any other key) with a property for each JSON field of
+// the type (but tier and user_id of args that implement
+// producer.TierFields, which the server sets), none other, each of the
+// field's JSON type (the "type" of the field in the generated schema; a
+// field it gives none, an interface or a type with its own UnmarshalJSON,
+// may have any), and only properties among its required fields. It may
+// leave out x-kind, or give the kind's name. A test of the team's registry
+// that calls OpenAPIFor keeps the schema in step with the args.
+type JobArgsWithOpenAPISchema interface {
+	river.JobArgs
+
+	// OpenAPISchema is the JSON schema of the args as a client sends them
+	// to POST /v1/jobs.
+	OpenAPISchema() json.RawMessage
+}
 
 // OpenAPIFor is the OpenAPI 3 document of an API of registry's kinds, the
 // one a Server serves at /openapi.json: OpenAPI with the kind enum of
 // CreateJob (POST /v1/jobs's body) set to registry.KindNames(), and its
 // args.oneOf one schema per kind, in that order, tagged with the kind's
-// name in x-kind. A kind keeps OpenAPI's hand-written schema when there is
-// one and it still has the args type's fields, of the same JSON types;
-// every other kind gets a schema generated from its args type
-// (service.Kind.ArgsType). A hand-written schema of a kind not in registry
-// is left out.
+// name in x-kind. A kind whose args type implements
+// JobArgsWithOpenAPISchema has its hand-written schema, as written; every
+// other kind gets a schema generated from its args type
+// (service.Kind.ArgsType).
 //
 // A generated schema is an object with a property per JSON field of the
 // args type (its json tag's name, else its Go name; an embedded struct's
@@ -51,7 +82,11 @@ func OpenAPI() []byte { return openAPI }
 // producer.TierFields are left out: the server sets them.
 //
 // The same registry gives the same bytes. An error means registry is nil
-// or has no kinds.
+// or has no kinds, or that a hand-written schema does not describe its
+// args type (JobArgsWithOpenAPISchema says what it must describe; the
+// error names every kind that fails, and what is wrong): a test of the
+// team's registry that calls OpenAPIFor keeps the schemas in step with the
+// args, and Run refuses to start with such a registry.
 func OpenAPIFor(registry *service.Registry) ([]byte, error) {
 	if registry == nil {
 		return nil, errors.New("openapi: no registry")
@@ -60,6 +95,21 @@ func OpenAPIFor(registry *service.Registry) ([]byte, error) {
 	if len(names) == 0 {
 		return nil, errors.New("openapi: the registry has no kinds")
 	}
+	oneOf := make([]json.RawMessage, 0, len(names))
+	var wrong []error
+	for _, name := range names {
+		_, kind, _ := registry.ForKind(name)
+		s, err := kindSchema(kind)
+		if err != nil {
+			wrong = append(wrong, err)
+			continue
+		}
+		oneOf = append(oneOf, s)
+	}
+	if err := errors.Join(wrong...); err != nil {
+		return nil, err
+	}
+
 	var doc rawObject
 	if err := json.Unmarshal(openAPI, &doc); err != nil {
 		return nil, fmt.Errorf("openapi.json: %w", err)
@@ -71,31 +121,7 @@ func OpenAPIFor(registry *service.Registry) ([]byte, error) {
 			return err
 		}
 		return props.edit([]string{"args"}, func(args *rawObject) error {
-			var handWritten []json.RawMessage
-			if err := args.get("oneOf", &handWritten); err != nil {
-				return err
-			}
-			byKind := map[string]json.RawMessage{}
-			for _, s := range handWritten {
-				var tag struct {
-					Kind string `json:"x-kind"`
-				}
-				if err := json.Unmarshal(s, &tag); err != nil {
-					return fmt.Errorf("CreateJob args.oneOf: %w", err)
-				}
-				byKind[tag.Kind] = s
-			}
-			oneOf := make([]any, 0, len(names))
-			for _, name := range names {
-				_, kind, _ := registry.ForKind(name)
-				generated := argsSchema(kind)
-				if s, ok := byKind[name]; ok && fits(s, generated) {
-					oneOf = append(oneOf, s)
-				} else {
-					oneOf = append(oneOf, generated)
-				}
-			}
-			return args.set("oneOf", oneOf)
+			return args.setFirst("oneOf", oneOf)
 		})
 	})
 	if err != nil {
@@ -105,8 +131,8 @@ func OpenAPIFor(registry *service.Registry) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Indented as openapi.json is, so that the reference app's document is
-	// served as written.
+	// Indented as openapi.json is, so that what the core document and the
+	// hand-written schemas say is served as written.
 	var out bytes.Buffer
 	if err := json.Indent(&out, compact, "", "  "); err != nil {
 		return nil, err
@@ -115,24 +141,108 @@ func OpenAPIFor(registry *service.Registry) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// fits reports whether the hand-written args schema s describes the fields
-// of generated, with the same JSON types.
-func fits(s json.RawMessage, generated *schema) bool {
-	var hand struct {
-		Properties map[string]struct {
-			Type string `json:"type"`
-		} `json:"properties"`
-	}
-	if json.Unmarshal(s, &hand) != nil || len(hand.Properties) != len(generated.Properties) {
-		return false
-	}
-	for _, p := range generated.Properties {
-		h, ok := hand.Properties[p.name]
-		if !ok || (p.schema.Type != "" && h.Type != p.schema.Type) {
-			return false
+// kindSchema is the schema of kind's args in CreateJob's args.oneOf: the
+// hand-written one of its args type (JobArgsWithOpenAPISchema), else the
+// generated one.
+func kindSchema(kind service.Kind) (json.RawMessage, error) {
+	if t := argsBase(kind); t != nil {
+		if self, ok := reflect.New(t).Interface().(JobArgsWithOpenAPISchema); ok {
+			return handSchema(kind, self.OpenAPISchema())
 		}
 	}
-	return true
+	return marshal(argsSchema(kind))
+}
+
+// argsBase is kind's args type without its pointers, or nil.
+func argsBase(kind service.Kind) reflect.Type {
+	t := kind.ArgsType()
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t
+}
+
+// handSchema is hand, the hand-written schema of kind's args, tagged
+// x-kind (first), once checked against the schema generated from the args
+// type.
+func handSchema(kind service.Kind, hand json.RawMessage) (json.RawMessage, error) {
+	t := argsBase(kind)
+	var s rawObject
+	if err := json.Unmarshal(hand, &s); err != nil {
+		return nil, fmt.Errorf("openapi: kind %s: %v.OpenAPISchema is not a JSON object: %w", kind.Name(), t, err)
+	}
+	if problems := checkSchema(kind.Name(), t, hand, argsSchema(kind)); len(problems) > 0 {
+		return nil, fmt.Errorf("openapi: kind %s: %v.OpenAPISchema does not describe the args: %s",
+			kind.Name(), t, strings.Join(problems, "; "))
+	}
+	if err := s.setFirst("x-kind", kind.Name()); err != nil {
+		return nil, err
+	}
+	return marshal(&s)
+}
+
+// checkSchema lists what hand, the hand-written schema (a JSON object) of
+// kind name's args type t, says that does not fit the args: what
+// generated, the schema generated from t, describes.
+func checkSchema(name string, t reflect.Type, hand json.RawMessage, generated *schema) []string {
+	var s struct {
+		Kind                 *string                    `json:"x-kind"`
+		Type                 string                     `json:"type"`
+		AdditionalProperties json.RawMessage            `json:"additionalProperties"`
+		Required             []string                   `json:"required"`
+		Properties           map[string]json.RawMessage `json:"properties"`
+	}
+	if err := json.Unmarshal(hand, &s); err != nil {
+		return []string{err.Error()}
+	}
+	var problems []string
+	if s.Kind != nil && *s.Kind != name {
+		problems = append(problems, fmt.Sprintf("x-kind is %q, not the kind's name", *s.Kind))
+	}
+	if s.Type != "object" {
+		problems = append(problems, fmt.Sprintf(`type is %q, not "object" (args are a JSON object)`, s.Type))
+	}
+	if t != nil && t.Kind() == reflect.Struct {
+		if string(bytes.TrimSpace(s.AdditionalProperties)) != "false" {
+			problems = append(problems, "additionalProperties is not false (the API refuses a key the args type does not have)")
+		}
+		fields := map[string]*schema{}
+		for _, p := range generated.Properties {
+			fields[p.name] = p.schema
+		}
+		serverSets := implements(t, tierFieldsType)
+		for _, p := range slices.Sorted(maps.Keys(s.Properties)) {
+			if _, ok := fields[p]; ok {
+				continue
+			}
+			if serverSets && tierFields[p] {
+				problems = append(problems, fmt.Sprintf("property %q is set by the server (producer.TierFields), not sent by the client", p))
+			} else {
+				problems = append(problems, fmt.Sprintf("property %q is not a JSON field of the args", p))
+			}
+		}
+		for _, p := range generated.Properties {
+			raw, ok := s.Properties[p.name]
+			if !ok {
+				problems = append(problems, fmt.Sprintf("no property %q (a JSON field of the args)", p.name))
+				continue
+			}
+			var prop struct {
+				Type string `json:"type"`
+			}
+			if err := json.Unmarshal(raw, &prop); err != nil {
+				problems = append(problems, fmt.Sprintf("property %q: %v", p.name, err))
+			} else if p.schema.Type != "" && prop.Type != p.schema.Type {
+				problems = append(problems, fmt.Sprintf("property %q is of type %q, the field's JSON type is %q", p.name, prop.Type, p.schema.Type))
+			}
+		}
+	}
+	for _, r := range s.Required {
+		if _, ok := s.Properties[r]; !ok {
+			problems = append(problems, fmt.Sprintf("required %q is not a property", r))
+		}
+	}
+	return problems
 }
 
 // schema is a generated OpenAPI 3.0 schema object; its fields are in the
@@ -461,6 +571,15 @@ func (o *rawObject) set(key string, v any) error {
 		o.keys = append(o.keys, key)
 	}
 	o.values[key] = raw
+	return nil
+}
+
+// setFirst sets the member key to v, first in the object.
+func (o *rawObject) setFirst(key string, v any) error {
+	if err := o.set(key, v); err != nil {
+		return err
+	}
+	o.keys = append([]string{key}, slices.DeleteFunc(o.keys, func(k string) bool { return k == key })...)
 	return nil
 }
 

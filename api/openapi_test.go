@@ -1,13 +1,16 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -25,14 +28,10 @@ import (
 	"github.com/tierq/tierq/tiers"
 )
 
-// TestOpenAPIDescribesEveryRoute keeps the document, its copy in docs/ and
-// the router in step.
+// TestOpenAPIDescribesEveryRoute keeps the core document and the router in
+// step: every route is described, and nothing else.
 func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	t.Parallel()
-
-	inDocs, err := os.ReadFile("../docs/openapi.json")
-	require.NoError(t, err)
-	require.Equal(t, string(api.OpenAPI()), string(inDocs), "docs/openapi.json must be a copy of api/openapi.json")
 
 	var doc struct {
 		OpenAPI string                                `json:"openapi"`
@@ -109,9 +108,8 @@ func served(t *testing.T, registry *service.Registry) []byte {
 }
 
 // TestOpenAPIKindsAreTheRegistrys keeps the documents' POST /v1/jobs in
-// step with their registries: the hand-written document with the reference
-// app's, and the generated ones with the reference app's joined with the
-// thumbnail example's, and with the mailer's. The kinds are the registry's
+// step with their registries: the reference app's, the reference app's
+// joined with the thumbnail example's, and the mailer's. The kinds are the registry's
 // kinds, in order, and each kind's args schema lists exactly the args
 // type's fields but those the server sets (tier and user_id, of args that
 // implement producer.TierFields).
@@ -120,11 +118,12 @@ func TestOpenAPIKindsAreTheRegistrys(t *testing.T) {
 	withThumbnails, err := thumbnail.WithReference(jobs.Deps{})
 	require.NoError(t, err)
 	mailer := testdb.MailerRegistry(t)
+	reference := testdb.Registry(t)
 	docs := map[string]struct {
 		doc      func() ([]byte, error)
 		registry *service.Registry
 	}{
-		"hand-written":    {func() ([]byte, error) { return api.OpenAPI(), nil }, testdb.Registry(t)},
+		"reference":       {func() ([]byte, error) { return api.OpenAPIFor(reference) }, reference},
 		"with thumbnails": {func() ([]byte, error) { return api.OpenAPIFor(withThumbnails) }, withThumbnails},
 		"mailer":          {func() ([]byte, error) { return api.OpenAPIFor(mailer) }, mailer},
 	}
@@ -156,15 +155,84 @@ func TestOpenAPIKindsAreTheRegistrys(t *testing.T) {
 	}
 }
 
-// TestOpenAPIOfTheReferenceAppIsTheHandWrittenOne: a server of the reference
-// app's registry serves api/openapi.json as written, byte for byte.
-func TestOpenAPIOfTheReferenceAppIsTheHandWrittenOne(t *testing.T) {
+// update rewrites docs/openapi.json with the reference app's document:
+// go test ./api -run TestOpenAPIDocs -update.
+var update = flag.Bool("update", false, "rewrite docs/openapi.json (TestOpenAPIDocs)")
+
+// TestOpenAPIDocs: docs/openapi.json is, byte for byte, the document the
+// reference app's API (cmd/api) serves, OpenAPIFor(jobs.Registry); -update
+// writes it.
+func TestOpenAPIDocs(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, string(api.OpenAPI()), string(served(t, testdb.Registry(t))))
+	registry := testdb.Registry(t)
+	doc, err := api.OpenAPIFor(registry)
+	require.NoError(t, err)
+	require.Equal(t, string(doc), string(served(t, registry)))
+	const path = "../docs/openapi.json"
+	if *update {
+		require.NoError(t, os.WriteFile(path, doc, 0o644))
+	}
+	inDocs, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, string(doc), string(inDocs),
+		"docs/openapi.json is not the reference app's document: go test ./api -run TestOpenAPIDocs -update")
+}
+
+// TestOpenAPIOfTheReferenceApp: the reference app's document is the core
+// document with the reference kinds in CreateJob, whose args schemas are
+// the args types' hand-written ones (jobs.AnalysisArgs.OpenAPISchema,
+// jobs.SpecViewArgs.OpenAPISchema), as written, tagged x-kind first.
+func TestOpenAPIOfTheReferenceApp(t *testing.T) {
+	t.Parallel()
+	var (
+		_ api.JobArgsWithOpenAPISchema = jobs.AnalysisArgs{}
+		_ api.JobArgsWithOpenAPISchema = jobs.SpecViewArgs{}
+	)
+	doc, err := api.OpenAPIFor(testdb.Registry(t))
+	require.NoError(t, err)
+	create, rest := readDoc(t, doc)
+	_, coreRest := readDoc(t, api.OpenAPI())
+	require.Equal(t, coreRest, rest, "everything but CreateJob is the core document")
+	require.Equal(t, []string{jobs.KindAnalysis, jobs.KindSpecView}, create.Properties.Kind.Enum)
+	require.Len(t, create.Properties.Args.OneOf, 2)
+	for i, hand := range []json.RawMessage{jobs.AnalysisArgs{}.OpenAPISchema(), jobs.SpecViewArgs{}.OpenAPISchema()} {
+		var tagged map[string]any
+		require.NoError(t, json.Unmarshal(hand, &tagged))
+		tagged["x-kind"] = create.Properties.Kind.Enum[i]
+		want, err := json.Marshal(tagged)
+		require.NoError(t, err)
+		require.JSONEq(t, string(want), string(create.Properties.Args.OneOf[i]))
+		require.True(t, strings.HasPrefix(compact(t, create.Properties.Args.OneOf[i]), `{"x-kind":`))
+	}
+	require.Contains(t, string(create.Properties.Args.OneOf[0]), `"description": "Clean absolute directory path on the workers`)
+	require.Contains(t, string(create.Properties.Args.OneOf[1]), `"minimum": 1`)
+}
+
+// TestOpenAPICoreNamesNoReferenceKind: the core document is service
+// agnostic: no kind, service or queue of the reference app appears in it
+// (issue 16); CreateJob's kind enum and args.oneOf are OpenAPIFor's.
+func TestOpenAPICoreNamesNoReferenceKind(t *testing.T) {
+	t.Parallel()
+	reference := testdb.Registry(t)
+	names := slices.Concat(reference.KindNames(), reference.Names(), reference.Queues())
+	for _, name := range names {
+		require.NotRegexp(t, `(?i)`+regexp.QuoteMeta(name), string(api.OpenAPI()))
+	}
+	create, _ := readDoc(t, api.OpenAPI())
+	require.Empty(t, create.Properties.Kind.Enum)
+	require.Empty(t, create.Properties.Args.OneOf)
+}
+
+// compact is raw without insignificant spaces.
+func compact(t *testing.T, raw json.RawMessage) string {
+	t.Helper()
+	var buf bytes.Buffer
+	require.NoError(t, json.Compact(&buf, raw))
+	return buf.String()
 }
 
 // TestOpenAPIDescribesTheThumbnailKind: a server of the reference app's
-// registry joined with the thumbnail example's serves the hand-written
+// registry joined with the thumbnail example's serves the reference app's
 // document but for CreateJob, whose kinds are the three and whose args
 // schemas are the reference kinds' hand-written ones and the thumbnail
 // kind's generated one.
@@ -176,15 +244,17 @@ func TestOpenAPIDescribesTheThumbnailKind(t *testing.T) {
 	again, err := api.OpenAPIFor(registry)
 	require.NoError(t, err)
 	require.Equal(t, string(doc), string(again), "the same registry, the same bytes")
+	reference, err := api.OpenAPIFor(testdb.Registry(t))
+	require.NoError(t, err)
 
 	create, rest := readDoc(t, doc)
-	handCreate, handRest := readDoc(t, api.OpenAPI())
-	require.Equal(t, handRest, rest, "everything but CreateJob is the hand-written document")
+	refCreate, refRest := readDoc(t, reference)
+	require.Equal(t, refRest, rest, "everything but CreateJob is the reference app's document")
 	require.Equal(t, []string{"analysis", "specview", "thumbnail"}, create.Properties.Kind.Enum)
 	oneOf := create.Properties.Args.OneOf
 	require.Len(t, oneOf, 3)
-	require.JSONEq(t, string(handCreate.Properties.Args.OneOf[0]), string(oneOf[0]))
-	require.JSONEq(t, string(handCreate.Properties.Args.OneOf[1]), string(oneOf[1]))
+	require.JSONEq(t, string(refCreate.Properties.Args.OneOf[0]), string(oneOf[0]))
+	require.JSONEq(t, string(refCreate.Properties.Args.OneOf[1]), string(oneOf[1]))
 	require.JSONEq(t, `{
 		"x-kind": "thumbnail",
 		"description": "Generated from the Go type thumbnail.Args. Required fields and limits on values are not described: the kind checks them (its Validate), and a 400 says what it refused.",
@@ -196,7 +266,7 @@ func TestOpenAPIDescribesTheThumbnailKind(t *testing.T) {
 		}
 	}`, string(oneOf[2]))
 
-	// The rest of CreateJob is the hand-written one's.
+	// The rest of CreateJob is the core document's.
 	var got, want map[string]any
 	require.NoError(t, json.Unmarshal(doc, &got))
 	require.NoError(t, json.Unmarshal(api.OpenAPI(), &want))
@@ -212,8 +282,8 @@ func TestOpenAPIDescribesTheThumbnailKind(t *testing.T) {
 
 // TestOpenAPILeavesOutUnregisteredKinds: a server of the thumbnail service
 // alone describes its kind only; one whose kind "analysis" has other args
-// than the reference app's gets their generated schema, not the
-// hand-written one.
+// than the reference app's gets their generated schema, not the reference
+// args' hand-written one.
 func TestOpenAPILeavesOutUnregisteredKinds(t *testing.T) {
 	t.Parallel()
 	alone, err := thumbnail.Registry(thumbnail.Deps{})
@@ -431,3 +501,207 @@ func TestOpenAPIArgsSchemaOfEveryJSONType(t *testing.T) {
 		require.Error(t, err, give)
 	}
 }
+
+// reportArgs describe themselves with a hand-written schema (a value
+// receiver); the server sets their tier.
+type reportArgs struct {
+	Account string     `json:"account"`
+	Days    int32      `json:"days,omitempty"`
+	Format  *string    `json:"format"`
+	Since   time.Time  `json:"since"`
+	Extra   any        `json:"extra"`
+	Tier    tiers.Tier `json:"tier"`
+}
+
+func (reportArgs) Kind() string { return "report" }
+
+func (a reportArgs) WithTier(tier tiers.Tier, _ string) river.JobArgs {
+	a.Tier = tier
+	return a
+}
+
+// reportSchema is reportArgs' schema: its keys in an order of its own, a
+// property of any type for extra, no tier (the server's), no x-kind.
+const reportSchema = `{
+  "description": "A report of an account's <last> days & more.",
+  "type": "object",
+  "required": ["account"],
+  "additionalProperties": false,
+  "properties": {
+    "since": {"type": "string", "format": "date-time", "example": "2026-01-02T03:04:05Z"},
+    "account": {"type": "string", "minLength": 1, "description": "The account's id."},
+    "days": {"type": "integer", "format": "int32", "minimum": 1, "maximum": 365, "default": 30},
+    "format": {"type": "string", "enum": ["pdf", "csv"], "nullable": true},
+    "extra": {"description": "Anything."}
+  }
+}`
+
+func (reportArgs) OpenAPISchema() json.RawMessage { return json.RawMessage(reportSchema) }
+
+type reportWorker struct {
+	river.WorkerDefaults[reportArgs]
+}
+
+func (*reportWorker) Work(context.Context, *river.Job[reportArgs]) error { return nil }
+
+// auditArgs describe themselves with a pointer receiver, and give their
+// x-kind.
+type auditArgs struct {
+	Entry int64 `json:"entry"`
+}
+
+func (auditArgs) Kind() string { return "audit" }
+
+func (*auditArgs) OpenAPISchema() json.RawMessage {
+	return json.RawMessage(`{"x-kind": "audit", "type": "object", "additionalProperties": false, "properties": {"entry": {"type": "integer", "minimum": 1}}}`)
+}
+
+type auditWorker struct {
+	river.WorkerDefaults[auditArgs]
+}
+
+func (*auditWorker) Work(context.Context, *river.Job[auditArgs]) error { return nil }
+
+// TestOpenAPIHandWrittenSchema: a kind whose args implement
+// api.JobArgsWithOpenAPISchema (by value or by pointer) has its schema in
+// the document as written, keys in its order, x-kind first; the other
+// kinds have their generated ones.
+func TestOpenAPIHandWrittenSchema(t *testing.T) {
+	t.Parallel()
+	registry := registryOf(t, service.WorkerKind(&reportWorker{}), service.WorkerKind(&auditWorker{}), service.WorkerKind(&tieredWorker{}))
+	doc := served(t, registry)
+	create, _ := readDoc(t, doc)
+	require.Equal(t, []string{"report", "audit", "tiered"}, create.Properties.Kind.Enum)
+	require.Len(t, create.Properties.Args.OneOf, 3)
+	require.Equal(t, `{"x-kind":"report",`+strings.TrimPrefix(compact(t, json.RawMessage(reportSchema)), "{"),
+		compact(t, create.Properties.Args.OneOf[0]), "as written, x-kind first")
+	require.Contains(t, string(doc), `"description": "A report of an account's <last> days & more."`, "not HTML-escaped")
+	require.Equal(t, `{"x-kind":"audit","type":"object","additionalProperties":false,"properties":{"entry":{"type":"integer","minimum":1}}}`,
+		compact(t, create.Properties.Args.OneOf[1]))
+	var tiered argsSchemaFields
+	require.NoError(t, json.Unmarshal(create.Properties.Args.OneOf[2], &tiered))
+	require.Equal(t, "tiered", tiered.Kind)
+	require.Contains(t, string(create.Properties.Args.OneOf[2]), "Generated from the Go type api_test.tieredArgs")
+}
+
+// TestOpenAPIHandWrittenSchemaMustFit: a hand-written schema that does not
+// describe its args type is OpenAPIFor's error, which names the kind, the
+// type and everything wrong, so that it cannot drift from the args; a
+// server of such a registry answers /openapi.json with a 500.
+func TestOpenAPIHandWrittenSchemaMustFit(t *testing.T) {
+	t.Parallel()
+	report := service.WorkerKind(&reportWorker{})
+	const prefix = "openapi: kind report: api_test.reportArgs.OpenAPISchema does not describe the args: "
+	props := `"account": {"type": "string"}, "days": {"type": "integer"}, "format": {"type": "string"}, "since": {"type": "string"}, "extra": {}`
+	for name, tt := range map[string]struct {
+		schema, err string
+	}{
+		"fits": {
+			schema: `{"type": "object", "additionalProperties": false, "required": ["account"], "properties": {` + props + `}}`,
+		},
+		"a property the args do not have": {
+			schema: `{"type": "object", "additionalProperties": false, "properties": {` + props + `, "acount": {"type": "string"}}}`,
+			err:    prefix + `property "acount" is not a JSON field of the args`,
+		},
+		"a field it misses": {
+			schema: `{"type": "object", "additionalProperties": false, "properties": {"account": {"type": "string"}, "days": {"type": "integer"}, "extra": {}}}`,
+			err:    prefix + `no property "format" (a JSON field of the args); no property "since" (a JSON field of the args)`,
+		},
+		"another type": {
+			schema: `{"type": "object", "additionalProperties": false, "properties": {"account": {"type": "integer"}, "days": {"type": "number"}, "format": {}, "since": {"type": "string"}, "extra": {"type": "object"}}}`,
+			err: prefix + `property "account" is of type "integer", the field's JSON type is "string"; ` +
+				`property "days" is of type "number", the field's JSON type is "integer"; ` +
+				`property "format" is of type "", the field's JSON type is "string"`,
+		},
+		"a field the server sets": {
+			schema: `{"type": "object", "additionalProperties": false, "properties": {` + props + `, "tier": {"type": "string"}}}`,
+			err:    prefix + `property "tier" is set by the server (producer.TierFields), not sent by the client`,
+		},
+		"required, not a property": {
+			schema: `{"type": "object", "additionalProperties": false, "required": ["account", "acount"], "properties": {` + props + `}}`,
+			err:    prefix + `required "acount" is not a property`,
+		},
+		"other keys allowed": {
+			schema: `{"type": "object", "properties": {` + props + `}}`,
+			err:    prefix + `additionalProperties is not false (the API refuses a key the args type does not have)`,
+		},
+		"not an object schema": {
+			schema: `{"additionalProperties": false, "properties": {` + props + `}}`,
+			err:    prefix + `type is "", not "object" (args are a JSON object)`,
+		},
+		"another kind's": {
+			schema: `{"x-kind": "audit", "type": "object", "additionalProperties": false, "properties": {` + props + `}}`,
+			err:    prefix + `x-kind is "audit", not the kind's name`,
+		},
+		"properties not an object": {
+			schema: `{"type": "object", "additionalProperties": false, "properties": []}`,
+			err:    prefix + `json: cannot unmarshal array into Go struct field .properties of type map[string]json.RawMessage`,
+		},
+		"not JSON": {
+			schema: `{"type": "object",}`,
+			err:    "openapi: kind report: api_test.reportArgs.OpenAPISchema is not a JSON object: invalid character '}' looking for beginning of object key string",
+		},
+		"not an object": {
+			schema: `["account"]`,
+			err:    "openapi: kind report: api_test.reportArgs.OpenAPISchema is not a JSON object: not a JSON object",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			got, err := api.HandSchema(report, json.RawMessage(tt.schema))
+			if tt.err == "" {
+				require.NoError(t, err)
+				require.True(t, strings.HasPrefix(compact(t, got), `{"x-kind":"report",`))
+				return
+			}
+			require.EqualError(t, err, tt.err)
+		})
+	}
+
+	// Through OpenAPIFor and a server: every kind that does not fit is
+	// named.
+	registry := registryOf(t, service.WorkerKind(&driftedWorker{}), service.WorkerKind(&tieredWorker{}), service.WorkerKind(&otherDriftedWorker{}))
+	_, err := api.OpenAPIFor(registry)
+	const want = `openapi: kind drifted: api_test.driftedArgs.OpenAPISchema does not describe the args: property "target" is not a JSON field of the args; no property "targets" (a JSON field of the args)` + "\n" +
+		`openapi: kind other_drifted: api_test.otherDriftedArgs.OpenAPISchema is not a JSON object: unexpected end of JSON input`
+	require.EqualError(t, err, want)
+	server := api.New(api.Config{Registry: registry}, nil, nil, api.NewMetrics(nil, registry, nil), nil)
+	rec := httptest.NewRecorder()
+	server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.json", nil))
+	require.Equal(t, http.StatusInternalServerError, rec.Code)
+	var body struct {
+		Error string `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
+	require.Equal(t, want, body.Error)
+}
+
+// driftedArgs' field was renamed; their schema was not.
+type driftedArgs struct {
+	Targets []string `json:"targets"`
+}
+
+func (driftedArgs) Kind() string { return "drifted" }
+
+func (driftedArgs) OpenAPISchema() json.RawMessage {
+	return json.RawMessage(`{"type": "object", "additionalProperties": false, "properties": {"target": {"type": "string"}}}`)
+}
+
+type driftedWorker struct {
+	river.WorkerDefaults[driftedArgs]
+}
+
+func (*driftedWorker) Work(context.Context, *river.Job[driftedArgs]) error { return nil }
+
+// otherDriftedArgs have no schema at all.
+type otherDriftedArgs struct{}
+
+func (otherDriftedArgs) Kind() string { return "other_drifted" }
+
+func (otherDriftedArgs) OpenAPISchema() json.RawMessage { return nil }
+
+type otherDriftedWorker struct {
+	river.WorkerDefaults[otherDriftedArgs]
+}
+
+func (*otherDriftedWorker) Work(context.Context, *river.Job[otherDriftedArgs]) error { return nil }

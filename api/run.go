@@ -35,7 +35,9 @@ const ShutdownTimeout = 10 * time.Second
 // On the first signal it stops accepting connections and lets requests in
 // flight finish for up to ShutdownTimeout, then returns nil; a second
 // signal kills the process at once. An error to listen or to serve is
-// returned.
+// returned, and so is a registry without an OpenAPI document (OpenAPIFor's
+// error: a kind's hand-written args schema that does not describe its args
+// type, say), before anything listens.
 func Run(ctx context.Context, cfg config.API, logger *slog.Logger, newServices func(pool *pgxpool.Pool) (*service.Registry, error), attrs ...slog.Attr) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -72,6 +74,9 @@ func Run(ctx context.Context, cfg config.API, logger *slog.Logger, newServices f
 		Token: cfg.Token, AdminToken: cfg.AdminToken, Schema: cfg.Schema, MaxAttempts: cfg.MaxAttempts,
 		Registry: registry, RiverUI: riverUI,
 	}, pool, client, NewMetrics(pool, registry, logger), logger)
+	if server.openAPIErr != nil {
+		return fmt.Errorf("api: %w", server.openAPIErr)
+	}
 	httpServer := &http.Server{
 		Handler:           server.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,

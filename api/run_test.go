@@ -97,4 +97,23 @@ func TestRun(t *testing.T) {
 		require.EqualError(t, err, "api: services: no registry")
 		require.NotContains(t, out.String(), "api listening")
 	})
+
+	// A kind whose hand-written args schema does not describe its args has
+	// no OpenAPI document: Run refuses to start.
+	t.Run("args schema that does not fit", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.New(t)
+
+		out := &proctest.Buffer{}
+		err := api.Run(context.Background(), apiConfig(t, db), slog.New(slog.NewTextHandler(out, nil)),
+			func(*pgxpool.Pool) (*service.Registry, error) {
+				svc, err := service.New(&service.Config{Name: "drifter", Kinds: []service.Kind{service.WorkerKind(&driftedWorker{})}})
+				if err != nil {
+					return nil, err
+				}
+				return service.NewRegistry(svc)
+			})
+		require.EqualError(t, err, `api: openapi: kind drifted: api_test.driftedArgs.OpenAPISchema does not describe the args: property "target" is not a JSON field of the args; no property "targets" (a JSON field of the args)`)
+		require.NotContains(t, out.String(), "api listening")
+	})
 }

@@ -4,8 +4,9 @@
 // priority statistics, dead letters, health and metrics. JSON in and out;
 // every error is {"error": "..."} with a 4xx or 5xx status. The OpenAPI
 // document served at /openapi.json describes the server's registry's kinds
-// (OpenAPIFor): the hand-written openapi.json (copied in docs/), the
-// reference app's, with a generated args schema for every other kind.
+// (OpenAPIFor): the core document, openapi.json, with each kind's args
+// schema, its args type's own (JobArgsWithOpenAPISchema) or one generated
+// from the type. docs/openapi.json is the reference app's.
 //
 // The API can also serve River UI (riverqueue.com/riverui) under /riverui/,
 // behind the admin token (riverui.go); it is not part of the JSON API nor of

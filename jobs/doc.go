@@ -15,6 +15,9 @@
 //     deletion of old results and spec documents.
 //
 // Registry is the reference app's service.Registry of the two services.
+// AnalysisArgs and SpecViewArgs describe themselves in the API's OpenAPI
+// document with hand-written schemas (OpenAPISchema, from openapi/*.json;
+// api.JobArgsWithOpenAPISchema).
 //
 // Every worker writes its result, chains its follow-up job and completes its
 // River job in one transaction (river.JobCompleteTx), so a job delivered twice
