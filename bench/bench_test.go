@@ -75,7 +75,9 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 		}
 		require.Positive(t, samples[0], phase)
 	}
-	require.Len(t, i.Samples, 7)
+	require.Len(t, i.Samples, 8)
+	require.Positive(t, i.FloorP50Ms)
+	require.GreaterOrEqual(t, i.FloorP99Ms, i.FloorP50Ms)
 	require.Positive(t, i.ConcurrentP50Ms)
 	require.GreaterOrEqual(t, i.ConcurrentP99Ms, i.ConcurrentP50Ms)
 	require.Positive(t, i.SaturatedP50Ms)
@@ -99,7 +101,9 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 	tp := r.Throughput
 	require.Positive(t, tp.TierqJobsPerS)
 	require.Positive(t, tp.BareJobsPerS)
-	require.InDelta(t, 538, tp.ADRBoundJobsPerS, 0.01, "5/10ms + 3/100ms + 2/250ms with the default tuning")
+	require.InDelta(t, 38, tp.ADRBoundJobsPerS, 0.01, "3/100ms + 2/250ms: the timer-bound queues with the default tuning")
+	require.InDelta(t, 5000, tp.ADRFastBoundJobsPerS, 0.01, "5/1ms: the priority queue fetches faster than the timer bounds")
+	require.Positive(t, tp.ADRFastJobsPerS)
 	require.Positive(t, tp.ADRJobsPerS)
 
 	s := r.Sweeps
@@ -162,7 +166,7 @@ func TestScenariosRunForAServiceOfYourOwn(t *testing.T) {
 	})
 	require.True(t, ran, "a scenario failed")
 	require.Zero(t, db.Count(t, `SELECT count(*) FROM pg_namespace WHERE starts_with(nspname, $1)`, prefix+"_"))
-	require.InDelta(t, 546, reports[0].Throughput.ADRBoundJobsPerS, 0.01, "5/10ms + 3/100ms + 4/250ms: the default counts, and the scheduled queue's from WorkerEnv")
+	require.InDelta(t, 46, reports[0].Throughput.ADRBoundJobsPerS, 0.01, "3/100ms + 4/250ms: the default counts, and the scheduled queue's from WorkerEnv")
 	require.Positive(t, reports[0].Throughput.TierqJobsPerS)
 	require.Positive(t, reports[1].Sweeps.DLQLargeMs)
 	require.Positive(t, reports[2].DLQ.ReplayRowsPerS)

@@ -43,7 +43,7 @@ type InsertResult struct {
 	// 100ms per queue, not producer.NotifyCooldown).
 	RiverDefaultsOnePerS float64 `json:"river_defaults_one_per_s"`
 	// Concurrent* are raw inserts from 16 goroutines at once, on
-	// producer.ClientConfig and on River's defaults: what the 5ms insert
+	// producer.ClientConfig and on River's defaults: what the 1ms insert
 	// notification cooldown costs when many producers commit at once
 	// (PostgreSQL serialises the commits of transactions that NOTIFY).
 	ConcurrentPerS              float64 `json:"concurrent_per_s"`

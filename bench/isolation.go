@@ -71,6 +71,13 @@ type IsolationResult struct {
 	P99HeavyMs         float64 `json:"p99_heavy_ms"`
 	HeavyRatio         float64 `json:"heavy_ratio"`
 	HeavyBacklogWorked float64 `json:"heavy_backlog_worked"`
+	// Floor* are the same stream's latency without River (floorStream): a
+	// row inserted and notified in one transaction, a listener, one UPDATE
+	// claiming it. It is what this machine and database charge any
+	// LISTEN/NOTIFY-driven queue; tierq's p50s and p99s are read against it.
+	FloorP50Ms float64 `json:"floor_p50_ms"`
+	FloorP95Ms float64 `json:"floor_p95_ms"`
+	FloorP99Ms float64 `json:"floor_p99_ms"`
 	// Concurrent* are the stream from ConcurrentProducers producers at once
 	// (each one job per streamInterval, sharing one producer client as an
 	// API replica's request handlers do) on tierq's worker with the
@@ -199,6 +206,16 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	p50 := map[string][]float64{}
 	var worked, left, heavyWorked []float64
 	for run := range res.Runs {
+		opts.progress().Stage(fmt.Sprintf("isolation run %d/%d: floor (no River)", run+1, res.Runs), res.Jobs)
+		lat, err := e.floorStream(ctx, duration)
+		if err != nil {
+			return res, fmt.Errorf("isolation floor: %w", err)
+		}
+		slices.Sort(lat)
+		p50["floor"] = append(p50["floor"], percentile(lat, 50))
+		p95["floor"] = append(p95["floor"], percentile(lat, 95))
+		p99["floor"] = append(p99["floor"], percentile(lat, 99))
+		res.Samples["floor (no River)"] = lat
 		for _, ph := range phases {
 			opts.progress().Stage(fmt.Sprintf("isolation run %d/%d: %s", run+1, res.Runs, ph.name), res.Jobs*max(ph.producers, 1)/max(ph.share, 1))
 			n := 0
@@ -235,6 +252,7 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	res.P99HeavyMs = round(median(p99["tierq heavy backlog"]), 2)
 	res.HeavyRatio = round(res.P99HeavyMs/res.P99IdleMs, 3)
 	res.HeavyBacklogWorked = median(heavyWorked)
+	res.FloorP50Ms, res.FloorP95Ms, res.FloorP99Ms = round(median(p50["floor"]), 2), round(median(p95["floor"]), 2), round(median(p99["floor"]), 2)
 	res.ConcurrentP50Ms = round(median(p50["tierq concurrent producers"]), 2)
 	res.ConcurrentP95Ms = round(median(p95["tierq concurrent producers"]), 2)
 	res.ConcurrentP99Ms = round(median(p99["tierq concurrent producers"]), 2)

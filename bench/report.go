@@ -122,6 +122,9 @@ func (r Report) Rows() []Row {
 		if i.Quick {
 			p99 = " ms (quick: 160 jobs, read p95; p99 needs the full run)"
 		}
+		add("isolation", "floor_p50_ms", i.FloorP50Ms, " ms (no River: insert+notify, listen, claim)")
+		add("isolation", "floor_p95_ms", i.FloorP95Ms, " ms")
+		add("isolation", "floor_p99_ms", i.FloorP99Ms, p99)
 		add("isolation", "p50_idle_ms", i.P50IdleMs, " ms")
 		add("isolation", "p95_idle_ms", i.P95IdleMs, " ms")
 		add("isolation", "p99_idle_ms", i.P99IdleMs, p99)
@@ -161,6 +164,7 @@ func (r Report) Rows() []Row {
 		add("throughput", "adr_jobs_per_s", t.ADRJobsPerS, "")
 		add("throughput", "adr_bound_jobs_per_s", t.ADRBoundJobsPerS, "")
 		add("throughput", "adr_bound_ratio", t.ADRBoundRatio, "")
+		add("throughput", "adr_fast_jobs_per_s", t.ADRFastJobsPerS, fmt.Sprintf(" (queues fetching more often than every %s; nominal bound %g)", timerBound, t.ADRFastBoundJobsPerS))
 	}
 	if s := r.Sweeps; s != nil {
 		add("sweeps", "aging_small_ms", s.AgingSmallMs, " ms")

@@ -48,11 +48,15 @@ type Worker struct {
 	// interval is how often an idle queue looks for work when no
 	// LISTEN/NOTIFY wake-up came. Priority queues want low pickup latency;
 	// scheduled queues can wait. The priority defaults come from tierctl
-	// bench isolation (docs/benchmarks.md): 10ms keeps the pickup p99 of a
-	// paid stream in single-digit milliseconds, and a 250ms poll caps the
-	// wait of a job whose insert sent no wake-up, for about 3 more idle
-	// queries per second per process.
-	PriorityFetchCooldown      time.Duration `env:"QUEUE_PRIORITY_FETCH_COOLDOWN" envDefault:"10ms"`
+	// bench isolation (docs/benchmarks.md): at 1ms (River's smallest) a
+	// wake-up that lands just after another fetch waits at most 1ms, not
+	// the cooldown, so paid pickup stays near this machine's floor even
+	// when inserts come faster than one per cooldown; the price is paid only
+	// when the queue is busy (one fetch per about 3 jobs, against 5 at
+	// 10ms), never when idle. A 250ms poll caps the wait of a job whose
+	// insert sent no wake-up, for about 3 more idle queries per second per
+	// process.
+	PriorityFetchCooldown      time.Duration `env:"QUEUE_PRIORITY_FETCH_COOLDOWN" envDefault:"1ms"`
 	PriorityFetchPollInterval  time.Duration `env:"QUEUE_PRIORITY_FETCH_POLL_INTERVAL" envDefault:"250ms"`
 	DefaultFetchCooldown       time.Duration `env:"QUEUE_DEFAULT_FETCH_COOLDOWN" envDefault:"100ms"`
 	DefaultFetchPollInterval   time.Duration `env:"QUEUE_DEFAULT_FETCH_POLL_INTERVAL" envDefault:"1s"`

@@ -50,12 +50,14 @@ func UniqueOpts() river.UniqueOpts {
 // wake-up it sends per queue on insert: with River's default (100ms) a job
 // inserted less than 100ms after the previous notification of its queue
 // sends none and waits for the next one, or for the worker's poll (up to its
-// poll interval). At 5ms nearly every insert of a steady stream wakes the
-// worker (docs/benchmarks.md), at the cost of up to 200 notifications per
-// second per queue and producer; PostgreSQL serialises the commits of
-// transactions that notify, which the insert benchmark measures with 16
-// concurrent producers.
-const NotifyCooldown = 5 * time.Millisecond
+// poll interval). At 1ms, River's smallest, an insert stays silent only when
+// another insert of its queue notified less than 1ms before it, so even 16
+// producers inserting at once (320 jobs/s) wake the worker for nearly every
+// job (docs/benchmarks.md: the isolation scenario's concurrent phase), at
+// the cost of up to 1,000 notifications per second per queue and producer;
+// PostgreSQL serialises the commits of transactions that notify, which the
+// insert benchmark measures with 16 concurrent producers.
+const NotifyCooldown = time.Millisecond
 
 // ClientConfig is the River configuration of an insert-only producer client
 // (no queues, never a leader): River's defaults, except NotifyCooldown.

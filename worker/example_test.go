@@ -89,6 +89,6 @@ func ExampleRiverConfig() {
 	fmt.Println(err)
 	// Output:
 	// mailer_default 2 100ms
-	// mailer_priority 8 10ms
+	// mailer_priority 8 1ms
 	// invalid configuration: WORKER_SERVICE="billing": unknown service (want mailer); MAILER_QUEUE_DEFAULT_WORKERS="two": not an integer
 }

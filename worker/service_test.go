@@ -84,7 +84,7 @@ func TestRiverConfigOfAnotherService(t *testing.T) {
 		rc, err := worker.RiverConfig(cfg, newRegistry(t, newMailer(t, nil, "mail")), nil, discard)
 		require.NoError(t, err)
 		require.Equal(t, map[string]river.QueueConfig{
-			"mail_priority": {MaxWorkers: 6, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 250 * time.Millisecond},
+			"mail_priority": {MaxWorkers: 6, FetchCooldown: time.Millisecond, FetchPollInterval: 250 * time.Millisecond},
 			"mail_default":  {MaxWorkers: 1, FetchCooldown: 100 * time.Millisecond, FetchPollInterval: time.Second},
 		}, rc.Queues)
 		require.True(t, rc.FetchOnlyKnownKinds)

@@ -1,0 +1,105 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// floorStream measures the floor of insert→start latency on this machine and
+// database: the hops every LISTEN/NOTIFY-driven queue pays, without River.
+// One job per streamInterval for duration: a producer connection inserts a
+// row and notifies in one transaction (River's insert does the same: the
+// row, then pg_notify, then commit); a listener connection waits for the
+// notification; a worker connection then claims the row with one UPDATE
+// (River's fetch is one statement too). The latency is attempted_at −
+// created_at, both the database's now(), as the isolation phases measure
+// River jobs. Nothing else runs: no pool, no debouncing, no cooldown. What
+// tierq's pickup adds to this floor is River's and tierq's own cost.
+func (e *env) floorStream(ctx context.Context, duration time.Duration) ([]float64, error) {
+	channel := "tierq_floor_" + e.Name
+	if _, err := e.Pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS floor_job (
+			id bigserial PRIMARY KEY,
+			created_at timestamptz NOT NULL DEFAULT now(),
+			attempted_at timestamptz)`); err != nil {
+		return nil, fmt.Errorf("floor table: %w", err)
+	}
+	if _, err := e.Pool.Exec(ctx, `TRUNCATE floor_job`); err != nil {
+		return nil, fmt.Errorf("floor table: %w", err)
+	}
+
+	connect := func() (*pgx.Conn, error) {
+		conn, err := pgx.ConnectConfig(ctx, e.PoolConfig.ConnConfig.Copy())
+		if err != nil {
+			return nil, fmt.Errorf("connect: %w", err)
+		}
+		return conn, nil
+	}
+	var conns [3]*pgx.Conn
+	for i := range conns {
+		conn, err := connect()
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		conns[i] = conn
+	}
+	producer, listener, worker := conns[0], conns[1], conns[2]
+	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+
+	n := int(duration / streamInterval)
+	claimed := make(chan error, 1)
+	go func() {
+		for range n {
+			if _, err := listener.WaitForNotification(ctx); err != nil {
+				claimed <- fmt.Errorf("wait for notification: %w", err)
+				return
+			}
+			if _, err := worker.Exec(ctx, `UPDATE floor_job SET attempted_at = now() WHERE attempted_at IS NULL`); err != nil {
+				claimed <- fmt.Errorf("claim: %w", err)
+				return
+			}
+		}
+		claimed <- nil
+	}()
+
+	ticker := time.NewTicker(streamInterval)
+	defer ticker.Stop()
+	for range n {
+		err := pgx.BeginFunc(ctx, producer, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO floor_job DEFAULT VALUES`); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, channel)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("floor insert: %w", err)
+		}
+		e.opts.progress().Add(1)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-ticker.C:
+		}
+	}
+	select {
+	case err := <-claimed:
+		if err != nil {
+			return nil, err
+		}
+	case <-time.After(10 * time.Second):
+		return nil, errors.New("floor: not every row was claimed after 10s")
+	}
+
+	rows, err := e.Pool.Query(ctx, `SELECT extract(epoch FROM attempted_at - created_at)::float8 * 1000 FROM floor_job`)
+	if err != nil {
+		return nil, fmt.Errorf("read floor latencies: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[float64])
+}
