@@ -5,12 +5,15 @@ package proctest
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -108,4 +111,44 @@ func Scrape(t testing.TB, url string) string {
 		t.Fatalf("scrape %s: status %d, %v", url, resp.StatusCode, err)
 	}
 	return string(body)
+}
+
+// Deployment is a process run in-process, as its main would run it: Run is
+// the process's run function (refapp.RunWorker, …), Env its variables on
+// top of the ones every deployment shares.
+type Deployment struct {
+	Name string
+	Run  func(ctx context.Context, environ []string, stdout io.Writer) error
+	Env  []string
+}
+
+// Start runs each deployment in a goroutine with common and its own Env,
+// its output in a Buffer of its own (returned by name), until the test
+// ends: then it cancels their context and requires that each returned nil,
+// showing the output of any that did not.
+func Start(t testing.TB, common []string, deployments ...Deployment) map[string]*Buffer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, len(deployments))
+	logs := map[string]*Buffer{}
+	for _, d := range deployments {
+		out := &Buffer{}
+		logs[d.Name] = out
+		go func() {
+			err := d.Run(ctx, append(slices.Clone(common), d.Env...), out)
+			if err != nil {
+				err = fmt.Errorf("%s: %w\n%s", d.Name, err, out.String())
+			}
+			done <- err
+		}()
+	}
+	t.Cleanup(func() {
+		cancel()
+		for range deployments {
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	return logs
 }

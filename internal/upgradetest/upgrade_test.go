@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -564,43 +563,19 @@ type system struct {
 func start(t *testing.T, db *testdb.DB, root string) *system {
 	t.Helper()
 	common := []string{"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "DATABASE_MAX_CONNS=4", "SOFT_STOP_TIMEOUT=5s"}
-	deployments := []struct {
-		name string
-		run  func(context.Context, []string, io.Writer) error
-		env  []string
-	}{
-		{"scheduler", refapp.RunScheduler, []string{
+	logs := proctest.Start(t, common,
+		proctest.Deployment{Name: "scheduler", Run: refapp.RunScheduler, Env: []string{
 			"AGING_INTERVAL=1s", "AGING_STEP=5m", "ESCALATION_INTERVAL=1s", "ESCALATE_SCHEDULED_AFTER=1h", "DLQ_DRAIN_INTERVAL=1s",
 		}},
-		{"api", refapp.RunAPI, []string{
+		proctest.Deployment{Name: "api", Run: refapp.RunAPI, Env: []string{
 			"API_ADDR=127.0.0.1:0", "API_TOKEN=" + producerToken, "API_ADMIN_TOKEN=" + adminToken, "ANALYSIS_ROOTS=" + root,
 		}},
-		{"analyzer", refapp.RunWorker, []string{
+		proctest.Deployment{Name: "analyzer", Run: refapp.RunWorker, Env: []string{
 			"WORKER_SERVICE=analyzer", "ANALYZER_QUEUE_DEFAULT_WORKERS=0", "ANALYZER_QUEUE_SCHEDULED_WORKERS=0",
 			"ANALYSIS_ROOTS=" + root, "METRICS_ADDR=127.0.0.1:0",
 		}},
-		{"specgen", refapp.RunWorker, []string{"WORKER_SERVICE=specgen", "METRICS_ADDR=127.0.0.1:0"}},
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, len(deployments))
-	logs := map[string]*proctest.Buffer{}
-	for _, d := range deployments {
-		out := &proctest.Buffer{}
-		logs[d.name] = out
-		go func() {
-			err := d.run(ctx, append(slices.Clone(common), d.env...), out)
-			if err != nil {
-				err = fmt.Errorf("%s: %w\n%s", d.name, err, out.String())
-			}
-			done <- err
-		}()
-	}
-	t.Cleanup(func() {
-		cancel()
-		for range deployments {
-			require.NoError(t, <-done)
-		}
-	})
+		proctest.Deployment{Name: "specgen", Run: refapp.RunWorker, Env: []string{"WORKER_SERVICE=specgen", "METRICS_ADDR=127.0.0.1:0"}},
+	)
 	proctest.WaitOutput(t, logs["scheduler"], "scheduler started", 20*time.Second)
 	proctest.WaitOutput(t, logs["api"], "api listening", 20*time.Second)
 	listening := regexp.MustCompile(`msg="api listening" addr=(\S+)`).FindStringSubmatch(logs["api"].String())

@@ -2,7 +2,6 @@ package app
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"image"
@@ -14,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,43 +140,20 @@ func startSystem(t *testing.T) *system {
 	metricsAddr := freeAddr(t)
 	s.metrics = "http://" + metricsAddr
 
-	ctx, cancel := context.WithCancel(context.Background())
-	type deployment struct {
-		name string
-		run  func(context.Context, []string, io.Writer) error
-		env  []string
-	}
-	deployments := []deployment{
-		{"scheduler", RunScheduler, []string{
+	proctest.Start(t, s.env,
+		proctest.Deployment{Name: "scheduler", Run: RunScheduler, Env: []string{
 			"RESCUE_STUCK_JOBS_AFTER=61s", "AGING_INTERVAL=1s", "AGING_STEP=1s",
 			"ESCALATION_INTERVAL=1s", "ESCALATE_DEFAULT_AFTER=3s", "DLQ_DRAIN_INTERVAL=1s",
 		}},
-		{"api", RunAPI, []string{
+		proctest.Deployment{Name: "api", Run: RunAPI, Env: []string{
 			"API_ADDR=" + strings.TrimPrefix(s.api, "http://"), "API_TOKEN=" + producerToken, "API_ADMIN_TOKEN=" + adminToken,
 			"MAX_ATTEMPTS=2",
 		}},
-		{"worker", RunWorker, []string{
+		proctest.Deployment{Name: "worker", Run: RunWorker, Env: []string{
 			"WORKER_SERVICE=thumbnailer", "THUMBNAILER_QUEUE_DEFAULT_WORKERS=0",
 			"THUMBNAIL_SOURCE_DIR=" + s.source, "THUMBNAIL_OUTPUT_DIR=" + s.output, "METRICS_ADDR=" + metricsAddr,
 		}},
-	}
-	done := make(chan error, len(deployments))
-	for _, d := range deployments {
-		log := &proctest.Buffer{}
-		go func() {
-			err := d.run(ctx, append(slices.Clone(s.env), d.env...), log)
-			if err != nil {
-				err = fmt.Errorf("%s: %w\n%s", d.name, err, log.String())
-			}
-			done <- err
-		}()
-	}
-	t.Cleanup(func() {
-		cancel()
-		for range deployments {
-			require.NoError(t, <-done)
-		}
-	})
+	)
 	testdb.WaitFor(t, 30*time.Second, "the API answers", func() bool {
 		resp, err := http.Get(s.api + "/healthz") //nolint:noctx // a probe
 		if err != nil {
