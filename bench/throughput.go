@@ -49,8 +49,8 @@ type ThroughputResult struct {
 	ADRBoundRatio        float64 `json:"adr_bound_ratio"`
 	ADRFastJobsPerS      float64 `json:"adr_fast_jobs_per_s"`
 	ADRFastBoundJobsPerS float64 `json:"adr_fast_bound_jobs_per_s"`
-	ADRSeconds    float64 `json:"adr_seconds"`
-	Runs          int     `json:"runs"` // of the ADR measurement; the drains alternate max(Runs, 3) pairs
+	ADRSeconds           float64 `json:"adr_seconds"`
+	Runs                 int     `json:"runs"` // of the ADR measurement; the drains alternate max(Runs, 3) pairs
 }
 
 // drainWorkers is the worker count per queue of the drain comparison.

@@ -6,6 +6,7 @@ package proctest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -151,4 +152,45 @@ func Start(t testing.TB, common []string, deployments ...Deployment) map[string]
 		}
 	})
 	return logs
+}
+
+// CallJSON sends a request to url with body as JSON (none when nil) and
+// token as its bearer token (none when empty), and returns the status and
+// the JSON object answered (nil when the body is not an object).
+func CallJSON(t testing.TB, method, url, token string, body any) (int, map[string]any) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatalf("encode request: %v", err)
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, url, r)
+	if err != nil {
+		t.Fatalf("request: %v", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read the answer: %v", method, url, err)
+	}
+	var out map[string]any
+	if len(raw) > 0 && raw[0] == '{' {
+		if err := json.Unmarshal(raw, &out); err != nil {
+			t.Fatalf("%s %s: %v: %s", method, url, err, raw)
+		}
+	}
+	return resp.StatusCode, out
 }

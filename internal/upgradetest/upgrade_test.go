@@ -1,7 +1,6 @@
 package upgradetest_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -591,24 +590,7 @@ func start(t *testing.T, db *testdb.DB, root string) *system {
 // answers.
 func (s *system) call(t *testing.T, method, path, token string, body any) (int, map[string]any) {
 	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		require.NoError(t, err)
-		r = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(t.Context(), method, s.api+path, r)
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	var out map[string]any
-	require.NoError(t, json.Unmarshal(raw, &out), string(raw))
-	return resp.StatusCode, out
+	return proctest.CallJSON(t, method, s.api+path, token, body)
 }
 
 // job is GET /v1/jobs/{id}.

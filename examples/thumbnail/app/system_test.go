@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"image"
@@ -68,30 +67,7 @@ type system struct {
 
 func (s *system) call(t *testing.T, method, path, token string, body any) (int, map[string]any) {
 	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		require.NoError(t, err)
-		r = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(t.Context(), method, s.api+path, r)
-	require.NoError(t, err)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	var out map[string]any
-	if len(raw) > 0 && raw[0] == '{' {
-		require.NoError(t, json.Unmarshal(raw, &out), string(raw))
-	}
-	return resp.StatusCode, out
+	return proctest.CallJSON(t, method, s.api+path, token, body)
 }
 
 func (s *system) get(t *testing.T, url, token string) string {
