@@ -76,13 +76,7 @@ func TestRun(t *testing.T) {
 		require.Equal(t, http.StatusCreated, res.status, string(res.body))
 		require.Equal(t, "analysis_default", res.json(t)["queue"])
 
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err, out.String())
-		case <-time.After(20 * time.Second):
-			t.Fatalf("Run did not return; output:\n%s", out.String())
-		}
+		proctest.WaitReturn(t, cancel, done, out)
 		require.Contains(t, out.String(), "api stopped")
 	})
 

@@ -53,3 +53,17 @@ func TestTierOf(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkTierOf is the per-job cost of reading a job's tier, which the
+// worker's metrics hook pays for every job it starts (docs/benchmarks.md,
+// throughput): go test -run - -bench TierOf -benchmem ./jobmeta.
+func BenchmarkTierOf(b *testing.B) {
+	metadata := []byte(`{"tierq:tier":"pro_plus","tierq:tenant":"u_42","tierq:original_queue":"mail_priority","tierq:original_priority":3}`)
+	args := []byte(`{"to":"a@example.com","tier":"free"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if tier, ok := jobmeta.TierOf(metadata, args); !ok || tier.String() != "pro_plus" {
+			b.Fatal(tier, ok)
+		}
+	}
+}

@@ -91,13 +91,7 @@ func TestRun(t *testing.T) {
 		require.NotNil(t, servicesPool)
 		require.Same(t, servicesPool, extraPool, "the services and the extra workers get the deployment's pool")
 
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err, out.String())
-		case <-time.After(20 * time.Second):
-			t.Fatalf("Run did not return; output:\n%s", out.String())
-		}
+		proctest.WaitReturn(t, cancel, done, out)
 		require.Contains(t, out.String(), "scheduler stopped")
 	})
 

@@ -1,11 +1,9 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/proctest"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/service"
@@ -119,24 +118,6 @@ func TestRiverConfigOfAnotherService(t *testing.T) {
 	})
 }
 
-// syncBuffer is a log destination safe for the client's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestRunServesAnotherService runs a worker deployment of a team's own
 // service through Run, as a team's main would: it works the service's jobs
 // in its queues, leaves another service's kind alone, and returns nil once
@@ -172,7 +153,7 @@ func TestRunServesAnotherService(t *testing.T) {
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	out := &syncBuffer{}
+	out := &proctest.Buffer{}
 	done := make(chan error, 1)
 	go func() { done <- worker.Run(runCtx, cfg, slog.New(slog.NewTextHandler(out, nil)), newServices) }()
 
@@ -182,13 +163,7 @@ func TestRunServesAnotherService(t *testing.T) {
 	})
 	require.Equal(t, "available", db.Jobs(t, "id = $1", stray.Job.ID)[0].State, "not a kind of the mailer")
 
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err, out.String())
-	case <-time.After(20 * time.Second):
-		t.Fatalf("Run did not return; output:\n%s", out.String())
-	}
+	proctest.WaitReturn(t, cancel, done, out)
 	require.Contains(t, out.String(), "worker started")
 	require.Contains(t, out.String(), "service=mailer")
 	require.Contains(t, out.String(), "mail_priority=2")

@@ -194,3 +194,19 @@ func CallJSON(t testing.TB, method, url, token string, body any) (int, map[strin
 	}
 	return resp.StatusCode, out
 }
+
+// WaitReturn cancels an in-process run (worker.Run, scheduler.Run,
+// api.Run, …) with cancel and requires that it return nil on done within
+// 20 seconds, showing out (its log) otherwise.
+func WaitReturn(t testing.TB, cancel context.CancelFunc, done <-chan error, out fmt.Stringer) {
+	t.Helper()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run returned %v; output:\n%s", err, out)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("Run did not return; output:\n%s", out)
+	}
+}
