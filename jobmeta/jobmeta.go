@@ -55,6 +55,12 @@ const (
 	DueAt   = Prefix + "due_at"
 	MovedAt = Prefix + "moved_at"
 
+	// HeldAt is set while fair share holds the job back (River state
+	// pending): when its tenant's window was full. Package fairshare writes
+	// it and removes it when it admits the job; a pending job without it is
+	// someone else's and is never admitted by tierq.
+	HeldAt = Prefix + "held_at"
+
 	// ReplayOf is the dead letter (dead_letter_jobs.id) a replayed job was
 	// made from, and ReplayOfJobID the id of the discarded job it held.
 	ReplayOf      = Prefix + "replay_of"

@@ -1,0 +1,365 @@
+// Package fairshare shares a queue's workers among the tenants whose jobs
+// wait in it, across every worker process, with River's own fetch.
+//
+// River fetches a queue's available jobs by (priority, scheduled_at, id):
+// one tenant that queues 5,000 jobs puts every other tenant of the same
+// priority behind them. Fair share bounds what each tenant has in that line.
+// A tenant's window is its share of the queue's capacity (the workers of
+// every process serving the queue, from their heartbeats), by weight,
+// default 1 each, at least one job:
+//
+//	window(t) = max(1, ceil(capacity × weight(t) / Σ weight of the active tenants))
+//
+// where a tenant is active while it has available or held jobs in the queue.
+// An Admitter runs in every worker process, beside its River client. A pass
+// over a queue holds back each tenant's available jobs beyond its window
+// (River state pending, marked with jobmeta.HeldAt, worst first in fetch
+// order) and admits held jobs, best first, while their tenant's window has
+// room, with scheduled_at now(): the back of the line. Each tenant thus has
+// as many places in the line as its window, and a place that is fetched is
+// refilled at the back: the tenants take turns, each at a rate proportional
+// to its weight. A tenant alone has the whole capacity; a tenant whose first
+// job arrives waits behind at most about one capacity's worth of jobs,
+// however many another tenant has queued. Priority stays strict: River
+// fetches a better priority first whatever the windows.
+//
+// Passes are cheap when nothing contends: a process runs one when one of its
+// queues has every worker busy (a tenant may be over its window) or the
+// last pass saw held jobs (admit as places free), at most one per
+// Config.PassInterval per queue, and one every Config.Tick besides. A pass
+// is one statement; when a process of another replica is running one over
+// the same queue, the process tries again a PassInterval later.
+//
+// Nothing is lost or run twice: every move is one UPDATE of the job's row
+// between River's own states pending and available, with SKIP LOCKED against
+// River's fetch. River's rescuer, cleaner and scheduler leave pending jobs
+// alone; River UI shows them, and its retry button makes one available
+// (the next pass holds it back again if its tenant is over its window).
+// A queue with fair share off releases whatever is still held.
+package fairshare
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// Defaults of Config.
+const (
+	DefaultPassInterval = 2 * time.Millisecond
+	DefaultTick         = 2 * time.Second
+	DefaultHeartbeat    = 5 * time.Second
+)
+
+// Queue is the fair-share setting of one queue a process serves.
+type Queue struct {
+	// Workers is the process's worker count for the queue (River's
+	// MaxWorkers): what its heartbeat adds to the queue's capacity, and
+	// when every one of them is busy the process looks for tenants over
+	// their window.
+	Workers int
+
+	// Fair turns fair share on for the queue. When false the process holds
+	// nothing back and admits whatever is still held (fair share was on
+	// before, in this process or another).
+	Fair bool
+}
+
+// Config configures an Admitter.
+type Config struct {
+	// ClientID names the process in fair_share_slots. Default: "fairshare_"
+	// and the host name, process id and start time.
+	ClientID string
+
+	// Queues are the queues the process serves, by name. Required: at least
+	// one.
+	Queues map[string]Queue
+
+	// PassInterval is the shortest time between two passes over one queue
+	// in this process: how fast held work is admitted as places free, and
+	// at most 1/PassInterval statements per second per queue while the
+	// queue is contended. Default: DefaultPassInterval (2ms).
+	PassInterval time.Duration
+
+	// Tick is how often a pass runs over each queue however quiet it is:
+	// held jobs nobody admitted (another replica stopped), a flood into a
+	// queue whose workers here are not all busy. Default: DefaultTick (2s).
+	Tick time.Duration
+
+	// Heartbeat is how often the process records its workers per queue in
+	// fair_share_slots. A row counts for three heartbeats, so the
+	// capacity of a crashed process stops counting within 3 × Heartbeat.
+	// Default: DefaultHeartbeat (5s).
+	Heartbeat time.Duration
+
+	// Logger receives pass errors. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) withDefaults() *Config {
+	out := *c
+	if out.ClientID == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "unknown"
+		}
+		out.ClientID = fmt.Sprintf("fairshare_%s_%d_%d", host, os.Getpid(), time.Now().UnixNano())
+	}
+	if out.PassInterval == 0 {
+		out.PassInterval = DefaultPassInterval
+	}
+	if out.Tick == 0 {
+		out.Tick = DefaultTick
+	}
+	if out.Heartbeat == 0 {
+		out.Heartbeat = DefaultHeartbeat
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	return &out
+}
+
+// ErrInvalid is returned, wrapped, for a Config that cannot work.
+var ErrInvalid = errors.New("invalid fair-share configuration")
+
+func (c *Config) validate() error {
+	var errs []error
+	if len(c.Queues) == 0 {
+		errs = append(errs, errors.New("no queue"))
+	}
+	for name, q := range c.Queues {
+		if name == "" {
+			errs = append(errs, errors.New("a queue has no name"))
+		}
+		if q.Workers < 0 {
+			errs = append(errs, fmt.Errorf("queue %s: workers %d below 0", name, q.Workers))
+		}
+	}
+	if c.PassInterval < 0 || c.Tick <= 0 || c.Heartbeat <= 0 {
+		errs = append(errs, fmt.Errorf("intervals must be positive (pass %s, tick %s, heartbeat %s)", c.PassInterval, c.Tick, c.Heartbeat))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+	}
+	return nil
+}
+
+// Admitter runs fair share for the queues of one worker process. Add its
+// Hook to the process's River client, and Run it beside the client.
+type Admitter struct {
+	cfg    *Config
+	pool   *pgxpool.Pool
+	queues map[string]*queueState
+	names  []string
+	hook   *hook
+}
+
+// queueState is what the hook and the queue's loop share.
+type queueState struct {
+	name    string
+	cfg     Queue
+	running atomic.Int64 // jobs of the queue this process works right now
+	held    atomic.Bool  // the last pass saw held jobs
+	wake    chan struct{}
+	passes  atomic.Int64
+}
+
+func (q *queueState) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// New returns an Admitter of cfg's queues on pool, whose search_path leads
+// to the schema of River's tables and tierq's.
+func New(pool *pgxpool.Pool, cfg *Config) (*Admitter, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("%w: nil config", ErrInvalid)
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	a := &Admitter{cfg: c, pool: pool, queues: map[string]*queueState{}}
+	for name, q := range c.Queues {
+		a.queues[name] = &queueState{name: name, cfg: q, wake: make(chan struct{}, 1)}
+		a.names = append(a.names, name)
+	}
+	slices.Sort(a.names)
+	a.hook = &hook{queues: a.queues}
+	return a, nil
+}
+
+// ClientID is the name of the process in fair_share_slots.
+func (a *Admitter) ClientID() string { return a.cfg.ClientID }
+
+// Hook is the River hook that tells the Admitter when its process starts
+// and ends a job: add it to the River client's Config.Hooks.
+func (a *Admitter) Hook() rivertype.Hook { return a.hook }
+
+// hook counts the jobs running per queue and wakes a queue's loop when a
+// pass may be due.
+type hook struct {
+	river.HookDefaults
+	queues map[string]*queueState
+}
+
+var (
+	_ rivertype.HookWorkBegin = (*hook)(nil)
+	_ rivertype.HookWorkEnd   = (*hook)(nil)
+)
+
+// WorkBegin: a job left the line. With held work its tenant's place is
+// refilled; with every worker busy the line may hold a tenant over its
+// window.
+func (h *hook) WorkBegin(_ context.Context, job *rivertype.JobRow) error {
+	q, ok := h.queues[job.Queue]
+	if !ok {
+		return nil
+	}
+	running := q.running.Add(1)
+	if q.held.Load() || running >= int64(q.cfg.Workers) {
+		q.signal()
+	}
+	return nil
+}
+
+// WorkEnd: a worker is free; with held work, make sure the line has a job
+// for it.
+func (h *hook) WorkEnd(_ context.Context, job *rivertype.JobRow, err error) error {
+	q, ok := h.queues[job.Queue]
+	if !ok {
+		return err
+	}
+	q.running.Add(-1)
+	if q.held.Load() {
+		q.signal()
+	}
+	return err
+}
+
+// Pass is what one pass over a queue did.
+type Pass struct {
+	// Ran is false when another process was running a pass over the queue
+	// (nothing was done), or the queue is paused in River.
+	Ran bool
+	// Held and Admitted count the jobs the pass held back and admitted.
+	Held, Admitted int
+	// Tenants is the number of active tenants, HeldTenants of those with
+	// held jobs (before the admission), Capacity the queue's capacity.
+	Tenants, HeldTenants, Capacity int
+}
+
+// Pass runs one pass over queue, which must be one of the Admitter's.
+func (a *Admitter) Pass(ctx context.Context, queue string) (Pass, error) {
+	q, ok := a.queues[queue]
+	if !ok {
+		return Pass{}, fmt.Errorf("fair share: queue %q is not one of this admitter's", queue)
+	}
+	var (
+		p        Pass
+		notified int
+	)
+	if err := a.pool.QueryRow(ctx, passSQL, queue, q.cfg.Workers, q.cfg.Fair).Scan(
+		&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified); err != nil {
+		return Pass{}, fmt.Errorf("fair share pass over %s: %w", queue, err)
+	}
+	if p.Ran {
+		q.passes.Add(1)
+		// Held work remains when the pass held some back, or a tenant with
+		// held jobs had no room (it may have had room for all of them: the
+		// next pass finds out, at the cost of one statement).
+		q.held.Store(p.Held > 0 || p.HeldTenants > 0)
+	}
+	return p, nil
+}
+
+// Run runs the Admitter until ctx ends: a loop per queue, and the
+// heartbeat. It returns when every loop has stopped, after deleting the
+// process's heartbeat rows.
+func (a *Admitter) Run(ctx context.Context) {
+	done := make(chan struct{}, len(a.names))
+	for _, name := range a.names {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			a.loop(ctx, a.queues[name])
+		}()
+	}
+	a.heartbeat(ctx)
+	for range a.names {
+		<-done
+	}
+	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := a.pool.Exec(leaveCtx, leaveSQL, a.cfg.ClientID); err != nil {
+		a.cfg.Logger.WarnContext(leaveCtx, "fair share: delete heartbeat", slog.String("error", err.Error()))
+	}
+}
+
+// loop runs the passes over one queue: on a wake-up from the hook, on its
+// own retry, and every Tick.
+func (a *Admitter) loop(ctx context.Context, q *queueState) {
+	tick := time.NewTicker(a.cfg.Tick)
+	defer tick.Stop()
+	q.signal() // a first pass at start: held work left by a stopped process
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.wake:
+		case <-tick.C:
+		}
+		p, err := a.Pass(ctx, q.name)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil:
+			a.cfg.Logger.ErrorContext(ctx, "fair share pass", slog.String("queue", q.name), slog.String("error", err.Error()))
+		case !p.Ran:
+			q.signal() // another process's pass may have missed what woke this one
+		}
+		if a.cfg.PassInterval > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(a.cfg.PassInterval):
+			}
+		}
+	}
+}
+
+// heartbeat records the process's workers per queue every Heartbeat until
+// ctx ends.
+func (a *Admitter) heartbeat(ctx context.Context) {
+	slots := make([]int32, len(a.names))
+	for i, name := range a.names {
+		slots[i] = int32(a.queues[name].cfg.Workers) //nolint:gosec // at most service.MaxQueueWorkers
+	}
+	lease := (3 * a.cfg.Heartbeat).Seconds()
+	ticker := time.NewTicker(a.cfg.Heartbeat)
+	defer ticker.Stop()
+	for {
+		if _, err := a.pool.Exec(ctx, heartbeatSQL, a.cfg.ClientID, a.names, slots, lease); err != nil && ctx.Err() == nil {
+			a.cfg.Logger.ErrorContext(ctx, "fair share heartbeat", slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

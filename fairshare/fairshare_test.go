@@ -1,0 +1,170 @@
+package fairshare_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/fairshare"
+	"github.com/tierq/tierq/internal/testdb"
+)
+
+const queue = "fair_priority"
+
+type bundle struct {
+	db       *testdb.DB
+	admitter *fairshare.Admitter
+}
+
+func setup(t *testing.T, workers int, fair bool) *bundle {
+	t.Helper()
+	db := testdb.New(t)
+	a, err := fairshare.New(db.Pool, &fairshare.Config{
+		Queues: map[string]fairshare.Queue{queue: {Workers: workers, Fair: fair}},
+	})
+	require.NoError(t, err)
+	return &bundle{db: db, admitter: a}
+}
+
+// insert queues n available jobs of tenant at priority, scheduled at
+// ago before now, each a microsecond apart (in insert order).
+func (b *bundle) insert(t *testing.T, tenant string, priority, n int, ago time.Duration) {
+	t.Helper()
+	meta := `'{}'::jsonb`
+	if tenant != "" {
+		meta = fmt.Sprintf(`jsonb_build_object('tierq:tenant', %s::text)`, quote(tenant))
+	}
+	_, err := b.db.Pool.Exec(context.Background(), `
+		INSERT INTO river_job (kind, args, queue, priority, state, scheduled_at, max_attempts, metadata)
+		SELECT 'fair_test', '{}', $1, $2, 'available', now() - $3::interval + i * interval '1 microsecond', 25, `+meta+`
+		FROM generate_series(1, $4) AS i`, queue, priority, ago.String(), n)
+	require.NoError(t, err)
+}
+
+func quote(s string) string { return "'" + s + "'" }
+
+// counts is the number of the queue's jobs per tenant and state.
+func (b *bundle) counts(t *testing.T) map[string]int {
+	t.Helper()
+	rows, err := b.db.Pool.Query(context.Background(), `
+		SELECT coalesce(metadata->>'tierq:tenant', '') || '/' || state, count(*)
+		FROM river_job WHERE queue = $1 GROUP BY 1`, queue)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var (
+			k string
+			n int
+		)
+		require.NoError(t, rows.Scan(&k, &n))
+		out[k] = n
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// fetch takes the n first available jobs in River's fetch order, as a
+// worker's fetch would, and returns their tenants in that order.
+func (b *bundle) fetch(t *testing.T, n int) []string {
+	t.Helper()
+	rows, err := b.db.Pool.Query(context.Background(), `
+		WITH f AS (
+			SELECT id FROM river_job WHERE state = 'available' AND queue = $1 AND scheduled_at <= now()
+			ORDER BY priority, scheduled_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
+		UPDATE river_job AS j SET state = 'running', attempted_at = now(), attempt = attempt + 1
+		FROM f WHERE j.id = f.id
+		RETURNING coalesce(j.metadata->>'tierq:tenant', ''), j.priority, j.scheduled_at, j.id`, queue, n)
+	require.NoError(t, err)
+	defer rows.Close()
+	type row struct {
+		tenant   string
+		priority int
+		at       time.Time
+		id       int64
+	}
+	var got []row
+	for rows.Next() {
+		var r row
+		require.NoError(t, rows.Scan(&r.tenant, &r.priority, &r.at, &r.id))
+		got = append(got, r)
+	}
+	require.NoError(t, rows.Err())
+	// RETURNING has no order: put them in fetch order.
+	for i := range got {
+		for j := i + 1; j < len(got); j++ {
+			a, c := got[i], got[j]
+			if c.priority < a.priority || (c.priority == a.priority && (c.at.Before(a.at) || (c.at.Equal(a.at) && c.id < a.id))) {
+				got[i], got[j] = got[j], got[i]
+			}
+		}
+	}
+	tenants := make([]string, len(got))
+	for i, r := range got {
+		tenants[i] = r.tenant
+	}
+	return tenants
+}
+
+func TestPass(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("HoldsAFloodBackToItsWindow", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 4, true)
+		b.insert(t, "a", 2, 100, time.Minute)
+		b.insert(t, "b", 2, 1, time.Second)
+
+		p, err := b.admitter.Pass(ctx, queue)
+		require.NoError(t, err)
+		// Capacity 4, two tenants: windows of 2 each.
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 98, Admitted: 0, Tenants: 2, HeldTenants: 0, Capacity: 4}, p)
+		require.Equal(t, map[string]int{"a/available": 2, "a/pending": 98, "b/available": 1}, b.counts(t))
+
+		// b's job is third in line, not 101st.
+		require.Equal(t, []string{"a", "a", "b"}, b.fetch(t, 4))
+
+		// b has nothing waiting (a running job takes no place in line): a,
+		// alone again, has the whole capacity for its window.
+		p, err = b.admitter.Pass(ctx, queue)
+		require.NoError(t, err)
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 0, Admitted: 4, Tenants: 1, HeldTenants: 1, Capacity: 4}, p)
+		require.Equal(t, map[string]int{"a/available": 4, "a/pending": 94, "a/running": 2, "b/running": 1}, b.counts(t))
+	})
+
+	t.Run("TenantsTakeTurns", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 2, true)
+		b.insert(t, "a", 2, 50, 3*time.Minute)
+		b.insert(t, "b", 2, 50, 2*time.Minute)
+		b.insert(t, "c", 2, 50, time.Minute)
+		var order []string
+		for range 12 {
+			_, err := b.admitter.Pass(ctx, queue)
+			require.NoError(t, err)
+			order = append(order, b.fetch(t, 1)...)
+		}
+		// Windows of 1 (capacity 2 over 3 tenants, at least 1): round robin.
+		require.Equal(t, []string{"a", "b", "c", "a", "b", "c", "a", "b", "c", "a", "b", "c"}, order)
+	})
+
+	t.Run("OffReleasesEverythingHeld", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 2, true)
+		b.insert(t, "a", 2, 20, time.Minute)
+		_, err := b.admitter.Pass(ctx, queue)
+		require.NoError(t, err)
+		require.Equal(t, map[string]int{"a/available": 2, "a/pending": 18}, b.counts(t))
+
+		off, err := fairshare.New(b.db.Pool, &fairshare.Config{Queues: map[string]fairshare.Queue{queue: {Workers: 2}}})
+		require.NoError(t, err)
+		p, err := off.Pass(ctx, queue)
+		require.NoError(t, err)
+		require.Equal(t, 18, p.Admitted)
+		require.Equal(t, map[string]int{"a/available": 20}, b.counts(t))
+	})
+}

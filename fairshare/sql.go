@@ -1,0 +1,162 @@
+package fairshare
+
+import (
+	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/jobmeta"
+)
+
+// tenantSQL is a job's tenant in the SQL of this package: its metadata's
+// jobmeta.Tenant, or '' for a job without one (they count as one tenant).
+// river_job_tierq_held_idx is built on this exact expression.
+func tenantSQL(alias string) string {
+	return `coalesce(` + alias + `.metadata->>'` + jobmeta.Tenant + `', '')`
+}
+
+// heldSQL is an SQL condition: the river_job row aliased alias is held by
+// fair share (the predicate of river_job_tierq_held_idx).
+func heldSQL(alias string) string {
+	return alias + `.state = 'pending' AND ` + alias + `.metadata ? '` + jobmeta.HeldAt + `'`
+}
+
+// unlimited is the window of a queue without fair share: nothing is held
+// back and everything held is admitted.
+const unlimited = 1 << 30
+
+// passSQL is one pass over one queue ($1), in one statement:
+//
+//   - lock: a transaction-level advisory lock on the queue, tried; when
+//     another process holds it (its pass is running) this pass does nothing.
+//   - cap: the queue's capacity, the sum of the unexpired heartbeats of the
+//     processes that serve it (fair_share_slots), and at least $2 (this
+//     process's own workers, before its first heartbeat lands).
+//   - avail: the queue's available jobs, ranked per tenant in River's fetch
+//     order (priority, scheduled_at, id). Through River's fetching index.
+//   - held_tenants: the tenants with held jobs, one index probe each (a
+//     loose scan of river_job_tierq_held_idx), so a pass costs
+//     O(tenants), never O(held jobs).
+//   - windows: every active tenant's window, its share of cap by weight
+//     (fair_share_weights, default 1), at least one; or unlimited when $3
+//     (fair share on) is false.
+//   - pushed: each tenant's available jobs beyond its window, worst first
+//     in fetch order, go to pending with jobmeta.HeldAt. SKIP LOCKED: a
+//     job a worker is fetching right now is left to it. A job whose
+//     metadata is not an object has nowhere to record the hold and is left
+//     available.
+//   - admitted: each tenant's best held jobs, as many as its window has
+//     room for, go back to available with scheduled_at now(): the back of
+//     the queue in River's fetch order, so that tenants take turns, each
+//     with as many places in the line as its window. The time the job's
+//     attempt became due is kept (jobmeta.DueAt and MovedAt, as escalation
+//     keeps it), so its reported wait and its aging count the hold.
+//   - notified: River's insert notification for the queue when anything
+//     was admitted, so that idle workers fetch at once.
+//
+// A queue paused in River is left alone.
+var passSQL = `
+WITH RECURSIVE
+lock AS (
+    SELECT pg_try_advisory_xact_lock(hashtext('tierq_fair_share'), hashtext(current_schema() || '.' || $1)) AS ok
+    WHERE NOT ` + db.PausedSQL("$1") + `
+),
+cap AS (
+    SELECT greatest($2::int, coalesce(sum(s.slots), 0))::int AS c
+    FROM fair_share_slots AS s
+    WHERE s.queue = $1 AND s.expires_at > now()
+),
+avail AS MATERIALIZED (
+    SELECT j.id, ` + tenantSQL("j") + ` AS tenant, jsonb_typeof(j.metadata) = 'object' AS holdable,
+           row_number() OVER (PARTITION BY ` + tenantSQL("j") + ` ORDER BY j.priority, j.scheduled_at, j.id) AS rank
+    FROM river_job AS j
+    WHERE j.state = 'available' AND j.queue = $1 AND (SELECT ok FROM lock)
+),
+held_tenants(tenant) AS (
+    (SELECT ` + tenantSQL("j") + ` FROM river_job AS j
+     WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND (SELECT ok FROM lock)
+     ORDER BY ` + tenantSQL("j") + ` LIMIT 1)
+    UNION ALL
+    SELECT (SELECT ` + tenantSQL("j") + ` FROM river_job AS j
+            WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` > h.tenant
+            ORDER BY ` + tenantSQL("j") + ` LIMIT 1)
+    FROM held_tenants AS h
+    WHERE h.tenant IS NOT NULL
+),
+tenants AS (
+    SELECT t.tenant, coalesce(w.weight, 1) AS weight, coalesce(a.n, 0) AS n
+    FROM (SELECT tenant FROM avail UNION SELECT tenant FROM held_tenants WHERE tenant IS NOT NULL) AS t
+    LEFT JOIN (SELECT tenant, count(*) AS n FROM avail GROUP BY tenant) AS a USING (tenant)
+    LEFT JOIN fair_share_weights AS w USING (tenant)
+),
+windows AS (
+    SELECT t.tenant, t.n,
+           CASE WHEN $3::bool THEN greatest(1, ceil(cap.c::numeric * t.weight / sum(t.weight) OVER ()))::int
+                ELSE ` + itoa(unlimited) + ` END AS w
+    FROM tenants AS t, cap
+),
+excess AS (
+    SELECT j.id
+    FROM river_job AS j
+    WHERE j.id IN (SELECT a.id FROM avail AS a JOIN windows AS w USING (tenant) WHERE a.rank > w.w AND a.holdable)
+      AND j.state = 'available'
+    FOR UPDATE SKIP LOCKED
+),
+pushed AS (
+    UPDATE river_job AS j
+    SET state = 'pending',
+        metadata = j.metadata || jsonb_build_object('` + jobmeta.HeldAt + `', now())
+    FROM excess
+    WHERE j.id = excess.id
+    RETURNING j.id
+),
+admit AS (
+    SELECT x.id
+    FROM windows AS w
+    CROSS JOIN LATERAL (
+        SELECT j.id
+        FROM river_job AS j
+        WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = w.tenant
+        ORDER BY j.priority, j.scheduled_at, j.id
+        LIMIT greatest(0, w.w - w.n)
+        FOR UPDATE SKIP LOCKED
+    ) AS x
+),
+admitted AS (
+    UPDATE river_job AS j
+    SET state = 'available',
+        scheduled_at = now(),
+        metadata = (j.metadata - '` + jobmeta.HeldAt + `') || jsonb_build_object(
+            '` + jobmeta.DueAt + `', (extract(epoch FROM ` + db.DueAtSQL("j") + `) * 1000000)::bigint,
+            '` + jobmeta.MovedAt + `', (extract(epoch FROM now()) * 1000000)::bigint)
+    FROM admit
+    WHERE j.id = admit.id
+    RETURNING j.id
+),
+notified AS (
+    SELECT pg_notify(current_schema() || '.river_insert', json_build_object('queue', $1::text)::text)
+    WHERE EXISTS (SELECT 1 FROM admitted)
+)
+SELECT coalesce((SELECT ok FROM lock), false),
+       (SELECT count(*) FROM pushed)::int,
+       (SELECT count(*) FROM admitted)::int,
+       (SELECT count(*) FROM tenants)::int,
+       (SELECT count(*) FROM held_tenants WHERE tenant IS NOT NULL)::int,
+       (SELECT c FROM cap),
+       (SELECT count(*) FROM notified)::int`
+
+// heartbeatSQL records this process's workers per queue ($1 client id, $2
+// queue names, $3 their worker counts, $4 the lease in seconds) and deletes
+// expired rows of any process, so a crashed process's slots stop counting
+// when its lease runs out and its rows do not pile up.
+const heartbeatSQL = `
+WITH beat AS (
+    INSERT INTO fair_share_slots (client_id, queue, slots, heartbeat_at, expires_at)
+    SELECT $1, q.queue, q.slots, now(), now() + make_interval(secs => $4::float8)
+    FROM unnest($2::text[], $3::int[]) AS q(queue, slots)
+    ON CONFLICT (client_id, queue) DO UPDATE
+        SET slots = excluded.slots, heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at
+    RETURNING 1
+)
+DELETE FROM fair_share_slots WHERE expires_at < now() - interval '1 minute' AND (SELECT count(*) FROM beat) >= 0`
+
+// leaveSQL deletes this process's heartbeat rows ($1 client id) when it
+// stops, so its slots stop counting at once.
+const leaveSQL = `DELETE FROM fair_share_slots WHERE client_id = $1`
