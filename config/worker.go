@@ -63,6 +63,24 @@ type Worker struct {
 	ScheduledFetchCooldown     time.Duration `env:"QUEUE_SCHEDULED_FETCH_COOLDOWN" envDefault:"250ms"`
 	ScheduledFetchPollInterval time.Duration `env:"QUEUE_SCHEDULED_FETCH_POLL_INTERVAL" envDefault:"2s"`
 
+	// Fair share among tenants inside a queue, per class (package
+	// fairshare, docs/fairness.md): a tenant's available jobs beyond its
+	// share of the queue's workers wait in River's pending state and are
+	// admitted as its places in line free, so one tenant's flood does not
+	// queue every other tenant of the same priority behind it. On for the
+	// priority and default queues; the scheduled queue's background work
+	// keeps plain FIFO. Turning it off releases what is held.
+	PriorityFairShare  bool `env:"QUEUE_PRIORITY_FAIR_SHARE" envDefault:"true"`
+	DefaultFairShare   bool `env:"QUEUE_DEFAULT_FAIR_SHARE" envDefault:"true"`
+	ScheduledFairShare bool `env:"QUEUE_SCHEDULED_FAIR_SHARE" envDefault:"false"`
+
+	// FairSharePassInterval is the shortest time between two fair-share
+	// passes over one queue in one process while the queue is contended:
+	// how fast a held job is admitted when a place frees. Passes run only
+	// when the process's workers of the queue are all busy or jobs are
+	// held, so an uncontended queue pays nothing. Default 2ms.
+	FairSharePassInterval time.Duration `env:"FAIR_SHARE_PASS_INTERVAL" envDefault:"2ms"`
+
 	// LoadTestWorkload registers the load-test workload kind (`loadtest`, a
 	// job that sleeps for the time its args say) on this worker, for tests
 	// and load tests only. Default false.
@@ -95,6 +113,9 @@ type QueueClass struct {
 	Workers       int
 	FetchCooldown time.Duration
 	PollInterval  time.Duration
+	// FairShare: the queue shares its workers among tenants (package
+	// fairshare).
+	FairShare bool
 }
 
 // Queues returns the configured queues of this deployment's service, keyed by
@@ -110,11 +131,11 @@ func (w *Worker) Queues() map[string]QueueClass {
 		qc := QueueClass{Workers: n}
 		switch class {
 		case routing.Priority:
-			qc.FetchCooldown, qc.PollInterval = w.PriorityFetchCooldown, w.PriorityFetchPollInterval
+			qc.FetchCooldown, qc.PollInterval, qc.FairShare = w.PriorityFetchCooldown, w.PriorityFetchPollInterval, w.PriorityFairShare
 		case routing.Default:
-			qc.FetchCooldown, qc.PollInterval = w.DefaultFetchCooldown, w.DefaultFetchPollInterval
+			qc.FetchCooldown, qc.PollInterval, qc.FairShare = w.DefaultFetchCooldown, w.DefaultFetchPollInterval, w.DefaultFairShare
 		case routing.Scheduled:
-			qc.FetchCooldown, qc.PollInterval = w.ScheduledFetchCooldown, w.ScheduledFetchPollInterval
+			qc.FetchCooldown, qc.PollInterval, qc.FairShare = w.ScheduledFetchCooldown, w.ScheduledFetchPollInterval, w.ScheduledFairShare
 		}
 		queues[routing.QueueName(w.baseQueue, class)] = qc
 	}
@@ -131,6 +152,9 @@ func (w *Worker) validate(c *checker) {
 	c.fetch("PriorityFetchCooldown", w.PriorityFetchCooldown, "PriorityFetchPollInterval", w.PriorityFetchPollInterval)
 	c.fetch("DefaultFetchCooldown", w.DefaultFetchCooldown, "DefaultFetchPollInterval", w.DefaultFetchPollInterval)
 	c.fetch("ScheduledFetchCooldown", w.ScheduledFetchCooldown, "ScheduledFetchPollInterval", w.ScheduledFetchPollInterval)
+	if w.FairSharePassInterval < 0 || w.FairSharePassInterval > time.Second {
+		c.fail("FairSharePassInterval", "must be between 0 and 1s")
+	}
 
 	w.Jobs.validate(c)
 }

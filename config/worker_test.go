@@ -50,8 +50,8 @@ func TestWorkerDefaults(t *testing.T) {
 	require.Equal(t, "text", cfg.Format)
 
 	require.Equal(t, map[string]config.QueueClass{
-		"analysis_priority":  {Workers: 5, FetchCooldown: time.Millisecond, PollInterval: 250 * time.Millisecond},
-		"analysis_default":   {Workers: 3, FetchCooldown: 100 * time.Millisecond, PollInterval: time.Second},
+		"analysis_priority":  {Workers: 5, FetchCooldown: time.Millisecond, PollInterval: 250 * time.Millisecond, FairShare: true},
+		"analysis_default":   {Workers: 3, FetchCooldown: 100 * time.Millisecond, PollInterval: time.Second, FairShare: true},
 		"analysis_scheduled": {Workers: 2, FetchCooldown: 250 * time.Millisecond, PollInterval: 2 * time.Second},
 	}, cfg.Queues())
 
@@ -60,8 +60,8 @@ func TestWorkerDefaults(t *testing.T) {
 	require.Equal(t, "specgen", cfg.Service)
 	require.Equal(t, service.ClassWorkers{Priority: 3, Default: 2, Scheduled: 1}, cfg.Workers)
 	require.Equal(t, map[string]config.QueueClass{
-		"specview_priority":  {Workers: 3, FetchCooldown: time.Millisecond, PollInterval: 250 * time.Millisecond},
-		"specview_default":   {Workers: 2, FetchCooldown: 100 * time.Millisecond, PollInterval: time.Second},
+		"specview_priority":  {Workers: 3, FetchCooldown: time.Millisecond, PollInterval: 250 * time.Millisecond, FairShare: true},
+		"specview_default":   {Workers: 2, FetchCooldown: 100 * time.Millisecond, PollInterval: time.Second, FairShare: true},
 		"specview_scheduled": {Workers: 1, FetchCooldown: 250 * time.Millisecond, PollInterval: 2 * time.Second},
 	}, cfg.Queues())
 }
@@ -95,7 +95,7 @@ func TestWorkerZeroWorkersLeavesQueueOut(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, map[string]config.QueueClass{
-		"specview_priority": {Workers: 7, FetchCooldown: time.Millisecond, PollInterval: 250 * time.Millisecond},
+		"specview_priority": {Workers: 7, FetchCooldown: time.Millisecond, PollInterval: 250 * time.Millisecond, FairShare: true},
 	}, cfg.Queues())
 }
 
@@ -248,8 +248,8 @@ func TestWorkerOfAnotherService(t *testing.T) {
 	require.Equal(t, "mailer", cfg.Service)
 	require.Equal(t, service.ClassWorkers{Priority: 4, Default: 2, Scheduled: 0}, cfg.Workers)
 	require.Equal(t, map[string]config.QueueClass{
-		"mail_priority": {Workers: 4, FetchCooldown: time.Millisecond, PollInterval: 250 * time.Millisecond},
-		"mail_default":  {Workers: 2, FetchCooldown: 100 * time.Millisecond, PollInterval: time.Second},
+		"mail_priority": {Workers: 4, FetchCooldown: time.Millisecond, PollInterval: 250 * time.Millisecond, FairShare: true},
+		"mail_default":  {Workers: 2, FetchCooldown: 100 * time.Millisecond, PollInterval: time.Second, FairShare: true},
 	}, cfg.Queues())
 
 	cfg, err = config.LoadWorker(append(base,
@@ -259,7 +259,7 @@ func TestWorkerOfAnotherService(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, service.ClassWorkers{Priority: 12, Default: 0, Scheduled: 1}, cfg.Workers)
 	require.Equal(t, map[string]config.QueueClass{
-		"mail_priority":  {Workers: 12, FetchCooldown: time.Millisecond, PollInterval: 250 * time.Millisecond},
+		"mail_priority":  {Workers: 12, FetchCooldown: time.Millisecond, PollInterval: 250 * time.Millisecond, FairShare: true},
 		"mail_scheduled": {Workers: 1, FetchCooldown: 250 * time.Millisecond, PollInterval: 2 * time.Second},
 	}, cfg.Queues())
 

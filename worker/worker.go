@@ -35,6 +35,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/fairshare"
 	"github.com/tierq/tierq/internal/process"
 	"github.com/tierq/tierq/loadtest"
 	"github.com/tierq/tierq/metrics"
@@ -105,11 +106,34 @@ func RiverConfig(cfg config.Worker, services *service.Registry, pool *pgxpool.Po
 	}, nil
 }
 
+// NewAdmitter is the fair-share admitter of a worker deployment of cfg's
+// service (package fairshare): every queue the deployment serves, with its
+// worker count and its class's fair-share setting. A main that runs its own
+// River client from RiverConfig adds the admitter's Hook to the config's
+// Hooks and runs it beside the client (go admitter.Run(ctx)); without it
+// nothing is held back, and jobs another process held wait for a process
+// that runs one. Run does both.
+func NewAdmitter(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger) (*fairshare.Admitter, error) {
+	queues := map[string]fairshare.Queue{}
+	for name, qc := range cfg.Queues() {
+		queues[name] = fairshare.Queue{Workers: qc.Workers, Fair: qc.FairShare}
+	}
+	admitter, err := fairshare.New(pool, &fairshare.Config{
+		Queues:       queues,
+		PassInterval: cfg.FairSharePassInterval,
+		Logger:       logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	return admitter, nil
+}
+
 // Run runs a worker deployment of cfg's service until ctx ends or the
 // process gets SIGINT or SIGTERM. It connects to cfg's database, builds the
 // application's services on the pool with newServices, and runs the River
 // client RiverConfig makes of them, with tierq's job metrics (served at
-// /metrics on cfg.MetricsAddr when set). On the first signal River stops
+// /metrics on cfg.MetricsAddr when set) and fair share (NewAdmitter). On the first signal River stops
 // fetching and lets running jobs finish for up to cfg.SoftStopTimeout, then
 // cancels them (River retries them), and Run returns nil; a second signal
 // kills the process at once.
@@ -129,6 +153,7 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, newService
 		started = append(started, slog.Int(name, qc.Workers))
 	}
 	registry := metrics.NewRegistry()
+	var admitter *fairshare.Admitter
 	return process.Run(ctx, process.Spec{
 		Name:            "worker",
 		Logger:          logger,
@@ -143,7 +168,13 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, newService
 			if err != nil {
 				return nil, err
 			}
-			return process.NewClient(pool, riverConfig, metrics.NewJobs(registry))
+			if admitter, err = NewAdmitter(cfg, pool, logger); err != nil {
+				return nil, err
+			}
+			return process.NewClient(pool, riverConfig, metrics.NewJobs(registry), admitter.Hook())
+		},
+		Background: func(ctx context.Context, _ *pgxpool.Pool, _ *river.Client[pgx.Tx]) {
+			admitter.Run(ctx)
 		},
 		MetricsAddr: cfg.MetricsAddr,
 		Metrics:     registry,

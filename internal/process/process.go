@@ -62,7 +62,8 @@ type Spec struct {
 	// Attrs are logged with "<name> started".
 	Attrs []any
 	// Background, when set, runs beside the started client until the
-	// process stops.
+	// process stops: its ctx ends with the first signal, and Run waits for
+	// it to return (after the client has stopped) before closing the pool.
 	Background func(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx])
 	// MetricsAddr, when set, is where Metrics is served at /metrics.
 	MetricsAddr string
@@ -102,8 +103,14 @@ func Run(ctx context.Context, s Spec) error {
 	if err := client.Start(ctx); err != nil {
 		return fmt.Errorf("start river client: %w", err)
 	}
+	background := make(chan struct{})
 	if s.Background != nil {
-		go s.Background(ctx, pool, client)
+		go func() {
+			defer close(background)
+			s.Background(ctx, pool, client)
+		}()
+	} else {
+		close(background)
 	}
 	s.Logger.InfoContext(ctx, s.Name+" started", append([]any{slog.String("client_id", client.ID())}, s.Attrs...)...)
 
@@ -112,6 +119,7 @@ func Run(ctx context.Context, s Spec) error {
 	ctx = context.WithoutCancel(ctx)
 	s.Logger.InfoContext(ctx, s.Name+" stopping: finishing running jobs", slog.Duration("soft_stop_timeout", s.SoftStopTimeout))
 	<-client.Stopped()
+	<-background
 	s.Logger.InfoContext(ctx, s.Name+" stopped")
 	return nil
 }
