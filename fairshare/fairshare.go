@@ -104,6 +104,15 @@ type Config struct {
 
 	// Logger receives pass errors. Default: slog.Default().
 	Logger *slog.Logger
+
+	// Observer, when set, is told about every pass that ran (package
+	// metrics' FairShare exports them). Optional.
+	Observer Observer
+}
+
+// Observer is told what each pass that ran did: the fields of Pass.
+type Observer interface {
+	Pass(queue string, held, admitted, tenants, heldTenants, capacity int)
 }
 
 func (c *Config) withDefaults() *Config {
@@ -172,7 +181,6 @@ type queueState struct {
 	running atomic.Int64 // jobs of the queue this process works right now
 	held    atomic.Bool  // the last pass saw held jobs
 	wake    chan struct{}
-	passes  atomic.Int64
 }
 
 func (q *queueState) signal() {
@@ -277,7 +285,9 @@ func (a *Admitter) Pass(ctx context.Context, queue string) (Pass, error) {
 		return Pass{}, fmt.Errorf("fair share pass over %s: %w", queue, err)
 	}
 	if p.Ran {
-		q.passes.Add(1)
+		if a.cfg.Observer != nil {
+			a.cfg.Observer.Pass(queue, p.Held, p.Admitted, p.Tenants, p.HeldTenants, p.Capacity)
+		}
 		// Held work remains when the pass held some back, or a tenant with
 		// held jobs had no room (it may have had room for all of them: the
 		// next pass finds out, at the cost of one statement).

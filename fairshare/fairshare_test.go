@@ -152,6 +152,49 @@ func TestPass(t *testing.T) {
 		require.Equal(t, []string{"a", "b", "c", "a", "b", "c", "a", "b", "c", "a", "b", "c"}, order)
 	})
 
+	t.Run("WeightsSizeTheWindows", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 4, true)
+		_, err := b.db.Pool.Exec(ctx, `INSERT INTO fair_share_weights (tenant, weight) VALUES ('a', 3)`)
+		require.NoError(t, err)
+		b.insert(t, "a", 2, 30, 2*time.Minute)
+		b.insert(t, "b", 2, 30, time.Minute)
+		var order []string
+		for range 16 {
+			_, err := b.admitter.Pass(ctx, queue)
+			require.NoError(t, err)
+			order = append(order, b.fetch(t, 1)...)
+		}
+		// Windows 3 and 1 (capacity 4, weights 3:1): a has three places in
+		// line for b's one, and so three starts for b's one.
+		require.Equal(t, []string{
+			"a", "a", "a", "b",
+			"a", "a", "a", "b",
+			"a", "a", "a", "b",
+			"a", "a", "a", "b",
+		}, order)
+	})
+
+	t.Run("PriorityStaysStrict", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 4, true)
+		b.insert(t, "a", 4, 30, 2*time.Minute) // pro, queued first
+		b.insert(t, "b", 2, 10, time.Minute)   // enterprise
+		p, err := b.admitter.Pass(ctx, queue)
+		require.NoError(t, err)
+		// Each is alone at its priority: both keep the whole capacity.
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 32, Tenants: 2, Capacity: 4}, p)
+		var order []string
+		for range 4 {
+			_, err := b.admitter.Pass(ctx, queue)
+			require.NoError(t, err)
+			order = append(order, b.fetch(t, 3)...)
+		}
+		// b's ten jobs first, three at a time, its places refilled between
+		// fetches; a's only when b has nothing left.
+		require.Equal(t, []string{"b", "b", "b", "b", "b", "b", "b", "b", "b", "b", "a", "a"}, order)
+	})
+
 	t.Run("OffReleasesEverythingHeld", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 2, true)

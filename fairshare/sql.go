@@ -34,11 +34,17 @@ const unlimited = 1 << 30
 //   - held_tenants: the tenants with held jobs, one index probe each (a
 //     loose scan of river_job_tierq_held_idx), so a pass costs
 //     O(tenants), never O(held jobs).
-//   - windows: every active tenant's window, its share of cap by weight
-//     (fair_share_weights, default 1), at least one; or unlimited when $3
-//     (fair share on) is false.
+//   - tenants, windows: every active tenant's window, its share of cap by
+//     weight (fair_share_weights, default 1) among the tenants of its level
+//     (the best priority it has waiting), at least one; or unlimited when
+//     $3 (fair share on) is false. Shares per level keep priority strict:
+//     the tenants of the best level waiting have the whole capacity in
+//     line between them, so a worse priority is fetched only when they have
+//     nothing left to fetch, not because their windows were full.
 //   - pushed: each tenant's available jobs beyond its window, worst first
-//     in fetch order, go to pending with jobmeta.HeldAt. SKIP LOCKED: a
+//     in fetch order, go to pending with jobmeta.HeldAt. (cleared: an
+//     available job that still carries jobmeta.HeldAt, made available by
+//     someone else, River UI's retry button, loses the mark.) SKIP LOCKED: a
 //     job a worker is fetching right now is left to it. A job whose
 //     metadata is not an object has nowhere to record the hold and is left
 //     available.
@@ -64,7 +70,8 @@ cap AS (
     WHERE s.queue = $1 AND s.expires_at > now()
 ),
 avail AS MATERIALIZED (
-    SELECT j.id, ` + tenantSQL("j") + ` AS tenant, jsonb_typeof(j.metadata) = 'object' AS holdable,
+    SELECT j.id, j.priority, ` + tenantSQL("j") + ` AS tenant, jsonb_typeof(j.metadata) = 'object' AS holdable,
+           j.metadata ? '` + jobmeta.HeldAt + `' AS marked,
            row_number() OVER (PARTITION BY ` + tenantSQL("j") + ` ORDER BY j.priority, j.scheduled_at, j.id) AS rank
     FROM river_job AS j
     WHERE j.state = 'available' AND j.queue = $1 AND (SELECT ok FROM lock)
@@ -80,24 +87,46 @@ held_tenants(tenant) AS (
     FROM held_tenants AS h
     WHERE h.tenant IS NOT NULL
 ),
+held_levels AS (
+    SELECT h.tenant,
+           (SELECT j.priority FROM river_job AS j
+            WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = h.tenant
+            ORDER BY j.priority LIMIT 1) AS level
+    FROM held_tenants AS h
+    WHERE h.tenant IS NOT NULL
+),
 tenants AS (
-    SELECT t.tenant, coalesce(w.weight, 1) AS weight, coalesce(a.n, 0) AS n
-    FROM (SELECT tenant FROM avail UNION SELECT tenant FROM held_tenants WHERE tenant IS NOT NULL) AS t
+    SELECT t.tenant, min(t.level) AS level, coalesce(max(a.n), 0) AS n, coalesce(max(w.weight), 1) AS weight
+    FROM (SELECT tenant, priority AS level FROM avail
+          UNION ALL
+          SELECT tenant, level FROM held_levels) AS t
     LEFT JOIN (SELECT tenant, count(*) AS n FROM avail GROUP BY tenant) AS a USING (tenant)
     LEFT JOIN fair_share_weights AS w USING (tenant)
+    GROUP BY t.tenant
 ),
 windows AS (
     SELECT t.tenant, t.n,
-           CASE WHEN $3::bool THEN greatest(1, ceil(cap.c::numeric * t.weight / sum(t.weight) OVER ()))::int
+           CASE WHEN $3::bool THEN greatest(1, ceil(cap.c::numeric * t.weight / sum(t.weight) OVER (PARTITION BY t.level)))::int
                 ELSE ` + itoa(unlimited) + ` END AS w
     FROM tenants AS t, cap
+),
+ranked AS (
+    SELECT a.id, a.marked, a.rank > w.w AND a.holdable AS over
+    FROM avail AS a JOIN windows AS w USING (tenant)
 ),
 excess AS (
     SELECT j.id
     FROM river_job AS j
-    WHERE j.id IN (SELECT a.id FROM avail AS a JOIN windows AS w USING (tenant) WHERE a.rank > w.w AND a.holdable)
+    WHERE j.id IN (SELECT id FROM ranked WHERE over)
       AND j.state = 'available'
     FOR UPDATE SKIP LOCKED
+),
+cleared AS (
+    UPDATE river_job AS j
+    SET metadata = j.metadata - '` + jobmeta.HeldAt + `'
+    WHERE j.id IN (SELECT id FROM ranked WHERE marked AND NOT over)
+      AND j.state = 'available'
+    RETURNING j.id
 ),
 pushed AS (
     UPDATE river_job AS j
@@ -138,7 +167,7 @@ SELECT coalesce((SELECT ok FROM lock), false),
        (SELECT count(*) FROM pushed)::int,
        (SELECT count(*) FROM admitted)::int,
        (SELECT count(*) FROM tenants)::int,
-       (SELECT count(*) FROM held_tenants WHERE tenant IS NOT NULL)::int,
+       (SELECT count(*) FROM held_levels)::int,
        (SELECT c FROM cap),
        (SELECT count(*) FROM notified)::int`
 

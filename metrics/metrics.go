@@ -223,3 +223,51 @@ func Serve(ctx context.Context, listener net.Listener, reg *prometheus.Registry,
 	}
 	return nil
 }
+
+// FairShare holds a worker process's fair-share metrics (package
+// fairshare), per queue, never per tenant (tenants are unbounded): what its
+// passes held back and admitted, and what the last pass saw.
+type FairShare struct {
+	held, admitted, passes *prometheus.CounterVec
+	tenants, heldTenants   *prometheus.GaugeVec
+	capacity               *prometheus.GaugeVec
+}
+
+// NewFairShare registers the fair-share metrics on reg, every queue of
+// queues at zero.
+func NewFairShare(reg prometheus.Registerer, queues []string) *FairShare {
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"queue"})
+	}
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"queue"})
+	}
+	f := &FairShare{
+		held:        counter("tierq_fair_share_held_total", "Available jobs this process's fair-share passes held back (to pending) because their tenant was over its window, by queue."),
+		admitted:    counter("tierq_fair_share_admitted_total", "Held jobs this process's fair-share passes admitted (back to available) as their tenant's window had room, by queue."),
+		passes:      counter("tierq_fair_share_passes_total", "Fair-share passes this process ran, by queue."),
+		tenants:     gauge("tierq_fair_share_active_tenants", "Tenants with available or held jobs in the queue, at this process's last pass."),
+		heldTenants: gauge("tierq_fair_share_held_tenants", "Tenants with held jobs in the queue, at this process's last pass."),
+		capacity:    gauge("tierq_fair_share_capacity", "The queue's workers across every live worker process (their heartbeats), at this process's last pass: the base of the tenants' windows."),
+	}
+	for _, q := range queues {
+		for _, c := range []*prometheus.CounterVec{f.held, f.admitted, f.passes} {
+			c.WithLabelValues(q)
+		}
+		for _, g := range []*prometheus.GaugeVec{f.tenants, f.heldTenants, f.capacity} {
+			g.WithLabelValues(q)
+		}
+	}
+	reg.MustRegister(f.held, f.admitted, f.passes, f.tenants, f.heldTenants, f.capacity)
+	return f
+}
+
+// Pass records one fair-share pass over queue (fairshare.Observer).
+func (f *FairShare) Pass(queue string, held, admitted, tenants, heldTenants, capacity int) {
+	f.passes.WithLabelValues(queue).Inc()
+	f.held.WithLabelValues(queue).Add(float64(held))
+	f.admitted.WithLabelValues(queue).Add(float64(admitted))
+	f.tenants.WithLabelValues(queue).Set(float64(tenants))
+	f.heldTenants.WithLabelValues(queue).Set(float64(heldTenants))
+	f.capacity.WithLabelValues(queue).Set(float64(capacity))
+}

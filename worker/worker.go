@@ -27,6 +27,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 
@@ -113,7 +114,9 @@ func RiverConfig(cfg config.Worker, services *service.Registry, pool *pgxpool.Po
 // Hooks and runs it beside the client (go admitter.Run(ctx)); without it
 // nothing is held back, and jobs another process held wait for a process
 // that runs one. Run does both.
-func NewAdmitter(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger) (*fairshare.Admitter, error) {
+//
+// observer, when not nil, is told about every pass (metrics.NewFairShare).
+func NewAdmitter(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger, observer fairshare.Observer) (*fairshare.Admitter, error) {
 	queues := map[string]fairshare.Queue{}
 	for name, qc := range cfg.Queues() {
 		queues[name] = fairshare.Queue{Workers: qc.Workers, Fair: qc.FairShare}
@@ -122,6 +125,7 @@ func NewAdmitter(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger) (*f
 		Queues:       queues,
 		PassInterval: cfg.FairSharePassInterval,
 		Logger:       logger,
+		Observer:     observer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
@@ -168,7 +172,7 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, newService
 			if err != nil {
 				return nil, err
 			}
-			if admitter, err = NewAdmitter(cfg, pool, logger); err != nil {
+			if admitter, err = NewAdmitter(cfg, pool, logger, metrics.NewFairShare(registry, slices.Sorted(maps.Keys(cfg.Queues())))); err != nil {
 				return nil, err
 			}
 			return process.NewClient(pool, riverConfig, metrics.NewJobs(registry), admitter.Hook())
