@@ -1,0 +1,176 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/proctest"
+	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/loadtest"
+	"github.com/tierq/tierq/service"
+	"github.com/tierq/tierq/tiers"
+	"github.com/tierq/tierq/worker"
+)
+
+// fairBundle is a team's mailer service served by worker replicas of Run,
+// each with the load-test workload registered (the jobs these tests queue).
+type fairBundle struct {
+	db     *testdb.DB
+	mailer *service.Service
+}
+
+func setupFair(t *testing.T) *fairBundle {
+	t.Helper()
+	db := testdb.New(t)
+	return &fairBundle{db: db, mailer: newMailer(t, nil, "mail")}
+}
+
+// startReplica runs one worker replica of the mailer until the test ends,
+// with env on top of the bundle's settings.
+func (b *fairBundle) startReplica(t *testing.T, env ...string) {
+	t.Helper()
+	newServices := func(pool *pgxpool.Pool) (*service.Registry, error) {
+		return service.NewRegistry(newMailer(t, pool, "mail"))
+	}
+	described, err := newServices(nil)
+	require.NoError(t, err)
+	cfg, err := config.LoadWorker(append([]string{
+		"DATABASE_URL=" + b.db.URL, "DATABASE_SCHEMA=" + b.db.Schema, "WORKER_SERVICE=mailer",
+		"LOAD_TEST_WORKLOAD=true", "MAILER_QUEUE_DEFAULT_WORKERS=0", "MAILER_QUEUE_SCHEDULED_WORKERS=0",
+	}, env...), described)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &proctest.Buffer{}
+	done := make(chan error, 1)
+	go func() { done <- worker.Run(ctx, cfg, slog.New(slog.NewTextHandler(out, nil)), newServices) }()
+	t.Cleanup(func() { proctest.WaitReturn(t, cancel, done, out) })
+}
+
+// queue inserts n load-test jobs of sleepMS for tenant of tier, in one
+// batch, and returns their ids.
+func (b *fairBundle) queue(t *testing.T, tenant string, tier tiers.Tier, n, sleepMS int) []int64 {
+	t.Helper()
+	params := make([]river.InsertManyParams, n)
+	for i := range params {
+		params[i] = river.InsertManyParams{Args: loadtest.Args{SleepMS: sleepMS}, InsertOpts: b.mailer.InsertOpts(tier, tenant, false)}
+	}
+	res, err := b.db.Producer(t).InsertMany(context.Background(), params)
+	require.NoError(t, err)
+	ids := make([]int64, n)
+	for i, r := range res {
+		ids[i] = r.Job.ID
+	}
+	return ids
+}
+
+// startOrder is the tenants of the queue's started jobs in start order.
+func (b *fairBundle) startOrder(t *testing.T) []string {
+	t.Helper()
+	rows, err := b.db.Pool.Query(context.Background(), `
+		SELECT metadata->>'tierq:tenant' FROM river_job
+		WHERE queue = 'mail_priority' AND attempted_at IS NOT NULL ORDER BY attempted_at, id`)
+	require.NoError(t, err)
+	var order []string
+	for rows.Next() {
+		var tenant string
+		require.NoError(t, rows.Scan(&tenant))
+		order = append(order, tenant)
+	}
+	require.NoError(t, rows.Err())
+	return order
+}
+
+// TestFairShareAcrossReplicas: two worker replicas of 2 priority workers
+// each share the queue's 4 workers among three tenants by weight (a: 2, b
+// and c: 1), although a queued its 40 jobs first: once the first
+// fair-share pass has run, the start order is the weighted round robin,
+// each tenant within one job of its share at every point.
+func TestFairShareAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	b := setupFair(t)
+	ctx := context.Background()
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO fair_share_weights (tenant, weight) VALUES ('a', 2)`)
+	require.NoError(t, err)
+	b.queue(t, "a", tiers.Pro, 40, 40)
+	b.queue(t, "b", tiers.Pro, 20, 40)
+	b.queue(t, "c", tiers.Pro, 20, 40)
+
+	b.startReplica(t, "MAILER_QUEUE_PRIORITY_WORKERS=2")
+	b.startReplica(t, "MAILER_QUEUE_PRIORITY_WORKERS=2")
+	testdb.WaitFor(t, 60*time.Second, "48 jobs started", func() bool {
+		return len(b.startOrder(t)) >= 48
+	})
+	order := b.startOrder(t)[:48]
+	t.Logf("start order: %v", order)
+
+	// The first starts may come before both replicas' heartbeats and the
+	// first pass (a's jobs are first in line): skip up to the first start
+	// of c, the last tenant in line.
+	first := 0
+	for first < len(order) && order[first] != "c" {
+		first++
+	}
+	require.Less(t, first, 12, "c started late: %v", order)
+	share := map[string]float64{"a": 0.5, "b": 0.25, "c": 0.25}
+	counts := map[string]int{}
+	for i, tenant := range order[first:] {
+		counts[tenant]++
+		n := float64(i + 1)
+		for name, s := range share {
+			require.InDelta(t, s*n, float64(counts[name]), 2.0,
+				"after %d starts, %s has %d: %v", i+1, name, counts[name], order[first:])
+		}
+	}
+}
+
+// TestFairShareAloneUsesEveryWorker: a tenant alone has the whole
+// capacity of both replicas: all four workers busy at once.
+func TestFairShareAloneUsesEveryWorker(t *testing.T) {
+	t.Parallel()
+	b := setupFair(t)
+	b.queue(t, "a", tiers.Enterprise, 60, 200)
+	b.startReplica(t, "MAILER_QUEUE_PRIORITY_WORKERS=2")
+	b.startReplica(t, "MAILER_QUEUE_PRIORITY_WORKERS=2")
+	testdb.WaitFor(t, 30*time.Second, "4 running at once", func() bool {
+		return b.db.Count(t, `SELECT count(*) FROM river_job WHERE queue = 'mail_priority' AND state = 'running'`) == 4
+	})
+	// The rest waits: 4 places in line (its window, the capacity), the
+	// others held.
+	testdb.WaitFor(t, 10*time.Second, "a's window of 4", func() bool {
+		return b.db.Count(t, `SELECT count(*) FROM river_job WHERE queue = 'mail_priority' AND state = 'available'`) == 4
+	})
+	require.Equal(t, 4, b.db.Count(t, `SELECT sum(slots) FROM fair_share_slots WHERE queue = 'mail_priority'`))
+}
+
+// TestFairShareKeepsPriorityStrict: an enterprise tenant's jobs, queued
+// behind a pro tenant's flood, all start before any more of the flood's.
+func TestFairShareKeepsPriorityStrict(t *testing.T) {
+	t.Parallel()
+	b := setupFair(t)
+	b.queue(t, "a", tiers.Pro, 100, 20)
+	b.startReplica(t, "MAILER_QUEUE_PRIORITY_WORKERS=2")
+	b.startReplica(t, "MAILER_QUEUE_PRIORITY_WORKERS=2")
+	testdb.WaitFor(t, 30*time.Second, "the flood held back", func() bool {
+		return b.db.Count(t, `SELECT count(*) FROM river_job WHERE queue = 'mail_priority' AND state = 'pending'`) > 50
+	})
+	ids := b.queue(t, "b", tiers.Enterprise, 20, 20)
+	testdb.WaitFor(t, 30*time.Second, "b's jobs started", func() bool {
+		return b.db.Count(t, `SELECT count(*) FROM river_job WHERE id = ANY($1) AND attempted_at IS NOT NULL`, ids) == 20
+	})
+	// Starts of a between b's insert and b's last start: only jobs already
+	// fetched in the same fetch as b's first (at most the 4 workers).
+	aDuring := b.db.Count(t, `
+		SELECT count(*) FROM river_job
+		WHERE queue = 'mail_priority' AND metadata->>'tierq:tenant' = 'a'
+		  AND attempted_at > (SELECT min(created_at) FROM river_job WHERE id = ANY($1))
+		  AND attempted_at < (SELECT max(attempted_at) FROM river_job WHERE id = ANY($1))`, ids)
+	require.LessOrEqual(t, aDuring, 4, fmt.Sprintf("a started %d jobs while b's waited", aDuring))
+}
