@@ -105,9 +105,40 @@ type Config struct {
 	// Logger receives pass errors. Default: slog.Default().
 	Logger *slog.Logger
 
+	// Lend, when set, lends idle workers of a priority queue to the free
+	// jobs of its service's default queue. Optional; nil lends nothing
+	// (ADR-16's behaviour: paid workers idle while free work waits).
+	Lend *Lend
+
 	// Observer, when set, is told about every pass that ran (package
 	// metrics' FairShare exports them). Optional.
 	Observer Observer
+}
+
+// Lend says which queue lends its idle workers to which.
+//
+// While no paid job waits in Queue (none available, none held), its idle
+// workers take free jobs from From: a lending pass moves as many of From's
+// available jobs into Queue as Queue has free workers, never so many that
+// more than capacity − Floor lent jobs are in Queue at once (counted across
+// every process, from their heartbeats), at Queue's lowest priority and the
+// back of its line, so that they never get ahead of a paid job already
+// waiting. When paid work arrives, lending stops and lent jobs not yet
+// started go back to From: a paid job waits for a worker only when more paid
+// jobs arrive at once than Floor, and then at most until the first lent job
+// running finishes.
+type Lend struct {
+	// Queue is the priority queue that lends; one of Config.Queues with
+	// workers. Required.
+	Queue string
+	// From is the queue whose jobs borrow: the service's default queue.
+	// Required.
+	From string
+	// Floor is how many of Queue's workers, across every process, are
+	// never lent: paid work arriving finds them free. At least 0, and
+	// below the capacity for anything to be lent. Default 0: the caller
+	// sets it (config's <NAME>_LEND_FLOOR defaults to 1).
+	Floor int
 }
 
 // Observer is told what each pass that ran did: the fields of Pass.
@@ -155,6 +186,17 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("queue %s: workers %d below 0", name, q.Workers))
 		}
 	}
+	if c.Lend != nil {
+		if q, ok := c.Queues[c.Lend.Queue]; !ok || q.Workers == 0 {
+			errs = append(errs, fmt.Errorf("lend: queue %q is not one of the queues with workers", c.Lend.Queue))
+		}
+		if c.Lend.From == "" || c.Lend.From == c.Lend.Queue {
+			errs = append(errs, fmt.Errorf("lend: from queue %q must be another queue", c.Lend.From))
+		}
+		if c.Lend.Floor < 0 {
+			errs = append(errs, fmt.Errorf("lend: floor %d below 0", c.Lend.Floor))
+		}
+	}
 	if c.PassInterval < 0 || c.Tick <= 0 || c.Heartbeat <= 0 {
 		errs = append(errs, fmt.Errorf("intervals must be positive (pass %s, tick %s, heartbeat %s)", c.PassInterval, c.Tick, c.Heartbeat))
 	}
@@ -172,6 +214,7 @@ type Admitter struct {
 	queues map[string]*queueState
 	names  []string
 	hook   *hook
+	lend   *lendState // nil without Config.Lend
 }
 
 // queueState is what the hook and the queue's loop share.
@@ -207,6 +250,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Admitter, error) {
 	}
 	slices.Sort(a.names)
 	a.hook = &hook{queues: a.queues}
+	if c.Lend != nil {
+		a.lend = &lendState{cfg: *c.Lend, wake: make(chan struct{}, 1)}
+		a.hook.lend = a.lend
+	}
 	return a, nil
 }
 
@@ -222,6 +269,7 @@ func (a *Admitter) Hook() rivertype.Hook { return a.hook }
 type hook struct {
 	river.HookDefaults
 	queues map[string]*queueState
+	lend   *lendState
 }
 
 var (
@@ -238,8 +286,12 @@ func (h *hook) WorkBegin(_ context.Context, job *rivertype.JobRow) error {
 		return nil
 	}
 	running := q.running.Add(1)
-	if q.held.Load() || running >= int64(q.cfg.Workers) {
+	saturated := running >= int64(q.cfg.Workers)
+	if q.held.Load() || saturated {
 		q.signal()
+	}
+	if h.lend != nil && job.Queue == h.lend.cfg.From && saturated {
+		h.lend.signal() // free work waits: perhaps a paid worker is idle
 	}
 	return nil
 }
@@ -254,6 +306,9 @@ func (h *hook) WorkEnd(_ context.Context, job *rivertype.JobRow, err error) erro
 	q.running.Add(-1)
 	if q.held.Load() {
 		q.signal()
+	}
+	if h.lend != nil && job.Queue == h.lend.cfg.Queue {
+		h.lend.finish(job.ID) // a paid worker is free: lend it, or keep it for paid work
 	}
 	return err
 }
@@ -307,8 +362,17 @@ func (a *Admitter) Run(ctx context.Context) {
 			a.loop(ctx, a.queues[name])
 		}()
 	}
+	if a.lend != nil {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			a.lendLoop(ctx)
+		}()
+	}
 	a.heartbeat(ctx)
 	for range a.names {
+		<-done
+	}
+	if a.lend != nil {
 		<-done
 	}
 	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

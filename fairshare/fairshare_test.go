@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/fairshare"
@@ -210,4 +211,62 @@ func TestPass(t *testing.T) {
 		require.Equal(t, 18, p.Admitted)
 		require.Equal(t, map[string]int{"a/available": 20}, b.counts(t))
 	})
+}
+
+func TestLendPass(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const from = "fair_default"
+	db := testdb.New(t)
+	a, err := fairshare.New(db.Pool, &fairshare.Config{
+		Queues: map[string]fairshare.Queue{queue: {Workers: 5, Fair: true}, from: {Workers: 3, Fair: true}},
+		Lend:   &fairshare.Lend{Queue: queue, From: from, Floor: 1},
+	})
+	require.NoError(t, err)
+	b := &bundle{db: db, admitter: a}
+	_, err = db.Pool.Exec(ctx, `
+		INSERT INTO river_job (kind, args, queue, priority, state, scheduled_at, max_attempts, metadata)
+		SELECT 'fair_test', '{}', $1, 3, 'available', now() - interval '1 minute' + i * interval '1 millisecond', 25, '{"tierq:tenant": "f"}'
+		FROM generate_series(1, 20) AS i`, from)
+	require.NoError(t, err)
+	lentIn := func() []testdb.Job { return db.Jobs(t, `queue = $1 AND metadata ? 'tierq:lent_from'`, queue) }
+
+	// Capacity 5, floor 1: four lent, at the lowest priority.
+	p, err := a.LendPass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, fairshare.LendPass{Ran: true, Lent: 4}, p)
+	lent := lentIn()
+	require.Len(t, lent, 4)
+	for _, j := range lent {
+		require.Equal(t, 4, j.Priority)
+	}
+
+	// Three start: one free worker left, but only capacity − floor may be
+	// lent and four are: nothing more.
+	require.Equal(t, []string{"f", "f", "f"}, b.fetch(t, 3))
+	p, err = a.LendPass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, fairshare.LendPass{Ran: true}, p)
+
+	// They finish here (River writes the completions later): their
+	// workers are free at once, and lent again.
+	hook := a.Hook().(interface {
+		WorkEnd(context.Context, *rivertype.JobRow, error) error
+	})
+	for _, j := range db.Jobs(t, `queue = $1 AND state = 'running'`, queue) {
+		require.NoError(t, hook.WorkEnd(ctx, &rivertype.JobRow{ID: j.ID, Queue: queue}, nil))
+	}
+	p, err = a.LendPass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, fairshare.LendPass{Ran: true, Lent: 3}, p)
+
+	// A paid job arrives: lending stops, and the lent jobs not started go
+	// home at their own priority.
+	b.insert(t, "p", 4, 1, 0)
+	p, err = a.LendPass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, fairshare.LendPass{Ran: true, Returned: 4, PaidWaiting: true}, p)
+	require.Equal(t, 17, db.Count(t, `SELECT count(*) FROM river_job WHERE queue = $1 AND state = 'available' AND priority = 3
+		AND NOT metadata ? 'tierq:lent_from'`, from))
+	require.Equal(t, 3, db.Count(t, `SELECT count(*) FROM river_job WHERE queue = $1 AND state = 'running'`, queue))
 }

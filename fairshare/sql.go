@@ -31,6 +31,8 @@ const unlimited = 1 << 30
 //     process's own workers, before its first heartbeat lands).
 //   - avail: the queue's available jobs, ranked per tenant in River's fetch
 //     order (priority, scheduled_at, id). Through River's fetching index.
+//     Jobs lent to the queue (jobmeta.LentFrom) are the lending pass's:
+//     they neither count nor move here.
 //   - held_tenants: the tenants with held jobs, one index probe each (a
 //     loose scan of river_job_tierq_held_idx), so a pass costs
 //     O(tenants), never O(held jobs).
@@ -74,7 +76,7 @@ avail AS MATERIALIZED (
            j.metadata ? '` + jobmeta.HeldAt + `' AS marked,
            row_number() OVER (PARTITION BY ` + tenantSQL("j") + ` ORDER BY j.priority, j.scheduled_at, j.id) AS rank
     FROM river_job AS j
-    WHERE j.state = 'available' AND j.queue = $1 AND (SELECT ok FROM lock)
+    WHERE j.state = 'available' AND j.queue = $1 AND NOT j.metadata ? '` + jobmeta.LentFrom + `' AND (SELECT ok FROM lock)
 ),
 held_tenants(tenant) AS (
     (SELECT ` + tenantSQL("j") + ` FROM river_job AS j
@@ -189,3 +191,105 @@ DELETE FROM fair_share_slots WHERE expires_at < now() - interval '1 minute' AND 
 // leaveSQL deletes this process's heartbeat rows ($1 client id) when it
 // stops, so its slots stop counting at once.
 const leaveSQL = `DELETE FROM fair_share_slots WHERE client_id = $1`
+
+// lendSQL is one lending pass of a service's priority queue ($1), which
+// borrows the free jobs of its default queue ($2), in one statement:
+//
+//   - lock: a transaction-level advisory lock on the priority queue, tried,
+//     as passSQL; neither queue may be paused in River.
+//   - cap: the priority queue's capacity (as passSQL; at least $3).
+//   - paid: whether paid work waits in the priority queue: an available job
+//     that is not lent, or a held one.
+//   - occupied: the priority queue's available and running jobs, all and
+//     lent, except the jobs in $5: the ones this process has finished whose
+//     completion River has not written yet (it batches them, up to 250ms),
+//     so that a slot this process freed counts as free at once. Another
+//     process's finished jobs still count as running until River writes
+//     them: the bound errs on the safe side.
+//   - budget: 0 while paid work waits; else the free slots, but never more
+//     lent jobs than capacity minus the floor ($4).
+//   - lent: that many of the default queue's available jobs, first in its
+//     fetch order, move to the priority queue at the lowest priority ($6)
+//     and the back of its line (scheduled_at now()): behind every paid job
+//     already waiting. jobmeta.LentFrom and LentPriority record where they
+//     came from; their due time is kept (jobmeta.DueAt and MovedAt).
+//   - returned: while paid work waits, lent jobs not yet started go back
+//     to the default queue at their own priority, keeping their place
+//     (scheduled_at unchanged).
+//   - notified: River's insert notification for the priority queue when
+//     anything was lent.
+var lendSQL = `
+WITH lock AS (
+    SELECT pg_try_advisory_xact_lock(hashtext('tierq_lend'), hashtext(current_schema() || '.' || $1)) AS ok
+    WHERE NOT ` + db.PausedSQL("$1") + ` AND NOT ` + db.PausedSQL("$2") + `
+),
+cap AS (
+    SELECT greatest($3::int, coalesce(sum(s.slots), 0))::int AS c
+    FROM fair_share_slots AS s
+    WHERE s.queue = $1 AND s.expires_at > now()
+),
+paid AS (
+    SELECT EXISTS (SELECT 1 FROM river_job AS j
+                   WHERE j.state = 'available' AND j.queue = $1 AND NOT j.metadata ? '` + jobmeta.LentFrom + `')
+        OR EXISTS (SELECT 1 FROM river_job AS j WHERE ` + heldSQL("j") + ` AND j.queue = $1) AS waiting
+    WHERE (SELECT ok FROM lock)
+),
+occupied AS (
+    SELECT count(*) FILTER (WHERE j.metadata ? '` + jobmeta.LentFrom + `') AS lent, count(*) AS total
+    FROM river_job AS j
+    WHERE j.queue = $1 AND (j.state = 'available' OR (j.state = 'running' AND NOT j.id = ANY($5::bigint[])))
+      AND (SELECT ok FROM lock)
+),
+budget AS (
+    SELECT CASE WHEN coalesce((SELECT waiting FROM paid), true) THEN 0
+                ELSE greatest(0, least(cap.c - $4::int - o.lent, cap.c - o.total)) END AS n
+    FROM cap, occupied AS o
+),
+candidates AS (
+    SELECT j.id
+    FROM river_job AS j
+    WHERE j.state = 'available' AND j.queue = $2 AND j.scheduled_at <= now() AND jsonb_typeof(j.metadata) = 'object'
+    ORDER BY j.priority, j.scheduled_at, j.id
+    LIMIT (SELECT n FROM budget)
+    FOR UPDATE SKIP LOCKED
+),
+lent AS (
+    UPDATE river_job AS j
+    SET queue = $1,
+        priority = $6,
+        scheduled_at = now(),
+        metadata = j.metadata || jsonb_build_object(
+            '` + jobmeta.LentFrom + `', $2::text,
+            '` + jobmeta.LentPriority + `', j.priority,
+            '` + jobmeta.DueAt + `', (extract(epoch FROM ` + db.DueAtSQL("j") + `) * 1000000)::bigint,
+            '` + jobmeta.MovedAt + `', (extract(epoch FROM now()) * 1000000)::bigint)
+    FROM candidates
+    WHERE j.id = candidates.id
+    RETURNING j.id
+),
+homeward AS (
+    SELECT j.id
+    FROM river_job AS j
+    WHERE j.state = 'available' AND j.queue = $1 AND j.metadata->>'` + jobmeta.LentFrom + `' = $2
+      AND coalesce((SELECT waiting FROM paid), false)
+    FOR UPDATE SKIP LOCKED
+),
+returned AS (
+    UPDATE river_job AS j
+    SET queue = $2,
+        priority = CASE WHEN j.metadata->>'` + jobmeta.LentPriority + `' ~ '^[1-4]$'
+                        THEN (j.metadata->>'` + jobmeta.LentPriority + `')::smallint ELSE j.priority END,
+        metadata = j.metadata - '` + jobmeta.LentFrom + `' - '` + jobmeta.LentPriority + `'
+    FROM homeward
+    WHERE j.id = homeward.id
+    RETURNING j.id
+),
+notified AS (
+    SELECT pg_notify(current_schema() || '.river_insert', json_build_object('queue', $1::text)::text)
+    WHERE EXISTS (SELECT 1 FROM lent)
+)
+SELECT coalesce((SELECT ok FROM lock), false),
+       (SELECT count(*) FROM lent)::int,
+       (SELECT count(*) FROM returned)::int,
+       coalesce((SELECT waiting FROM paid), false),
+       (SELECT count(*) FROM notified)::int`

@@ -61,6 +61,14 @@ const (
 	// someone else's and is never admitted by tierq.
 	HeldAt = Prefix + "held_at"
 
+	// LentFrom is the queue a job was lent from: a free job moved into its
+	// service's priority queue to use an idle paid worker (package
+	// fairshare), with its priority there the lowest; LentPriority is the
+	// priority it had, given back if it returns unstarted. LentFrom stays
+	// after the job has run, as a record.
+	LentFrom     = Prefix + "lent_from"
+	LentPriority = Prefix + "lent_priority"
+
 	// ReplayOf is the dead letter (dead_letter_jobs.id) a replayed job was
 	// made from, and ReplayOfJobID the id of the discarded job it held.
 	ReplayOf      = Prefix + "replay_of"
