@@ -42,6 +42,16 @@ type Worker struct {
 	// Default: the service's own (service.Config.Workers).
 	Workers service.ClassWorkers
 
+	// Lend lends the service's idle priority workers to its free jobs
+	// (<NAME>_LEND_IDLE_PRIORITY, default false: ADR-16's behaviour, paid
+	// workers idle while free work waits). LendFloor
+	// (<NAME>_LEND_FLOOR, default 1) is how many priority workers, across
+	// every worker process of the service, are never lent, so that paid
+	// work arriving finds them free (package fairshare, Lend). Like the
+	// worker counts, every registered service's variables are checked.
+	Lend      bool
+	LendFloor int
+
 	// Fetch tuning per queue class, the same for every service. The
 	// cooldown is the shortest time between two fetches of a queue (it
 	// bounds throughput: at most MaxWorkers jobs per cooldown); the poll
@@ -107,6 +117,10 @@ func LoadWorker(environ []string, services *service.Registry) (Worker, error) {
 	}
 	return load(environ, services, (*Worker).validate)
 }
+
+// BaseQueue is the base queue of this deployment's service. The Worker
+// must come from LoadWorker.
+func (w *Worker) BaseQueue() string { return w.baseQueue }
 
 // QueueClass is the River tuning of one class of queue.
 type QueueClass struct {
@@ -174,10 +188,12 @@ func (w *Worker) validateServices(c *checker) {
 	}
 	for _, svc := range c.services.Services() {
 		counts, ok := c.classWorkers(svc)
+		lend, floor := c.lending(svc)
 		if svc != selected {
 			continue
 		}
 		w.Service, w.Workers, w.baseQueue = name, counts, svc.BaseQueue()
+		w.Lend, w.LendFloor = lend, floor
 		if ok && counts == (service.ClassWorkers{}) {
 			c.fail("Service", "serves no queue: set at least one of %sQUEUE_{PRIORITY,DEFAULT,SCHEDULED}_WORKERS above 0", svc.EnvPrefix())
 		}
@@ -216,6 +232,39 @@ func (c *checker) classWorkers(svc *service.Service) (counts service.ClassWorker
 		}
 	}
 	return counts, ok
+}
+
+// Lending variables' names after a service's EnvPrefix, and the floor's
+// default.
+const (
+	lendVar          = "LEND_IDLE_PRIORITY"
+	lendFloorVar     = "LEND_FLOOR"
+	defaultLendFloor = 1
+)
+
+// lending reads svc's lending variables; an unset or empty one keeps its
+// default. A bad one is recorded and read as its default.
+func (c *checker) lending(svc *service.Service) (lend bool, floor int) {
+	floor = defaultLendFloor
+	if raw := c.vars[svc.EnvPrefix()+lendVar]; raw != "" {
+		v, err := strconv.ParseBool(raw) // as caarlos0/env parses a bool
+		if err != nil {
+			c.failVar(svc.EnvPrefix()+lendVar, "%s", reasonOf(reflect.TypeFor[bool](), err))
+		}
+		lend = v
+	}
+	if raw := c.vars[svc.EnvPrefix()+lendFloorVar]; raw != "" {
+		n, err := strconv.ParseInt(raw, 10, 32)
+		switch {
+		case err != nil:
+			c.failVar(svc.EnvPrefix()+lendFloorVar, "%s", reasonOf(reflect.TypeFor[int](), err))
+		case n < 0 || n > MaxQueueWorkers:
+			c.failVar(svc.EnvPrefix()+lendFloorVar, "must be between 0 and %d", MaxQueueWorkers)
+		default:
+			floor = int(n)
+		}
+	}
+	return lend, floor
 }
 
 // orList joins names as "a", "a or b", "a, b or c".

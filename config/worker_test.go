@@ -85,6 +85,20 @@ func TestWorkerCountsOfTheSelectedService(t *testing.T) {
 	require.Equal(t, service.ClassWorkers{Priority: 7, Default: 2, Scheduled: 1}, specgen.Workers, "empty keeps the default")
 }
 
+func TestWorkerLending(t *testing.T) {
+	t.Parallel()
+
+	environ := []string{"DATABASE_URL=postgres://localhost/tierq", "ANALYZER_LEND_IDLE_PRIORITY=true", "SPECGEN_LEND_FLOOR=2"}
+	analyzer, err := loadWorker(t, append(environ, "WORKER_SERVICE=analyzer"))
+	require.NoError(t, err)
+	require.True(t, analyzer.Lend)
+	require.Equal(t, 1, analyzer.LendFloor, "the default floor")
+	specgen, err := loadWorker(t, append(environ, "WORKER_SERVICE=specgen"))
+	require.NoError(t, err)
+	require.False(t, specgen.Lend, "off unless asked")
+	require.Equal(t, 2, specgen.LendFloor)
+}
+
 func TestWorkerZeroWorkersLeavesQueueOut(t *testing.T) {
 	t.Parallel()
 
@@ -128,6 +142,11 @@ func TestWorkerBadValues(t *testing.T) {
 		{name: "bad bool", give: []string{"LOAD_TEST_WORKLOAD=yes please"}, wantVar: "LOAD_TEST_WORKLOAD", wantValue: "yes please", wantReason: "not a boolean"},
 		{name: "bad schema", give: []string{"DATABASE_SCHEMA=Public; drop"}, wantVar: "DATABASE_SCHEMA", wantValue: "Public; drop", wantReason: "identifier"},
 		{name: "pool too small", give: []string{"DATABASE_MAX_CONNS=1"}, wantVar: "DATABASE_MAX_CONNS", wantValue: "1", wantReason: "between 2 and 1000"},
+		{name: "bad lend flag", give: []string{"ANALYZER_LEND_IDLE_PRIORITY=sometimes"}, wantVar: "ANALYZER_LEND_IDLE_PRIORITY", wantValue: "sometimes", wantReason: "not a boolean"},
+		{name: "negative lend floor", give: []string{"ANALYZER_LEND_FLOOR=-1"}, wantVar: "ANALYZER_LEND_FLOOR", wantValue: "-1", wantReason: "between 0 and 10000"},
+		{name: "other service's lend floor checked too", give: []string{"SPECGEN_LEND_FLOOR=one"}, wantVar: "SPECGEN_LEND_FLOOR", wantValue: "one", wantReason: "not an integer"},
+		{name: "bad fair share flag", give: []string{"QUEUE_DEFAULT_FAIR_SHARE=on"}, wantVar: "QUEUE_DEFAULT_FAIR_SHARE", wantValue: "on", wantReason: "not a boolean"},
+		{name: "negative pass interval", give: []string{"FAIR_SHARE_PASS_INTERVAL=-1ms"}, wantVar: "FAIR_SHARE_PASS_INTERVAL", wantValue: "-1ms", wantReason: "between 0 and 1s"},
 	}
 	checkBadValues(t, baseWorkerEnv(), tests, func(environ []string) (config.Worker, error) { return loadWorker(t, environ) })
 }

@@ -49,6 +49,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -335,8 +336,11 @@ func (a *Admitter) Pass(ctx context.Context, queue string) (Pass, error) {
 		p        Pass
 		notified int
 	)
-	if err := a.pool.QueryRow(ctx, passSQL, queue, q.cfg.Workers, q.cfg.Fair).Scan(
-		&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified); err != nil {
+	err := a.locked(ctx, queue, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, passSQL, queue, q.cfg.Workers, q.cfg.Fair).Scan(
+			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified)
+	})
+	if err != nil {
 		return Pass{}, fmt.Errorf("fair share pass over %s: %w", queue, err)
 	}
 	if p.Ran {
@@ -347,8 +351,26 @@ func (a *Admitter) Pass(ctx context.Context, queue string) (Pass, error) {
 		// held jobs had no room (it may have had room for all of them: the
 		// next pass finds out, at the cost of one statement).
 		q.held.Store(p.Held > 0 || p.HeldTenants > 0)
+		if a.lend != nil && queue == a.lend.cfg.From && p.Admitted > 0 {
+			a.lend.signal() // jobs to borrow
+		}
 	}
 	return p, nil
+}
+
+// locked runs pass in a transaction that holds the advisory lock of key
+// (lockSQL), or does nothing when another process holds it.
+func (a *Admitter) locked(ctx context.Context, key string, pass func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		var ok bool
+		if err := tx.QueryRow(ctx, lockSQL, key).Scan(&ok); err != nil {
+			return err
+		}
+		if !ok {
+			return nil
+		}
+		return pass(tx)
+	})
 }
 
 // Run runs the Admitter until ctx ends: a loop per queue, and the

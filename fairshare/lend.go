@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tierq/tierq/routing"
 )
 
@@ -89,10 +91,15 @@ func (a *Admitter) LendPass(ctx context.Context) (LendPass, error) {
 		p        LendPass
 		notified int
 	)
-	err := a.pool.QueryRow(ctx, lendSQL, l.cfg.Queue, l.cfg.From, a.queues[l.cfg.Queue].cfg.Workers, l.cfg.Floor,
-		l.recent(time.Now()), routing.PriorityLowest).Scan(&p.Ran, &p.Lent, &p.Returned, &p.PaidWaiting, &notified)
+	err := a.locked(ctx, "lend:"+l.cfg.Queue, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, lendSQL, l.cfg.Queue, l.cfg.From, a.queues[l.cfg.Queue].cfg.Workers, l.cfg.Floor,
+			l.recent(time.Now()), routing.PriorityLowest).Scan(&p.Ran, &p.Lent, &p.Returned, &p.PaidWaiting, &notified)
+	})
 	if err != nil {
 		return LendPass{}, fmt.Errorf("lending pass over %s: %w", l.cfg.Queue, err)
+	}
+	if from, ok := a.queues[l.cfg.From]; ok && p.Lent > 0 {
+		from.signal() // the lent jobs' places in line are free: refill them
 	}
 	return p, nil
 }

@@ -24,8 +24,9 @@ const unlimited = 1 << 30
 
 // passSQL is one pass over one queue ($1), in one statement:
 //
-//   - lock: a transaction-level advisory lock on the queue, tried; when
-//     another process holds it (its pass is running) this pass does nothing.
+//   - lock: nothing is done over a queue paused in River. (The pass runs
+//     in a transaction that holds lockSQL's lock on the queue: see
+//     Admitter.locked.)
 //   - cap: the queue's capacity, the sum of the unexpired heartbeats of the
 //     processes that serve it (fair_share_slots), and at least $2 (this
 //     process's own workers, before its first heartbeat lands).
@@ -63,8 +64,7 @@ const unlimited = 1 << 30
 var passSQL = `
 WITH RECURSIVE
 lock AS (
-    SELECT pg_try_advisory_xact_lock(hashtext('tierq_fair_share'), hashtext(current_schema() || '.' || $1)) AS ok
-    WHERE NOT ` + db.PausedSQL("$1") + `
+    SELECT true AS ok WHERE NOT ` + db.PausedSQL("$1") + `
 ),
 cap AS (
     SELECT greatest($2::int, coalesce(sum(s.slots), 0))::int AS c
@@ -173,6 +173,14 @@ SELECT coalesce((SELECT ok FROM lock), false),
        (SELECT c FROM cap),
        (SELECT count(*) FROM notified)::int`
 
+// lockSQL tries the transaction-level advisory lock of a pass ($1: what it
+// passes over), so that one process at a time passes over a queue. It is a
+// statement of its own, before the pass: a READ COMMITTED statement sees
+// what was committed when it started, so a pass that took the lock in its
+// own statement could miss what the previous holder committed just before
+// releasing it, and lend, or admit, twice.
+const lockSQL = `SELECT pg_try_advisory_xact_lock(hashtext('tierq_fair_share'), hashtext(current_schema() || '.' || $1))`
+
 // heartbeatSQL records this process's workers per queue ($1 client id, $2
 // queue names, $3 their worker counts, $4 the lease in seconds) and deletes
 // expired rows of any process, so a crashed process's slots stop counting
@@ -195,8 +203,8 @@ const leaveSQL = `DELETE FROM fair_share_slots WHERE client_id = $1`
 // lendSQL is one lending pass of a service's priority queue ($1), which
 // borrows the free jobs of its default queue ($2), in one statement:
 //
-//   - lock: a transaction-level advisory lock on the priority queue, tried,
-//     as passSQL; neither queue may be paused in River.
+//   - lock: nothing is done when either queue is paused in River. (The
+//     pass runs holding lockSQL's lock on "lend:" and the priority queue.)
 //   - cap: the priority queue's capacity (as passSQL; at least $3).
 //   - paid: whether paid work waits in the priority queue: an available job
 //     that is not lent, or a held one.
@@ -220,8 +228,7 @@ const leaveSQL = `DELETE FROM fair_share_slots WHERE client_id = $1`
 //     anything was lent.
 var lendSQL = `
 WITH lock AS (
-    SELECT pg_try_advisory_xact_lock(hashtext('tierq_lend'), hashtext(current_schema() || '.' || $1)) AS ok
-    WHERE NOT ` + db.PausedSQL("$1") + ` AND NOT ` + db.PausedSQL("$2") + `
+    SELECT true AS ok WHERE NOT ` + db.PausedSQL("$1") + ` AND NOT ` + db.PausedSQL("$2") + `
 ),
 cap AS (
     SELECT greatest($3::int, coalesce(sum(s.slots), 0))::int AS c

@@ -174,3 +174,57 @@ func TestFairShareKeepsPriorityStrict(t *testing.T) {
 		  AND attempted_at < (SELECT max(attempted_at) FROM river_job WHERE id = ANY($1))`, ids)
 	require.LessOrEqual(t, aDuring, 4, fmt.Sprintf("a started %d jobs while b's waited", aDuring))
 }
+
+// TestLendingAcrossReplicas: two replicas of 2 priority workers each (a
+// capacity of 4) with a floor of 1 lend at most 3 workers to a free
+// backlog, all of them while no paid work waits, and stop lending while
+// paid work waits. Jobs record their executions (the load-test workload
+// completes a recorded job in the same transaction as its record), so the
+// running rows counted are exact.
+func TestLendingAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	b := setupFair(t)
+	ctx := context.Background()
+	free := make([]river.InsertManyParams, 80)
+	for i := range free {
+		free[i] = river.InsertManyParams{Args: loadtest.Args{SleepMS: 100, Record: true}, InsertOpts: b.mailer.InsertOpts(tiers.Free, fmt.Sprintf("f%d", i%3), false)}
+	}
+	_, err := b.db.Producer(t).InsertMany(ctx, free)
+	require.NoError(t, err)
+
+	lend := []string{"MAILER_QUEUE_PRIORITY_WORKERS=2", "MAILER_QUEUE_DEFAULT_WORKERS=1", "MAILER_LEND_IDLE_PRIORITY=true", "MAILER_LEND_FLOOR=1"}
+	b.startReplica(t, lend...)
+	b.startReplica(t, lend...)
+
+	lentRunning := func() int {
+		return b.db.Count(t, `SELECT count(*) FROM river_job WHERE queue = 'mail_priority' AND state = 'running' AND metadata ? 'tierq:lent_from'`)
+	}
+	testdb.WaitFor(t, 20*time.Second, "3 lent jobs running", func() bool { return lentRunning() == 3 })
+
+	paid := b.queue(t, "p", tiers.Pro, 6, 100)
+	testdb.WaitFor(t, 20*time.Second, "paid jobs started", func() bool {
+		return b.db.Count(t, `SELECT count(*) FROM river_job WHERE id = ANY($1) AND attempted_at IS NOT NULL`, paid) == 6
+	})
+	// Lent jobs that started while paid work waited: at most those lent
+	// (made available) in the instant before it arrived.
+	startedWhilePaidWaited := b.db.Count(t, `
+		SELECT count(*) FROM river_job
+		WHERE queue = 'mail_priority' AND metadata ? 'tierq:lent_from'
+		  AND attempted_at > (SELECT min(created_at) FROM river_job WHERE id = ANY($1)) + interval '20 milliseconds'
+		  AND attempted_at < (SELECT max(attempted_at) FROM river_job WHERE id = ANY($1))`, paid)
+	require.Zero(t, startedWhilePaidWaited)
+
+	testdb.WaitFor(t, 60*time.Second, "the free backlog done", func() bool {
+		return b.db.Count(t, `SELECT count(*) FROM river_job WHERE queue IN ('mail_default', 'mail_priority') AND state <> 'completed'`) == 0
+	})
+	// At no moment more than capacity − floor lent jobs ran: the most
+	// executions of lent jobs overlapping any one's start.
+	most := b.db.Count(t, `
+		WITH lent AS (
+			SELECT e.started_at, e.completed_at FROM load_test_executions AS e JOIN river_job AS j ON j.id = e.job_id
+			WHERE j.queue = 'mail_priority' AND j.metadata ? 'tierq:lent_from')
+		SELECT max((SELECT count(*) FROM lent AS o WHERE o.started_at <= l.started_at AND o.completed_at > l.started_at))
+		FROM lent AS l`)
+	require.Equal(t, 3, most)
+	require.Equal(t, 80, b.db.Count(t, `SELECT count(*) FROM load_test_executions`), "each free job ran once")
+}

@@ -41,6 +41,7 @@ import (
 	"github.com/tierq/tierq/loadtest"
 	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/producer"
+	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/service"
 )
 
@@ -109,7 +110,9 @@ func RiverConfig(cfg config.Worker, services *service.Registry, pool *pgxpool.Po
 
 // NewAdmitter is the fair-share admitter of a worker deployment of cfg's
 // service (package fairshare): every queue the deployment serves, with its
-// worker count and its class's fair-share setting. A main that runs its own
+// worker count and its class's fair-share setting, and the lending of its
+// idle priority workers to its free jobs when cfg.Lend is set and this
+// deployment serves the priority queue. A main that runs its own
 // River client from RiverConfig adds the admitter's Hook to the config's
 // Hooks and runs it beside the client (go admitter.Run(ctx)); without it
 // nothing is held back, and jobs another process held wait for a process
@@ -121,7 +124,13 @@ func NewAdmitter(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger, obs
 	for name, qc := range cfg.Queues() {
 		queues[name] = fairshare.Queue{Workers: qc.Workers, Fair: qc.FairShare}
 	}
+	var lend *fairshare.Lend
+	priority, defaultQueue := routing.QueueName(cfg.BaseQueue(), routing.Priority), routing.QueueName(cfg.BaseQueue(), routing.Default)
+	if _, served := queues[priority]; cfg.Lend && served {
+		lend = &fairshare.Lend{Queue: priority, From: defaultQueue, Floor: cfg.LendFloor}
+	}
 	admitter, err := fairshare.New(pool, &fairshare.Config{
+		Lend:         lend,
 		Queues:       queues,
 		PassInterval: cfg.FairSharePassInterval,
 		Logger:       logger,
