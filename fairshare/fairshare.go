@@ -142,9 +142,11 @@ type Lend struct {
 	Floor int
 }
 
-// Observer is told what each pass that ran did: the fields of Pass.
+// Observer is told what each pass that ran did: the fields of Pass and
+// LendPass.
 type Observer interface {
 	Pass(queue string, held, admitted, tenants, heldTenants, capacity int)
+	Lend(queue string, lent, returned int)
 }
 
 func (c *Config) withDefaults() *Config {

@@ -98,6 +98,9 @@ func (a *Admitter) LendPass(ctx context.Context) (LendPass, error) {
 	if err != nil {
 		return LendPass{}, fmt.Errorf("lending pass over %s: %w", l.cfg.Queue, err)
 	}
+	if p.Ran && a.cfg.Observer != nil {
+		a.cfg.Observer.Lend(l.cfg.Queue, p.Lent, p.Returned)
+	}
 	if from, ok := a.queues[l.cfg.From]; ok && p.Lent > 0 {
 		from.signal() // the lent jobs' places in line are free: refill them
 	}

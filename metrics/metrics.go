@@ -229,6 +229,7 @@ func Serve(ctx context.Context, listener net.Listener, reg *prometheus.Registry,
 // passes held back and admitted, and what the last pass saw.
 type FairShare struct {
 	held, admitted, passes *prometheus.CounterVec
+	lent, returned         *prometheus.CounterVec
 	tenants, heldTenants   *prometheus.GaugeVec
 	capacity               *prometheus.GaugeVec
 }
@@ -246,19 +247,21 @@ func NewFairShare(reg prometheus.Registerer, queues []string) *FairShare {
 		held:        counter("tierq_fair_share_held_total", "Available jobs this process's fair-share passes held back (to pending) because their tenant was over its window, by queue."),
 		admitted:    counter("tierq_fair_share_admitted_total", "Held jobs this process's fair-share passes admitted (back to available) as their tenant's window had room, by queue."),
 		passes:      counter("tierq_fair_share_passes_total", "Fair-share passes this process ran, by queue."),
+		lent:        counter("tierq_lent_total", "Free jobs this process's lending passes moved into an idle priority queue, by that queue (only with <NAME>_LEND_IDLE_PRIORITY)."),
+		returned:    counter("tierq_lent_returned_total", "Lent jobs this process's lending passes moved back unstarted because paid work arrived, by the priority queue."),
 		tenants:     gauge("tierq_fair_share_active_tenants", "Tenants with available or held jobs in the queue, at this process's last pass."),
 		heldTenants: gauge("tierq_fair_share_held_tenants", "Tenants with held jobs in the queue, at this process's last pass."),
 		capacity:    gauge("tierq_fair_share_capacity", "The queue's workers across every live worker process (their heartbeats), at this process's last pass: the base of the tenants' windows."),
 	}
 	for _, q := range queues {
-		for _, c := range []*prometheus.CounterVec{f.held, f.admitted, f.passes} {
+		for _, c := range []*prometheus.CounterVec{f.held, f.admitted, f.passes, f.lent, f.returned} {
 			c.WithLabelValues(q)
 		}
 		for _, g := range []*prometheus.GaugeVec{f.tenants, f.heldTenants, f.capacity} {
 			g.WithLabelValues(q)
 		}
 	}
-	reg.MustRegister(f.held, f.admitted, f.passes, f.tenants, f.heldTenants, f.capacity)
+	reg.MustRegister(f.held, f.admitted, f.passes, f.lent, f.returned, f.tenants, f.heldTenants, f.capacity)
 	return f
 }
 
@@ -270,4 +273,11 @@ func (f *FairShare) Pass(queue string, held, admitted, tenants, heldTenants, cap
 	f.tenants.WithLabelValues(queue).Set(float64(tenants))
 	f.heldTenants.WithLabelValues(queue).Set(float64(heldTenants))
 	f.capacity.WithLabelValues(queue).Set(float64(capacity))
+}
+
+// Lend records one lending pass over the priority queue queue
+// (fairshare.Observer).
+func (f *FairShare) Lend(queue string, lent, returned int) {
+	f.lent.WithLabelValues(queue).Add(float64(lent))
+	f.returned.WithLabelValues(queue).Add(float64(returned))
 }

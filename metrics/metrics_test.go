@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,4 +126,36 @@ func TestJobsHookReadsMetadataOfAnyShape(t *testing.T) {
 		"tierq_jobs_total{kind=outcome,outcome=completed,queue=analysis_priority}": 7,
 		"tierq_job_wait_seconds_count{queue=analysis_priority,tier=pro}":           7,
 	}, promtest.Values(t, reg, "tierq_"))
+}
+
+func TestFairShareCountsPassesPerQueue(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	f := metrics.NewFairShare(reg, []string{"a_priority", "a_default"})
+	f.Pass("a_priority", 7, 2, 3, 1, 5)
+	f.Pass("a_priority", 0, 3, 2, 1, 5)
+	f.Lend("a_priority", 4, 1)
+
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP tierq_fair_share_active_tenants Tenants with available or held jobs in the queue, at this process's last pass.
+# TYPE tierq_fair_share_active_tenants gauge
+tierq_fair_share_active_tenants{queue="a_default"} 0
+tierq_fair_share_active_tenants{queue="a_priority"} 2
+# HELP tierq_fair_share_admitted_total Held jobs this process's fair-share passes admitted (back to available) as their tenant's window had room, by queue.
+# TYPE tierq_fair_share_admitted_total counter
+tierq_fair_share_admitted_total{queue="a_default"} 0
+tierq_fair_share_admitted_total{queue="a_priority"} 5
+# HELP tierq_fair_share_held_total Available jobs this process's fair-share passes held back (to pending) because their tenant was over its window, by queue.
+# TYPE tierq_fair_share_held_total counter
+tierq_fair_share_held_total{queue="a_default"} 0
+tierq_fair_share_held_total{queue="a_priority"} 7
+# HELP tierq_fair_share_passes_total Fair-share passes this process ran, by queue.
+# TYPE tierq_fair_share_passes_total counter
+tierq_fair_share_passes_total{queue="a_default"} 0
+tierq_fair_share_passes_total{queue="a_priority"} 2
+# HELP tierq_lent_total Free jobs this process's lending passes moved into an idle priority queue, by that queue (only with <NAME>_LEND_IDLE_PRIORITY).
+# TYPE tierq_lent_total counter
+tierq_lent_total{queue="a_default"} 0
+tierq_lent_total{queue="a_priority"} 4
+`), "tierq_fair_share_active_tenants", "tierq_fair_share_admitted_total", "tierq_fair_share_held_total", "tierq_fair_share_passes_total", "tierq_lent_total"))
 }

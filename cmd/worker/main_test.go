@@ -161,6 +161,11 @@ func TestServesMetrics(t *testing.T) {
 	body := proctest.Scrape(t, url)
 	require.Contains(t, body, `tierq_jobs_total{kind="loadtest",outcome="completed",queue="analysis_priority"} 1`)
 	require.Contains(t, body, `tierq_job_wait_seconds_count{queue="analysis_priority",tier="unknown"} 1`)
+	// Fair share runs (at least its first pass at start) and reports the
+	// capacity its heartbeat sees: the 5 priority workers of this process.
+	require.Regexp(t, `tierq_fair_share_passes_total\{queue="analysis_priority"\} [1-9]`, body)
+	require.Contains(t, body, `tierq_fair_share_capacity{queue="analysis_priority"} 5`)
+	require.Contains(t, body, `tierq_lent_total{queue="analysis_priority"} 0`)
 }
 
 // TestNeverLogsTheDatabasePassword runs the real worker at LOG_LEVEL=debug
