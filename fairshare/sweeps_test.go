@@ -1,0 +1,94 @@
+package fairshare_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/aging"
+	"github.com/tierq/tierq/escalation"
+	"github.com/tierq/tierq/fairshare"
+	"github.com/tierq/tierq/internal/testdb"
+)
+
+// TestHeldWorkAgesAndEscalates: while a job is held the sweeps leave it
+// alone (its tenant is over its share: moving it would not start it
+// sooner, and would hand a flood's old jobs the lead). Once admitted, aging
+// counts its whole wait (the due time admission keeps), and escalation its
+// wait in line, as for any job.
+func TestHeldWorkAgesAndEscalates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("Aging", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 2, true)
+		b.insert(t, "a", 4, 10, 10*time.Minute) // queued ten minutes ago
+		_, err := b.admitter.Pass(ctx, queue)
+		require.NoError(t, err)
+		require.Equal(t, map[string]int{"a/available": 2, "a/pending": 8}, b.counts(t))
+
+		settings := aging.Settings{Step: time.Minute, MaxPriority: 1, Queues: []string{queue}}
+		res, err := aging.Sweep(ctx, b.db.Pool, settings)
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Total, "the two in line, not the eight held")
+		require.Equal(t, 8, b.db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'pending' AND priority = 4`))
+
+		// Two start; the next two admitted are at the back of the line
+		// (scheduled_at now) but ten minutes due.
+		require.Len(t, b.fetch(t, 2), 2)
+		p, err := b.admitter.Pass(ctx, queue)
+		require.NoError(t, err)
+		require.Equal(t, 2, p.Admitted)
+		res, err = aging.Sweep(ctx, b.db.Pool, settings)
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Total)
+		require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'available' AND priority = 1`))
+	})
+
+	t.Run("Escalation", func(t *testing.T) {
+		t.Parallel()
+		const (
+			free = "svc_default"
+			paid = "svc_priority"
+		)
+		db := testdb.New(t)
+		a, err := fairshare.New(db.Pool, &fairshare.Config{Queues: map[string]fairshare.Queue{free: {Workers: 2, Fair: true}}})
+		require.NoError(t, err)
+		_, err = db.Pool.Exec(ctx, `
+			INSERT INTO river_job (kind, args, queue, priority, state, scheduled_at, max_attempts, metadata)
+			SELECT 'fair_test', '{}', $1, 4, 'available', now() - interval '10 minutes' + i * interval '1 millisecond', 25, '{"tierq:tenant": "a"}'
+			FROM generate_series(1, 10) AS i`, free)
+		require.NoError(t, err)
+		_, err = a.Pass(ctx, free)
+		require.NoError(t, err)
+
+		queues := []string{"svc_scheduled", free, paid}
+		res, err := escalation.Sweep(ctx, db.Pool, queues, escalation.Rules(0, 5*time.Minute), 100)
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Total, "the two in line for ten minutes move; the eight held stay")
+		require.Equal(t, 8, db.Count(t, `SELECT count(*) FROM river_job WHERE queue = $1 AND state = 'pending'`, free))
+
+		// Escalation measures the wait in line (scheduled_at): an admitted
+		// job's starts at its admission, so a flood does not move to the
+		// paid queue wholesale; it moves once it has waited in line as
+		// long as the rule says.
+		p, err := a.Pass(ctx, free)
+		require.NoError(t, err)
+		require.Equal(t, 2, p.Admitted)
+		res, err = escalation.Sweep(ctx, db.Pool, queues, escalation.Rules(0, 5*time.Minute), 100)
+		require.NoError(t, err)
+		require.Zero(t, res.Total)
+		moved := 0
+		testdb.WaitFor(t, 10*time.Second, "the admitted jobs escalated after 100ms in line", func() bool {
+			res, err := escalation.Sweep(ctx, db.Pool, queues, escalation.Rules(0, 100*time.Millisecond), 100)
+			require.NoError(t, err)
+			moved += res.Total
+			return moved == 2
+		})
+		require.Equal(t, 4, db.Count(t, `SELECT count(*) FROM river_job WHERE queue = $1`, paid))
+		require.Equal(t, 6, db.Count(t, `SELECT count(*) FROM river_job WHERE queue = $1 AND state = 'pending'`, free), "the held ones stay")
+	})
+}
