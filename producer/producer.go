@@ -108,8 +108,11 @@ type TierFields interface {
 // Insert inserts job in tx: into job.Service's queue for job.Tier
 // (Service.InsertOpts), with the tier and the tenant in its metadata and
 // River's unique options (UniqueOpts). When an equal job is already queued
-// for a worse place, that job moves up (see the package doc). The caller
-// commits.
+// for a worse place, that job moves up (see the package doc), and takes
+// job.Tenant when set: it now runs at this insert's tier, so in this
+// tenant's fair share (package fairshare), even when it was held in
+// another tenant's line. A duplicate that does not move the job gets it as
+// it is, held or not, in its own tenant's line. The caller commits.
 func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Job) (Inserted, error) {
 	if job.Service == nil {
 		return Inserted{}, fmt.Errorf("insert %s job: no service", job.Args.Kind())
@@ -160,9 +163,11 @@ func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Jo
 			SET args = CASE WHEN jsonb_typeof(args) = 'object' AND args ? 'tier'
 			                THEN jsonb_set(args, '{tier}', to_jsonb($2::text)) ELSE args END,
 			    metadata = CASE WHEN jsonb_typeof(metadata) = 'object'
-			                    THEN metadata || jsonb_build_object('`+jobmeta.Tier+`', $2::text) ELSE metadata END
+			                    THEN metadata || jsonb_build_object('`+jobmeta.Tier+`', $2::text)
+			                         || CASE WHEN $3::text <> '' THEN jsonb_build_object('`+jobmeta.Tenant+`', $3::text) ELSE '{}'::jsonb END
+			                    ELSE metadata END
 			WHERE id = $1`,
-			res.Job.ID, job.Tier.String())
+			res.Job.ID, job.Tier.String(), job.Tenant)
 		if err != nil {
 			return Inserted{}, fmt.Errorf("record upgraded tier: %w", err)
 		}

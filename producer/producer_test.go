@@ -2,11 +2,13 @@ package producer_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tierq/tierq/fairshare"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/producer"
@@ -114,4 +116,55 @@ func TestDuplicateOfRunningJobIsReturnedUnchanged(t *testing.T) {
 	require.False(t, dup.Upgraded, "a running job is past the point where its queue matters")
 	require.Equal(t, "analysis_default", db.Jobs(t, "id = $1", first.Job.ID)[0].Queue)
 	require.Zero(t, db.Count(t, `SELECT count(*) FROM job_escalations`))
+}
+
+// TestDuplicateOfAHeldJob: a job fair share holds in a flooding tenant's
+// line, asked for again by another tenant. The same tier gets it as it is:
+// held, in the flood's line. A better tier moves it to that tier's queue,
+// still held, in the asking tenant's line, where a pass admits it at once.
+func TestDuplicateOfAHeldJob(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	client := db.Producer(t)
+	analyzer := testdb.Service(t, "analyzer")
+	insert := func(tier tiers.Tier, tenant, target string) producer.Inserted {
+		t.Helper()
+		var out producer.Inserted
+		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			var err error
+			out, err = producer.Insert(ctx, client, tx, producer.Job{
+				Args:    jobs.AnalysisArgs{Target: target, UserID: tenant},
+				Service: analyzer, Tier: tier, Tenant: tenant,
+			})
+			return err
+		}))
+		return out
+	}
+	for i := range 10 {
+		insert(tiers.Free, "flood", fmt.Sprintf("/srv/flood/%d", i))
+	}
+	admitter, err := fairshare.New(db.Pool, &fairshare.Config{Queues: map[string]fairshare.Queue{
+		"analysis_default": {Workers: 3, Fair: true}, "analysis_priority": {Workers: 5, Fair: true},
+	}})
+	require.NoError(t, err)
+	p, err := admitter.Pass(ctx, "analysis_default")
+	require.NoError(t, err)
+	require.Equal(t, 7, p.Held, "the flood's last seven (3 to 9) held: its window is the 3 default workers")
+
+	same := insert(tiers.Free, "other", "/srv/flood/9")
+	require.True(t, same.Duplicate)
+	require.False(t, same.Upgraded)
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM river_job WHERE args->>'target' = '/srv/flood/9'
+		AND state = 'pending' AND metadata->>'tierq:tenant' = 'flood'`), "held, in the flood's line")
+
+	paid := insert(tiers.Pro, "payer", "/srv/flood/9")
+	require.True(t, paid.Upgraded)
+	require.Equal(t, "analysis_priority", paid.Job.Queue)
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM river_job WHERE id = $1
+		AND state = 'pending' AND metadata ? 'tierq:held_at' AND metadata->>'tierq:tenant' = 'payer'`, paid.Job.ID))
+	p, err = admitter.Pass(ctx, "analysis_priority")
+	require.NoError(t, err)
+	require.Equal(t, 1, p.Admitted)
+	require.Equal(t, "available", db.Jobs(t, "id = $1", paid.Job.ID)[0].State)
 }
