@@ -34,9 +34,10 @@ const unlimited = 1 << 30
 //     order (priority, scheduled_at, id). Through River's fetching index.
 //     Jobs lent to the queue (jobmeta.LentFrom) are the lending pass's:
 //     they neither count nor move here.
-//   - held_tenants: the tenants with held jobs, one index probe each (a
-//     loose scan of river_job_tierq_held_idx), so a pass costs
-//     O(tenants), never O(held jobs).
+//   - held_levels: the tenants with held jobs and the best priority each
+//     has held, one index probe per tenant (a loose scan of
+//     river_job_tierq_held_idx), so a pass costs O(tenants), never O(held
+//     jobs).
 //   - tenants, windows: every active tenant's window, its share of cap by
 //     weight (fair_share_weights, default 1) among the tenants of its level
 //     (the best priority it has waiting), at least one; or unlimited when
@@ -78,24 +79,16 @@ avail AS MATERIALIZED (
     FROM river_job AS j
     WHERE j.state = 'available' AND j.queue = $1 AND NOT j.metadata ? '` + jobmeta.LentFrom + `' AND (SELECT ok FROM lock)
 ),
-held_tenants(tenant) AS (
-    (SELECT ` + tenantSQL("j") + ` FROM river_job AS j
+held_levels(tenant, level) AS (
+    (SELECT ` + tenantSQL("j") + `, j.priority FROM river_job AS j
      WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND (SELECT ok FROM lock)
-     ORDER BY ` + tenantSQL("j") + ` LIMIT 1)
+     ORDER BY ` + tenantSQL("j") + `, j.priority LIMIT 1)
     UNION ALL
-    SELECT (SELECT ` + tenantSQL("j") + ` FROM river_job AS j
-            WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` > h.tenant
-            ORDER BY ` + tenantSQL("j") + ` LIMIT 1)
-    FROM held_tenants AS h
-    WHERE h.tenant IS NOT NULL
-),
-held_levels AS (
-    SELECT h.tenant,
-           (SELECT j.priority FROM river_job AS j
-            WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = h.tenant
-            ORDER BY j.priority LIMIT 1) AS level
-    FROM held_tenants AS h
-    WHERE h.tenant IS NOT NULL
+    SELECT x.tenant, x.level
+    FROM held_levels AS h,
+         LATERAL (SELECT ` + tenantSQL("j") + ` AS tenant, j.priority AS level FROM river_job AS j
+                  WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` > h.tenant
+                  ORDER BY ` + tenantSQL("j") + `, j.priority LIMIT 1) AS x
 ),
 tenants AS (
     SELECT t.tenant, min(t.level) AS level, coalesce(max(a.n), 0) AS n, coalesce(max(w.weight), 1) AS weight
