@@ -294,14 +294,14 @@ func TestUpgradeFromOldStyleJobs(t *testing.T) {
 	// An old producer still running (a replica not yet upgraded): River's
 	// insert with the old options, for a free user. A pro user then asks
 	// for the same target through today's API: the old-style job moves up
-	// and runs for pro.
+	// and runs for pro, in the pro user's fair share (its tenant).
 	late := old.insert("xi", "free", "analysis_default", 4, river.InsertOpts{})
 	status, dup := sys.call(t, http.MethodPost, "/v1/jobs", producerToken,
 		map[string]any{"kind": "analysis", "user_id": "u_pro", "args": map[string]any{"target": old.target("xi")}})
 	require.Equal(t, http.StatusOK, status, "%v", dup)
 	require.Equal(t, []any{float64(late), true, true, "analysis_priority", float64(4), "pro"},
 		[]any{dup["id"], dup["duplicate"], dup["upgraded"], dup["queue"], dup["priority"], dup["tier"]})
-	require.JSONEq(t, `{"tierq:base_priority": 4, "tierq:tier": "pro", "tierq:moves": [
+	require.JSONEq(t, `{"tierq:base_priority": 4, "tierq:tier": "pro", "tierq:tenant": "u_pro", "tierq:moves": [
 		{"kind": "dedup", "from_queue": "analysis_default", "to_queue": "analysis_priority", "from_priority": 4, "to_priority": 4,
 		 "actor": "dedup", "reason": "duplicate inserted for tier pro"}
 	]}`, metadataOf(t, db, late))
