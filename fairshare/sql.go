@@ -22,6 +22,18 @@ func heldSQL(alias string) string {
 // back and everything held is admitted.
 const unlimited = 1 << 30
 
+// admittedAtSQL is the scheduled_at of an admitted job (t, a row of the
+// pass's turns): now(), less a microsecond per job admitted after it in the
+// same pass, in the order the places they refill were freed (places: a
+// tenant's k admitted jobs refill the places its k latest starts freed,
+// oldest first; ties, jobs fetched together, in the order they stood in
+// line). When a pass refills several places at once (it came late), the
+// line is rebuilt as if each place had been refilled at the back the moment
+// it was freed: jobs admitted together would otherwise tie on scheduled_at
+// and go in id order, the oldest tenant's first every time. In the past,
+// never the future: River fetches only jobs whose scheduled_at has come.
+const admittedAtSQL = `(now() - (t.total - t.pos) * interval '1 microsecond')`
+
 // passSQL is one pass over one queue ($1), in one statement:
 //
 //   - lock: nothing is done over a queue paused in River. (The pass runs
@@ -44,7 +56,11 @@ const unlimited = 1 << 30
 //     $3 (fair share on) is false. Shares per level keep priority strict:
 //     the tenants of the best level waiting have the whole capacity in
 //     line between them, so a worse priority is fetched only when they have
-//     nothing left to fetch, not because their windows were full.
+//     nothing left to fetch, not because their windows were full. And while
+//     a tenant has held jobs of a priority, tenants whose best waiting
+//     priority is worse get a window of 0: their places are held back too,
+//     so that a refill that comes late (the line of the better priority
+//     fetched empty before the next pass) cannot hand a worker to them.
 //   - pushed: each tenant's available jobs beyond its window, worst first
 //     in fetch order, go to pending with jobmeta.HeldAt. (cleared: an
 //     available job that still carries jobmeta.HeldAt, made available by
@@ -101,8 +117,9 @@ tenants AS (
 ),
 windows AS (
     SELECT t.tenant, t.n,
-           CASE WHEN $3::bool THEN greatest(1, ceil(cap.c::numeric * t.weight / sum(t.weight) OVER (PARTITION BY t.level)))::int
-                ELSE ` + itoa(unlimited) + ` END AS w
+           CASE WHEN NOT $3::bool THEN ` + itoa(unlimited) + `
+                WHEN t.level > (SELECT min(level) FROM held_levels) THEN 0
+                ELSE greatest(1, ceil(cap.c::numeric * t.weight / sum(t.weight) OVER (PARTITION BY t.level)))::int END AS w
     FROM tenants AS t, cap
 ),
 ranked AS (
@@ -132,10 +149,10 @@ pushed AS (
     RETURNING j.id
 ),
 admit AS (
-    SELECT x.id
+    SELECT x.id, w.tenant, x.priority, x.scheduled_at
     FROM windows AS w
     CROSS JOIN LATERAL (
-        SELECT j.id
+        SELECT j.id, j.priority, j.scheduled_at
         FROM river_job AS j
         WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = w.tenant
         ORDER BY j.priority, j.scheduled_at, j.id
@@ -143,15 +160,36 @@ admit AS (
         FOR UPDATE SKIP LOCKED
     ) AS x
 ),
+starts AS (
+    SELECT ` + tenantSQL("j") + ` AS tenant, j.attempted_at, j.scheduled_at,
+           row_number() OVER (PARTITION BY ` + tenantSQL("j") + ` ORDER BY j.attempted_at DESC, j.scheduled_at DESC, j.id DESC) AS rn
+    FROM river_job AS j
+    WHERE j.state = 'running' AND j.queue = $1 AND j.attempted_at IS NOT NULL
+      AND EXISTS (SELECT 1 FROM admit)
+),
+places AS (
+    SELECT a.id, s.attempted_at AS freed_at, s.scheduled_at AS was_at
+    FROM (SELECT a.id, a.tenant,
+                 row_number() OVER (PARTITION BY a.tenant ORDER BY a.priority, a.scheduled_at, a.id) AS turn,
+                 count(*) OVER (PARTITION BY a.tenant) AS k
+          FROM admit AS a) AS a
+    LEFT JOIN starts AS s ON s.tenant = a.tenant AND s.rn = a.k - a.turn + 1
+),
+turns AS (
+    SELECT p.id,
+           row_number() OVER (ORDER BY coalesce(p.freed_at, now()), p.was_at, random()) AS pos,
+           count(*) OVER () AS total
+    FROM places AS p
+),
 admitted AS (
     UPDATE river_job AS j
     SET state = 'available',
-        scheduled_at = now(),
+        scheduled_at = ` + admittedAtSQL + `,
         metadata = (j.metadata - '` + jobmeta.HeldAt + `') || jsonb_build_object(
             '` + jobmeta.DueAt + `', (extract(epoch FROM ` + db.DueAtSQL("j") + `) * 1000000)::bigint,
-            '` + jobmeta.MovedAt + `', (extract(epoch FROM now()) * 1000000)::bigint)
-    FROM admit
-    WHERE j.id = admit.id
+            '` + jobmeta.MovedAt + `', (extract(epoch FROM ` + admittedAtSQL + `) * 1000000)::bigint)
+    FROM turns AS t
+    WHERE j.id = t.id
     RETURNING j.id
 ),
 notified AS (

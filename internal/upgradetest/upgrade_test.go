@@ -312,7 +312,7 @@ func TestUpgradeFromOldStyleJobs(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, "%v", dup)
 	require.Equal(t, []any{float64(aged), true, true, "analysis_priority", float64(2), "enterprise"},
 		[]any{dup["id"], dup["duplicate"], dup["upgraded"], dup["queue"], dup["priority"], dup["tier"]})
-	require.JSONEq(t, `{"tierq:base_priority": 2, "tierq:tier": "enterprise", "tierq:moves": [
+	require.JSONEq(t, `{"tierq:base_priority": 2, "tierq:tier": "enterprise", "tierq:tenant": "u_enterprise", "tierq:moves": [
 		{"kind": "dedup", "from_queue": "analysis_default", "to_queue": "analysis_priority", "from_priority": 3, "to_priority": 2,
 		 "actor": "dedup", "reason": "duplicate inserted for tier enterprise"}
 	]}`, metadataOf(t, db, aged))
@@ -351,7 +351,7 @@ func TestUpgradeFromOldStyleJobs(t *testing.T) {
 		"tierq_job_wait_seconds_count{queue=analysis_priority,tier=pro}": 2,
 		// escalated
 		"tierq_job_wait_seconds_count{queue=analysis_priority,tier=free}": 1,
-	}, promtest.Text(t, analyzer, "tierq_"))
+	}, promtest.Text(t, analyzer, "tierq_job"))
 	// escalated waited from its legacy due time: more than 10 minutes, less
 	// than 15.
 	require.Contains(t, analyzer, `tierq_job_wait_seconds_bucket{queue="analysis_priority",tier="free",le="300"} 0`+"\n")
@@ -364,7 +364,7 @@ func TestUpgradeFromOldStyleJobs(t *testing.T) {
 		"tierq_job_wait_seconds_count{queue=specview_priority,tier=pro_plus}":       3,
 		"tierq_job_wait_seconds_count{queue=specview_priority,tier=pro}":            3,
 		"tierq_job_wait_seconds_count{queue=specview_priority,tier=free}":           1,
-	}, promtest.Text(t, proctest.Scrape(t, sys.specgenMetrics), "tierq_"))
+	}, promtest.Text(t, proctest.Scrape(t, sys.specgenMetrics), "tierq_job"))
 	require.Equal(t, map[string]int{
 		"specview_priority 2 enterprise": 3, "specview_priority 3 pro_plus": 3, "specview_priority 4 pro": 2,
 		"specview_priority 4 free": 1, "specview_priority 4 (args only)": 1,
