@@ -71,6 +71,15 @@ func (b *fairBundle) queue(t *testing.T, tenant string, tier tiers.Tier, n, slee
 	return ids
 }
 
+// waitCapacity waits until the replicas' heartbeats give the priority
+// queue a capacity of n.
+func (b *fairBundle) waitCapacity(t *testing.T, n int) {
+	t.Helper()
+	testdb.WaitFor(t, 20*time.Second, fmt.Sprintf("a capacity of %d", n), func() bool {
+		return b.db.Count(t, `SELECT coalesce(sum(slots), 0) FROM fair_share_slots WHERE queue = 'mail_priority'`) == n
+	})
+}
+
 // startOrder is the tenants of the queue's started jobs in start order.
 func (b *fairBundle) startOrder(t *testing.T) []string {
 	t.Helper()
@@ -99,21 +108,21 @@ func TestFairShareAcrossReplicas(t *testing.T) {
 	ctx := context.Background()
 	_, err := b.db.Pool.Exec(ctx, `INSERT INTO fair_share_weights (tenant, weight) VALUES ('a', 2)`)
 	require.NoError(t, err)
+	b.startReplica(t, "MAILER_QUEUE_PRIORITY_WORKERS=2")
+	b.startReplica(t, "MAILER_QUEUE_PRIORITY_WORKERS=2")
+	b.waitCapacity(t, 4)
 	b.queue(t, "a", tiers.Pro, 40, 40)
 	b.queue(t, "b", tiers.Pro, 20, 40)
 	b.queue(t, "c", tiers.Pro, 20, 40)
-
-	b.startReplica(t, "MAILER_QUEUE_PRIORITY_WORKERS=2")
-	b.startReplica(t, "MAILER_QUEUE_PRIORITY_WORKERS=2")
 	testdb.WaitFor(t, 60*time.Second, "48 jobs started", func() bool {
 		return len(b.startOrder(t)) >= 48
 	})
 	order := b.startOrder(t)[:48]
 	t.Logf("start order: %v", order)
 
-	// The first starts may come before both replicas' heartbeats and the
-	// first pass (a's jobs are first in line): skip up to the first start
-	// of c, the last tenant in line.
+	// The first starts come before the first pass (a's jobs are first in
+	// line, and nothing is held until every worker is busy): skip up to
+	// the first start of c, the last tenant in line.
 	first := 0
 	for first < len(order) && order[first] != "c" {
 		first++
