@@ -75,6 +75,7 @@ func TestWorkerCrash(t *testing.T) {
 	tally, settle := s.settle(ctx, 2*time.Minute)
 	stopWatch()
 	s.check(tally)
+	s.checkNoAttemptRanTwice(tally)
 
 	// Every delivery cut short was on a killed worker: no live job was
 	// rescued. Recovery is how long the last job a kill cut short took to
@@ -95,7 +96,7 @@ func TestWorkerCrash(t *testing.T) {
 	require.Positive(t, tally.lent, "no job was lent")
 	s.summary(tally, recovery, settle, fmt.Sprintf("kills=%d", len(killed)),
 		fmt.Sprintf("flood=%d", len(flooded)), fmt.Sprintf("held_peak=%d", watch.heldPeak),
-		fmt.Sprintf("kills_while_held=%d", killsWhileHeld), fmt.Sprintf("lent=%d", tally.lent),
+		fmt.Sprintf("kills_while_held=%d", killsWhileHeld), fmt.Sprintf("lent=%d", tally.lent), fmt.Sprintf("ran_twice=%d", tally.sameAttempt),
 		fmt.Sprintf("returned=%d", s.returned(ctx, watch)))
 }
 

@@ -70,6 +70,7 @@ func TestSchedulerFailover(t *testing.T) {
 	tally, settle := s.settle(ctx, 2*time.Minute)
 	stopWatch()
 	s.check(tally)
+	s.checkNoAttemptRanTwice(tally)
 	require.Positive(t, tally.deadLettered)
 	// No worker died and no job outlasted its timeout: any second execution
 	// would be a job run twice.
@@ -129,7 +130,8 @@ func TestSchedulerFailover(t *testing.T) {
 		fmt.Sprintf("new_leader_promotions=%.0f", promotions),
 		fmt.Sprintf("flood=%d", len(flooded)), fmt.Sprintf("held_peak=%d", watch.heldPeak),
 		fmt.Sprintf("held_at_kill=%d", heldAtKill), fmt.Sprintf("held_at_takeover=%d", heldAtTakeOver),
-		fmt.Sprintf("lent=%d", tally.lent), fmt.Sprintf("returned=%d", s.returned(ctx, watch)))
+		fmt.Sprintf("lent=%d", tally.lent), fmt.Sprintf("returned=%d", s.returned(ctx, watch)),
+		fmt.Sprintf("ran_twice=%d", tally.sameAttempt))
 }
 
 // scrapeSum adds up every sample of metric at url.
