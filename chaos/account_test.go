@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/jobs"
 )
 
@@ -116,11 +117,28 @@ type tally struct {
 	// badCompletions counts recorded jobs with more than one completed
 	// execution, or completed with none. Must be 0.
 	badCompletions int
+	// sameAttempt counts attempts of recorded jobs that started more than
+	// once (two executions with one attempt number). A stop's soft-stop
+	// timeout reruns the attempt it cut short (River resets the attempt
+	// since 0.44), but a redelivery after a crash is a new attempt (the
+	// rescuer errors the stuck one): without graceful stops, each is a job
+	// fetched twice, or moved by fair share or lending while it ran
+	// (checkNoAttemptRanTwice).
+	sameAttempt int
 	// unacknowledged counts load-test and analysis jobs in the database that
 	// no answer told the scenario about (an insert or replay whose answer
 	// was lost in a fault); strayPending those of them not finished. The
 	// promise covers them too: strayPending must be 0.
 	unacknowledged, strayPending int
+	// held counts the jobs of any kind that fair share still holds back
+	// (pending with jobmeta.HeldAt): once the load stops, every held job
+	// must be admitted and run, whatever process held it. Must end at 0.
+	held int
+	// lent counts the inserted jobs that ended lent (jobmeta.LentFrom kept
+	// as a record: they ran in their service's priority queue);
+	// lentAstray those of them back in the queue they were lent from still
+	// marked lent, which returning a job must not leave. Must be 0.
+	lent, lentAstray int
 	// unexpected lists jobs that ended somewhere else than they should.
 	unexpected []string
 	// pendingWhy samples why jobs are still pending.
@@ -134,9 +152,10 @@ func (s *system) account(ctx context.Context) (tally, error) {
 	t := tally{inserted: len(entries)}
 
 	type place struct {
-		state    *string
-		deadID   *int64
-		replayTo *int64
+		state, queue, lentFrom *string
+		held                   bool
+		deadID                 *int64
+		replayTo               *int64
 	}
 	current := map[int64]int64{}
 	unresolved := make([]int64, 0, len(entries))
@@ -157,10 +176,10 @@ func (s *system) account(ctx context.Context) (tally, error) {
 			ids[i] = current[id]
 		}
 		rows, err := s.pool.Query(ctx, `
-			SELECT i.id, j.state::text, d.id, d.replay_job_id
+			SELECT i.id, j.state::text, j.queue, coalesce(j.metadata ? $2, false), j.metadata->>$3, d.id, d.replay_job_id
 			FROM unnest($1::bigint[]) AS i(id)
 			LEFT JOIN river_job j ON j.id = i.id
-			LEFT JOIN dead_letter_jobs d ON d.job_id = i.id`, ids)
+			LEFT JOIN dead_letter_jobs d ON d.job_id = i.id`, ids, jobmeta.HeldAt, jobmeta.LentFrom)
 		if err != nil {
 			return t, err
 		}
@@ -170,7 +189,7 @@ func (s *system) account(ctx context.Context) (tally, error) {
 				id int64
 				p  place
 			)
-			if err := rows.Scan(&id, &p.state, &p.deadID, &p.replayTo); err != nil {
+			if err := rows.Scan(&id, &p.state, &p.queue, &p.held, &p.lentFrom, &p.deadID, &p.replayTo); err != nil {
 				rows.Close()
 				return t, err
 			}
@@ -191,7 +210,13 @@ func (s *system) account(ctx context.Context) (tally, error) {
 			case p.state != nil && *p.state == "cancelled":
 				finals[id] = cancelled
 			case p.state != nil:
-				finals[id], why[id] = pending, fmt.Sprintf("job %d is %s", at, *p.state)
+				finals[id], why[id] = pending, fmt.Sprintf("job %d is %s in %s", at, *p.state, *p.queue)
+				if p.held {
+					why[id] += " (held by fair share)"
+				}
+				if p.lentFrom != nil {
+					why[id] += " (lent from " + *p.lentFrom + ")"
+				}
 			case p.deadID != nil && p.replayTo != nil:
 				current[id] = *p.replayTo
 				next = append(next, id)
@@ -268,6 +293,12 @@ func (s *system) account(ctx context.Context) (tally, error) {
 	if err := rows.Err(); err != nil {
 		return t, err
 	}
+	if err := s.pool.QueryRow(ctx, `
+		SELECT count(*) FROM (
+			SELECT 1 FROM load_test_executions WHERE job_id = ANY($1)
+			GROUP BY job_id, attempt HAVING count(*) > 1) AS twice`, visited).Scan(&t.sameAttempt); err != nil {
+		return t, err
+	}
 	for _, e := range entries {
 		if !e.recorded {
 			continue
@@ -285,6 +316,20 @@ func (s *system) account(ctx context.Context) (tally, error) {
 		SELECT count(*), count(*) FILTER (WHERE state NOT IN ('completed', 'cancelled'))
 		FROM river_job WHERE kind = ANY($1) AND NOT (id = ANY($2))`,
 		[]string{jobs.KindLoadTest, jobs.KindAnalysis}, visited).Scan(&t.unacknowledged, &t.strayPending); err != nil {
+		return t, err
+	}
+
+	// Fair share and lending: nothing held left behind, of any kind; the
+	// lent jobs, wherever their chains ended (a lent job that failed every
+	// attempt ends in dead_letter_jobs with its metadata).
+	if err := s.pool.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM river_job WHERE `+heldSQL+`)::int,
+		       count(*) FILTER (WHERE j.metadata ? $1)::int,
+		       count(*) FILTER (WHERE j.metadata ? $1 AND j.queue = j.metadata->>$1)::int
+		FROM (SELECT queue, metadata FROM river_job WHERE id = ANY($2)
+		      UNION ALL
+		      SELECT queue, metadata FROM dead_letter_jobs WHERE job_id = ANY($2)) AS j`,
+		jobmeta.LentFrom, visited).Scan(&t.held, &t.lent, &t.lentAstray); err != nil {
 		return t, err
 	}
 
@@ -325,7 +370,7 @@ func (s *system) settle(ctx context.Context, limit time.Duration) (tally, time.D
 	)
 	for {
 		t, err = s.account(ctx)
-		if err == nil && t.pending == 0 && t.strayPending == 0 {
+		if err == nil && t.pending == 0 && t.strayPending == 0 && t.held == 0 {
 			return t, time.Since(start)
 		}
 		if time.Since(start) > limit {
@@ -345,7 +390,18 @@ func (s *system) check(t tally) {
 	require.Zero(s.t, t.pending, "jobs still pending after the settle limit: %v", t.pendingWhy)
 	require.Zero(s.t, t.strayPending, "jobs no answer reported (%d) still unfinished", t.unacknowledged)
 	require.Zero(s.t, t.badCompletions, "recorded jobs completed more than once, or completed without a completed execution")
+	require.Zero(s.t, t.held, "jobs fair share still holds back after the settle limit")
+	require.Zero(s.t, t.lentAstray, "lent jobs back in their own queue still marked lent")
 	require.Empty(s.t, t.unexpected, "jobs that ended in the wrong place")
+}
+
+// checkNoAttemptRanTwice fails the test if an attempt of a recorded job
+// started twice, for a scenario that stops no worker gracefully: its
+// workers only die by SIGKILL, whose cut-short jobs the rescuer retries as
+// new attempts.
+func (s *system) checkNoAttemptRanTwice(t tally) {
+	s.t.Helper()
+	require.Zero(s.t, t.sameAttempt, "attempts of recorded jobs that started twice")
 }
 
 // summary prints the scenario's one-line summary.

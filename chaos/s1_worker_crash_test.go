@@ -19,20 +19,39 @@ import (
 // `running` until the leading scheduler's rescuer retries them (after
 // RESCUE_STUCK_JOBS_AFTER, 61 s here; River's rescuer looks every 30 s), and
 // the survivors and the new workers finish everything.
+//
+// Fair share is on (the default) and lending too; the load runs for several
+// tenants, and a flood tenant inserts a burst at the start and another
+// halfway, which fair share holds back nearly whole while the kills go on.
+// A killed worker may have been the one whose passes held jobs or lent them:
+// the survivors' and the replacements' passes (on a job's start and end,
+// and every tick) admit what is held, and lent jobs run in the priority
+// queue or go back, unstarted, to their default queue.
 func TestWorkerCrash(t *testing.T) {
 	s := newSystem(t, "worker-crash")
 	ctx := context.Background()
+	s.lendIdlePriority()
 	s.fullTopology()
 
+	watch, stopWatch := s.watchFairShare(ctx)
+	defer stopWatch()
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	stats, waitLoad := s.run(loadCtx, load{
 		Every: 100 * time.Millisecond, Batch: 6, MinMS: 20, MaxMS: 300,
-		Services: s.registry.Services(), ScheduledPercent: 10, APIEvery: 250 * time.Millisecond,
+		Services: s.registry.Services(), ScheduledPercent: 10, Tenants: loadTenants, APIEvery: 250 * time.Millisecond,
 	})
 
 	r := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
 	killed := map[string]time.Time{}
-	for range 8 {
+	var flooded []int64
+	killsWhileHeld := 0
+	for i := range 8 {
+		if i%4 == 0 {
+			ids, err := s.flood(ctx, floodTenant, 150)
+			flooded = append(flooded, ids...)
+			require.NoError(t, err, "flood")
+			s.waitHeld(ctx, ids)
+		}
 		time.Sleep(3 * time.Second)
 		var workers []*proc
 		for _, p := range s.processes() {
@@ -41,6 +60,9 @@ func TestWorkerCrash(t *testing.T) {
 			}
 		}
 		victim := workers[r.IntN(len(workers))]
+		if s.held(ctx) > 0 {
+			killsWhileHeld++
+		}
 		victim.kill()
 		killed[victim.clientID] = time.Now()
 		time.Sleep(500 * time.Millisecond)
@@ -51,7 +73,9 @@ func TestWorkerCrash(t *testing.T) {
 	waitLoad()
 
 	tally, settle := s.settle(ctx, 2*time.Minute)
+	stopWatch()
 	s.check(tally)
+	s.checkNoAttemptRanTwice(tally)
 
 	// Every delivery cut short was on a killed worker: no live job was
 	// rescued. Recovery is how long the last job a kill cut short took to
@@ -65,7 +89,15 @@ func TestWorkerCrash(t *testing.T) {
 	require.Positive(t, tally.redelivered, "no kill hit a running job: the scenario proved nothing")
 	require.Zero(t, stats.insertErrors, "routing-helper inserts failed")
 	require.Equal(t, []int{http.StatusCreated}, keys(stats.apiStatus), "API answers")
-	s.summary(tally, recovery, settle, fmt.Sprintf("kills=%d", len(killed)))
+	// Fair share and lending were exercised, through the kills.
+	require.Zero(t, watch.errs, "fair-share samples that failed")
+	require.Positive(t, watch.heldPeak, "fair share never held a job back")
+	require.Positive(t, killsWhileHeld, "no kill while fair share held jobs back")
+	require.Positive(t, tally.lent, "no job was lent")
+	s.summary(tally, recovery, settle, fmt.Sprintf("kills=%d", len(killed)),
+		fmt.Sprintf("flood=%d", len(flooded)), fmt.Sprintf("held_peak=%d", watch.heldPeak),
+		fmt.Sprintf("kills_while_held=%d", killsWhileHeld), fmt.Sprintf("lent=%d", tally.lent), fmt.Sprintf("ran_twice=%d", tally.sameAttempt),
+		fmt.Sprintf("returned=%d", s.returned(ctx, watch)))
 }
 
 func keys[V any](m map[int]V) []int {

@@ -23,9 +23,16 @@ import (
 // twice and no job is drained twice. The analyzer serves no scheduled
 // queue here, so background analyzer work only runs once the escalation
 // sweep moves it to the default queue, and it ages while it waits.
+//
+// Fair share is on (the default) and lending too; the load runs for several
+// tenants, and just before the kill a flood tenant inserts a burst that fair
+// share holds back nearly whole. Admission and lending are the workers'
+// own, so they carry on while no scheduler leads: fewer jobs are held at
+// the take-over than at the kill. No worker dies, so no job may run twice.
 func TestSchedulerFailover(t *testing.T) {
 	s := newSystem(t, "scheduler-failover")
 	ctx := context.Background()
+	s.lendIdlePriority()
 	a, b := s.scheduler(), s.scheduler()
 	for range 2 {
 		s.worker(s.analyzer, "ANALYZER_QUEUE_SCHEDULED_WORKERS=0")
@@ -38,24 +45,43 @@ func TestSchedulerFailover(t *testing.T) {
 		follower = b
 	}
 
+	watch, stopWatch := s.watchFairShare(ctx)
+	defer stopWatch()
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	_, waitLoad := s.run(loadCtx, load{
 		Every: 100 * time.Millisecond, Batch: 4, MinMS: 20, MaxMS: 200,
-		Services: s.registry.Services(), ScheduledPercent: 25, FailPercent: 5, APIEvery: 500 * time.Millisecond,
+		Services: s.registry.Services(), ScheduledPercent: 25, FailPercent: 5, Tenants: loadTenants,
+		APIEvery: 500 * time.Millisecond,
 	})
 	time.Sleep(8 * time.Second)
 
+	flooded, err := s.flood(ctx, floodTenant, 150)
+	require.NoError(t, err, "flood")
+	heldAtKill := s.waitHeld(ctx, flooded)
 	leader.kill()
 	killedAt := time.Now()
 	s.waitLeader(ctx, follower)
 	tookOver := time.Now()
+	heldAtTakeOver := s.held(ctx)
 	time.Sleep(12 * time.Second)
 	stopLoad()
 	waitLoad()
 
 	tally, settle := s.settle(ctx, 2*time.Minute)
+	stopWatch()
 	s.check(tally)
+	s.checkNoAttemptRanTwice(tally)
 	require.Positive(t, tally.deadLettered)
+	// No worker died and no job outlasted its timeout: any second execution
+	// would be a job run twice.
+	require.Zero(t, tally.redelivered, "load-test jobs executed more than once")
+	// Fair share held the flood back across the kill and admitted it
+	// without a leader; lending lent.
+	require.Zero(t, watch.errs, "fair-share samples that failed")
+	require.Positive(t, watch.heldPeak, "fair share never held a job back")
+	require.Positive(t, heldAtKill, "nothing held back at the kill")
+	require.Less(t, heldAtTakeOver, heldAtKill, "held jobs admitted while no scheduler led")
+	require.Positive(t, tally.lent, "no job was lent")
 
 	count := func(sql string, args ...any) int {
 		t.Helper()
@@ -101,7 +127,11 @@ func TestSchedulerFailover(t *testing.T) {
 	s.summary(tally, tookOver.Sub(killedAt), settle,
 		fmt.Sprintf("cron_slots=%d", count(`SELECT count(*) FROM river_job WHERE kind = ANY($1)`, []string{jobs.KindReanalyzeStale, jobs.KindRetention})),
 		fmt.Sprintf("escalations=%d", count(`SELECT count(*) FROM job_escalations WHERE actor = $1`, escalation.ActorScheduler)),
-		fmt.Sprintf("new_leader_promotions=%.0f", promotions))
+		fmt.Sprintf("new_leader_promotions=%.0f", promotions),
+		fmt.Sprintf("flood=%d", len(flooded)), fmt.Sprintf("held_peak=%d", watch.heldPeak),
+		fmt.Sprintf("held_at_kill=%d", heldAtKill), fmt.Sprintf("held_at_takeover=%d", heldAtTakeOver),
+		fmt.Sprintf("lent=%d", tally.lent), fmt.Sprintf("returned=%d", s.returned(ctx, watch)),
+		fmt.Sprintf("ran_twice=%d", tally.sameAttempt))
 }
 
 // scrapeSum adds up every sample of metric at url.

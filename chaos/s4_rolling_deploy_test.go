@@ -17,9 +17,10 @@ import (
 
 // TestRollingDeploy replaces every worker under load the way an orchestrator
 // does: start the new one, send SIGTERM to the old one. Some jobs run longer
-// than the soft-stop timeout (2 s); the stopping worker cancels them, River
-// records the attempt as errored and retries it elsewhere. When the old
-// process has exited, none of its jobs is left `running`.
+// than the soft-stop timeout (2 s); the stopping worker cancels them, and
+// River makes them available again with their attempt as before (a stop is
+// not the job's failure) for another worker to run. When the old process
+// has exited, none of its jobs is left `running`.
 func TestRollingDeploy(t *testing.T) {
 	s := newSystem(t, "rolling-deploy")
 	ctx := context.Background()

@@ -30,6 +30,7 @@ import (
 
 	"github.com/tierq/tierq/internal/proctest"
 	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/service"
@@ -90,6 +91,9 @@ type system struct {
 	// its two services.
 	registry          *service.Registry
 	analyzer, specGen *service.Service
+	// workerEnv is added to every worker process's environment, the
+	// replacements a scenario starts included (lendIdlePriority).
+	workerEnv []string
 
 	mu      sync.Mutex
 	procs   []*proc
@@ -246,9 +250,25 @@ func (p *proc) waitOutput(t *testing.T, want string) {
 	}
 }
 
-// worker starts a worker of svc with the load-test workload registered.
+// worker starts a worker of svc with the load-test workload registered and
+// the system's workerEnv.
 func (s *system) worker(svc *service.Service, extra ...string) *proc {
-	return s.start("worker", append([]string{"WORKER_SERVICE=" + svc.Name(), "LOAD_TEST_WORKLOAD=true"}, extra...)...)
+	env := append([]string{"WORKER_SERVICE=" + svc.Name(), "LOAD_TEST_WORKLOAD=true"}, s.workerEnv...)
+	return s.start("worker", append(env, extra...)...)
+}
+
+// lendIdlePriority turns lending on for every service in the worker
+// processes started from now on (<NAME>_LEND_IDLE_PRIORITY, the floor at its
+// default of 1, set explicitly so the scenario does not change with the
+// default): while no paid job waits, idle priority workers take free jobs
+// from the service's default queue. Fair share needs nothing: it is on by
+// default for the priority and default queues. Not every scenario lends:
+// a lent job changes queue without an escalation audit row, which the
+// operators-racing scenario's audit chains would rightly report.
+func (s *system) lendIdlePriority() {
+	for _, svc := range s.registry.Services() {
+		s.workerEnv = append(s.workerEnv, svc.EnvPrefix()+"LEND_IDLE_PRIORITY=true", svc.EnvPrefix()+"LEND_FLOOR=1")
+	}
 }
 
 // serviceOf is the service a worker process serves.
@@ -435,11 +455,19 @@ type loadtestJob struct {
 }
 
 // routedLoadtest is a recorded load-test job routed for tier and service by
-// the service's InsertOpts, sleeping between minMS and maxMS.
+// the service's InsertOpts, sleeping between minMS and maxMS, for no
+// tenant.
 func routedLoadtest(r *rand.Rand, svc *service.Service, tier tiers.Tier, scheduled bool, minMS, maxMS int) loadtestJob {
+	return tenantLoadtest(r, svc, tier, "", scheduled, minMS, maxMS)
+}
+
+// tenantLoadtest is routedLoadtest on behalf of tenant: the job's
+// jobmeta.Tenant, by which fair share shares a queue's workers ("" is one
+// tenant too).
+func tenantLoadtest(r *rand.Rand, svc *service.Service, tier tiers.Tier, tenant string, scheduled bool, minMS, maxMS int) loadtestJob {
 	return loadtestJob{
 		args: jobs.LoadTestArgs{SleepMS: minMS + r.IntN(maxMS-minMS+1), Record: true},
-		opts: svc.InsertOpts(tier, "", scheduled),
+		opts: svc.InsertOpts(tier, tenant, scheduled),
 		want: completed,
 	}
 }
@@ -457,21 +485,29 @@ func failingLoadtest(job loadtestJob, until time.Time, maxAttempts int) loadtest
 
 // insert inserts the jobs in one transaction and adds them to the ledger.
 func (s *system) insert(ctx context.Context, batch []loadtestJob) error {
+	_, err := s.insertIDs(ctx, batch)
+	return err
+}
+
+// insertIDs is insert, returning the jobs' ids.
+func (s *system) insertIDs(ctx context.Context, batch []loadtestJob) ([]int64, error) {
 	params := make([]river.InsertManyParams, len(batch))
 	for i, j := range batch {
 		params[i] = river.InsertManyParams{Args: j.args, InsertOpts: j.opts}
 	}
 	res, err := s.client.InsertMany(ctx, params)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	ids := make([]int64, len(res))
 	for i, r := range res {
+		ids[i] = r.Job.ID
 		s.ledger.add(entry{
 			id: r.Job.ID, kind: jobs.KindLoadTest, queue: r.Job.Queue, priority: r.Job.Priority,
 			want: batch[i].want, recorded: batch[i].args.Record, flaky: batch[i].args.FailUntil != nil,
 		})
 	}
-	return nil
+	return ids, nil
 }
 
 // load is steady work for a scenario: a batch of routed load-test jobs
@@ -488,7 +524,11 @@ type load struct {
 	// FailPercent of the jobs fail every attempt (fail_until an hour ahead)
 	// with a single attempt: each must end in dead_letter_jobs.
 	FailPercent int
-	APIEvery    time.Duration
+	// Tenants the routed jobs run for, one picked at random per job; none:
+	// every routed job without a tenant. (The API's jobs run for the
+	// user of their tier.)
+	Tenants  []string
+	APIEvery time.Duration
 }
 
 // loadStats is what the load saw.
@@ -515,7 +555,11 @@ func (s *system) run(ctx context.Context, l load) (*loadStats, func()) {
 				n := i*l.Batch + k
 				svc := l.Services[n%len(l.Services)]
 				tier := tiers.All()[n%4]
-				job := routedLoadtest(r, svc, tier, r.IntN(100) < l.ScheduledPercent, l.MinMS, l.MaxMS)
+				tenant := ""
+				if len(l.Tenants) > 0 {
+					tenant = l.Tenants[r.IntN(len(l.Tenants))]
+				}
+				job := tenantLoadtest(r, svc, tier, tenant, r.IntN(100) < l.ScheduledPercent, l.MinMS, l.MaxMS)
 				if r.IntN(100) < l.LongPercent {
 					job.args.SleepMS = 2500 + r.IntN(1001)
 				}
@@ -554,6 +598,144 @@ func (s *system) run(ctx context.Context, l load) (*loadStats, func()) {
 		})
 	}
 	return stats, wg.Wait
+}
+
+// loadTenants are the tenants of the steady load in the scenarios that run
+// fair share against a flood; floodTenant is the one that floods.
+var (
+	loadTenants = []string{"tenant_a", "tenant_b", "tenant_c", "tenant_d"}
+	floodTenant = "tenant_flood"
+)
+
+// flood inserts one tenant's burst through the routing helper, as a
+// producer's batch: for each service, perQueue free jobs (its default
+// queue) and perQueue pro jobs (its priority queue), recorded, sleeping
+// 100–500 ms, one transaction per queue. The tenant's window in a queue is
+// a few jobs (its share of the queue's workers, at least one), so fair share
+// holds back nearly all of it, and lending moves free ones into the
+// priority queue while no paid job waits there. It returns the ids of the
+// jobs it inserted (all of them in the ledger); an error leaves the rest
+// out.
+func (s *system) flood(ctx context.Context, tenant string, perQueue int) ([]int64, error) {
+	r := rand.New(rand.NewPCG(3, uint64(time.Now().UnixNano())))
+	var ids []int64
+	for _, svc := range s.registry.Services() {
+		for _, tier := range []tiers.Tier{tiers.Pro, tiers.Free} {
+			batch := make([]loadtestJob, perQueue)
+			for i := range batch {
+				batch[i] = tenantLoadtest(r, svc, tier, tenant, false, 100, 500)
+			}
+			res, err := s.insertIDs(context.WithoutCancel(ctx), batch)
+			ids = append(ids, res...)
+			if err != nil {
+				return ids, err
+			}
+		}
+	}
+	return ids, nil
+}
+
+// heldSQL is the condition of a river_job row fair share holds back: the
+// predicate of river_job_tierq_held_idx, constant so the index serves it.
+const heldSQL = `state = 'pending' AND metadata ? '` + jobmeta.HeldAt + `'`
+
+// held is how many jobs fair share holds back right now, in every queue.
+func (s *system) held(ctx context.Context) int {
+	s.t.Helper()
+	var n int
+	require.NoError(s.t, s.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE `+heldSQL).Scan(&n))
+	return n
+}
+
+// waitHeld waits up to 30 s until fair share holds back jobs of the flood
+// ids in each queue the flood went into (the first pass over each queue
+// after the insert holds nearly all of them: a flood lasts seconds, a pass
+// comes within a tick) and returns how many jobs it holds, in every queue.
+func (s *system) waitHeld(ctx context.Context, ids []int64) int {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var queues, heldQueues, held int
+		require.NoError(s.t, s.pool.QueryRow(ctx, `
+			SELECT count(DISTINCT queue), count(DISTINCT queue) FILTER (WHERE `+heldSQL+`),
+			       (SELECT count(*) FROM river_job WHERE `+heldSQL+`)
+			FROM river_job WHERE id = ANY($1)`, ids).Scan(&queues, &heldQueues, &held))
+		if heldQueues == queues {
+			return held
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("fair share held back the flood in %d of its %d queues within 30s", heldQueues, queues)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// fairShareWatch is what a scenario saw fair share and lending do while it
+// ran, sampled every 100 ms: the most jobs held at once, and the jobs seen
+// lent and not started yet.
+type fairShareWatch struct {
+	mu       sync.Mutex
+	heldPeak int
+	lentSeen map[int64]bool
+	errs     int
+}
+
+// watchFairShare samples fair share until the returned stop is called.
+func (s *system) watchFairShare(ctx context.Context) (*fairShareWatch, func()) {
+	w := &fairShareWatch{lentSeen: map[int64]bool{}}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			var (
+				held int
+				lent []int64
+			)
+			err := s.pool.QueryRow(ctx, `
+				SELECT (SELECT count(*) FROM river_job WHERE `+heldSQL+`)::int,
+				       coalesce((SELECT array_agg(id) FROM river_job WHERE state = 'available' AND metadata ? $1), '{}')`,
+				jobmeta.LentFrom).Scan(&held, &lent)
+			w.mu.Lock()
+			if err != nil && ctx.Err() == nil {
+				w.errs++
+			}
+			w.heldPeak = max(w.heldPeak, held)
+			for _, id := range lent {
+				w.lentSeen[id] = true
+			}
+			w.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	return w, func() { cancel(); wg.Wait() }
+}
+
+// returned counts the jobs the watch saw lent that are no longer lent: a
+// lending pass moved them back to their default queue unstarted, because
+// paid work waited (at least that many: a job lent and returned between
+// two samples is not seen).
+func (s *system) returned(ctx context.Context, w *fairShareWatch) int {
+	s.t.Helper()
+	w.mu.Lock()
+	ids := make([]int64, 0, len(w.lentSeen))
+	for id := range w.lentSeen {
+		ids = append(ids, id)
+	}
+	w.mu.Unlock()
+	var n int
+	require.NoError(s.t, s.pool.QueryRow(ctx, `
+		SELECT count(*) FROM (
+			SELECT id, metadata FROM river_job WHERE id = ANY($1)
+			UNION ALL
+			SELECT job_id, metadata FROM dead_letter_jobs WHERE job_id = ANY($1)) AS j
+		WHERE NOT j.metadata ? $2`, ids, jobmeta.LentFrom).Scan(&n))
+	return n
 }
 
 // leader returns the client ID holding River's leadership, or "".
