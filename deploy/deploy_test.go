@@ -50,6 +50,7 @@ func exported(t *testing.T) map[string][]string {
 	rec := &recorder{}
 	metrics.NewJobs(rec)
 	metrics.NewScheduler(rec, testdb.Registry(t).Queues())
+	metrics.NewFairShare(rec, testdb.Registry(t).Queues())
 	descs := make(chan *prometheus.Desc, 100)
 	api.NewMetrics(nil, nil, nil).Describe(descs)
 	for _, c := range rec.collectors {
