@@ -25,7 +25,9 @@
 //
 // Passes are cheap when nothing contends: a process runs one when one of its
 // queues has every worker busy (a tenant may be over its window) or the
-// last pass saw held jobs (admit as places free), at most one per
+// last pass saw held jobs (admit as places free; a pass that starts
+// holding runs the next itself, since the hook learns of held work only
+// when the pass ends), at most one per
 // Config.PassInterval per queue, and one every Config.Tick besides. A pass
 // is one statement; when a process of another replica is running one over
 // the same queue, the process tries again a PassInterval later.
@@ -281,7 +283,16 @@ func (a *Admitter) Pass(ctx context.Context, queue string) (Pass, error) {
 		// Held work remains when the pass held some back, or a tenant with
 		// held jobs had no room (it may have had room for all of them: the
 		// next pass finds out, at the cost of one statement).
-		q.held.Store(p.Held > 0 || p.HeldTenants > 0)
+		held := p.Held > 0 || p.HeldTenants > 0
+		// The hook wakes the loop on held work only once held is set: while
+		// this pass ran, the workers may have fetched and finished every
+		// job it left in the line, and woken nobody (short jobs never have
+		// every worker busy at once). Nothing else would then run a pass
+		// before the next Tick, with work held and the workers idle: look
+		// again.
+		if !q.held.Swap(held) && held {
+			q.signal()
+		}
 	}
 	return p, nil
 }
