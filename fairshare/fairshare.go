@@ -24,13 +24,13 @@
 // fetches a better priority first whatever the windows.
 //
 // Passes are cheap when nothing contends: a process runs one when one of its
-// queues has every worker busy (a tenant may be over its window) or the
-// last pass saw held jobs (admit as places free; a pass that starts
-// holding runs the next itself, since the hook learns of held work only
-// when the pass ends), at most one per
-// Config.PassInterval per queue, and one every Config.Tick besides. A pass
-// is one statement; when a process of another replica is running one over
-// the same queue, the process tries again a PassInterval later.
+// queues with fair share on has every worker busy (a tenant may be over its
+// window) or the last pass saw held jobs (admit as places free; a pass that
+// starts holding runs the next itself, since the hook learns of held work
+// only when the pass ends), at most one per Config.PassInterval per queue,
+// and one every Config.Tick besides. A pass is one statement; when a
+// process of another replica is running one over the same queue, the
+// process tries again a PassInterval later.
 //
 // Nothing is lost or run twice: every move is one UPDATE of the job's row
 // between River's own states pending and available, with SKIP LOCKED against
@@ -224,15 +224,18 @@ var (
 )
 
 // WorkBegin: a job left the line. With held work its tenant's place is
-// refilled; with every worker busy the line may hold a tenant over its
-// window.
+// refilled; with fair share on and every worker busy the line may hold a
+// tenant over its window. A queue with fair share off holds nothing back:
+// a pass there only admits what is still held, and its busy workers are
+// no reason for one (each would read the queue's whole backlog, every
+// PassInterval, for nothing).
 func (h *hook) WorkBegin(_ context.Context, job *rivertype.JobRow) error {
 	q, ok := h.queues[job.Queue]
 	if !ok {
 		return nil
 	}
 	running := q.running.Add(1)
-	if q.held.Load() || running >= int64(q.cfg.Workers) {
+	if q.held.Load() || (q.cfg.Fair && running >= int64(q.cfg.Workers)) {
 		q.signal()
 	}
 	return nil

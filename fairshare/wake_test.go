@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/internal/testdb"
@@ -45,4 +46,23 @@ func TestAPassThatStartsHoldingLooksAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, p.HeldTenants)
 	require.False(t, woken(), "work was held already: the hook wakes the loop")
+}
+
+// TestBusyWorkersWakeOnlyAFairQueue: with every worker busy a queue with
+// fair share on may have a tenant over its window; one with fair share off
+// holds nothing back, and a pass there would read its backlog for nothing.
+func TestBusyWorkersWakeOnlyAFairQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, err := New(nil, &Config{Queues: map[string]Queue{"fair": {Workers: 2, Fair: true}, "fifo": {Workers: 2}}})
+	require.NoError(t, err)
+	hook := a.Hook().(*hook) //nolint:forcetypeassert // the package's own
+	for name, wakes := range map[string]bool{"fair": true, "fifo": false} {
+		q := a.queues[name]
+		job := &rivertype.JobRow{Queue: name}
+		require.NoError(t, hook.WorkBegin(ctx, job))
+		require.Empty(t, q.wake, "%s: one of two workers busy", name)
+		require.NoError(t, hook.WorkBegin(ctx, job))
+		require.Equal(t, wakes, len(q.wake) == 1, "%s: both workers busy", name)
+	}
 }
