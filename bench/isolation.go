@@ -143,7 +143,7 @@ type isolationPhase struct {
 	args      loadtest.Args // the stream's jobs
 	share     int           // the phase streams for duration/share; 0 means 1
 	producer  func(schema string) *river.Config
-	worker    func(pool *pgxpool.Pool) (*river.Config, error)
+	worker    func(pool *pgxpool.Pool) (*deployment, error)
 }
 
 // Isolation runs the isolation scenario.
@@ -164,29 +164,30 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 		Quick: opts.Quick, SaturatedJobMs: saturatedJobMs,
 	}
 
-	tierq := func(pool *pgxpool.Pool) (*river.Config, error) {
+	tierq := func(pool *pgxpool.Pool) (*deployment, error) {
 		cfg, err := e.workerConfig(opts.WorkerEnv...)
 		if err != nil {
 			return nil, err
 		}
-		return tierqWorker(cfg, pool, opts)
+		return tierqDeployment(cfg, pool, opts)
 	}
 	// The same worker, but the free queue drained as hard as the machine
 	// allows: 50 workers fetching every 10ms.
-	tierqHeavy := func(pool *pgxpool.Pool) (*river.Config, error) {
+	tierqHeavy := func(pool *pgxpool.Pool) (*deployment, error) {
 		cfg, err := e.workerConfig(append(slices.Clone(opts.WorkerEnv),
 			opts.Service.EnvPrefix()+"QUEUE_DEFAULT_WORKERS=50", "QUEUE_DEFAULT_FETCH_COOLDOWN=10ms")...)
 		if err != nil {
 			return nil, err
 		}
-		return tierqWorker(cfg, pool, opts)
+		return tierqDeployment(cfg, pool, opts)
 	}
-	riverWorker := func(*pgxpool.Pool) (*river.Config, error) {
+	// River's defaults: a bare client, nothing of tierq's beside it.
+	riverWorker := func(pool *pgxpool.Pool) (*deployment, error) {
 		cfg, err := e.workerConfig(opts.WorkerEnv...)
 		if err != nil {
 			return nil, err
 		}
-		return bareRiver(e.Name, cfg, false, opts), nil
+		return riverDeployment(pool, bareRiver(e.Name, cfg, false, opts))
 	}
 	tierqProducer := func(schema string) *river.Config { return producer.ClientConfig(schema, opts.logger()) }
 	riverProducer := func(schema string) *river.Config { return &river.Config{Schema: schema, Logger: opts.logger()} }
@@ -349,15 +350,15 @@ func (e *env) countQueries(ctx context.Context, ph isolationPhase, busy int, d t
 		return queryCount{}, fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
-	workerCfg, err := ph.worker(pool)
+	dep, err := ph.worker(pool)
 	if err != nil {
 		return queryCount{}, err
 	}
-	client, err := startClient(ctx, pool, workerCfg)
+	stop, err := dep.start(ctx)
 	if err != nil {
 		return queryCount{}, err
 	}
-	defer stopClient(client)
+	defer stop()
 	if err := sleep(ctx, 2*e.opts.sizes().warmup); err != nil {
 		return queryCount{}, err
 	}
@@ -420,15 +421,15 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 		return nil, 0, 0, err
 	}
 	defer workerPool.Close()
-	workerCfg, err := ph.worker(workerPool)
+	d, err := ph.worker(workerPool)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	client, err := startClient(ctx, workerPool, workerCfg)
+	stop, err := d.start(ctx)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	defer stopClient(client)
+	defer stop()
 
 	producerPool, err := e.pool(ctx, 4)
 	if err != nil {
@@ -473,25 +474,35 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 // per streamInterval, their starts spread over the first interval, routed by
 // the InsertOpts of the service under test as a producer does.
 func (e *env) insertStream(ctx context.Context, client *river.Client[pgx.Tx], producers int, args loadtest.Args, duration time.Duration) ([]int64, error) {
+	ids, err := e.insertStreams(ctx, client, make([]string, producers), streamInterval, args, duration)
+	return ids[""], err
+}
+
+// insertStreams inserts duration/interval enterprise load-test jobs (args)
+// from one goroutine per entry of tenants, sharing client, each one job per
+// interval on behalf of its tenant ("": none), their starts spread over the
+// first interval, routed by the InsertOpts of the service under test as a
+// producer does. It returns the jobs' ids by tenant.
+func (e *env) insertStreams(ctx context.Context, client *river.Client[pgx.Tx], tenants []string, interval time.Duration, args loadtest.Args, duration time.Duration) (map[string][]int64, error) {
 	var (
 		mu  sync.Mutex
-		ids []int64
+		ids = map[string][]int64{}
 	)
 	g, ctx := errgroup.WithContext(ctx)
-	for p := range producers {
+	for p, tenant := range tenants {
 		g.Go(func() error {
-			if err := sleep(ctx, streamInterval*time.Duration(p)/time.Duration(producers)); err != nil {
+			if err := sleep(ctx, interval*time.Duration(p)/time.Duration(len(tenants))); err != nil {
 				return err
 			}
-			ticker := time.NewTicker(streamInterval)
+			ticker := time.NewTicker(interval)
 			defer ticker.Stop()
-			for range int(duration / streamInterval) {
-				res, err := client.Insert(ctx, args, e.opts.Service.InsertOpts(tiers.Enterprise, "", false))
+			for range int(duration / interval) {
+				res, err := client.Insert(ctx, args, e.opts.Service.InsertOpts(tiers.Enterprise, tenant, false))
 				if err != nil {
 					return fmt.Errorf("insert: %w", err)
 				}
 				mu.Lock()
-				ids = append(ids, res.Job.ID)
+				ids[tenant] = append(ids[tenant], res.Job.ID)
 				mu.Unlock()
 				e.opts.progress().Add(1)
 				select {
@@ -511,17 +522,23 @@ func (e *env) insertStream(ctx context.Context, client *river.Client[pgx.Tx], pr
 
 // waitStarted waits until every job of ids has started.
 func waitStarted(ctx context.Context, pool *pgxpool.Pool, ids []int64, timeout time.Duration) error {
+	return waitJobs(ctx, pool, ids, timeout, "attempted_at IS NULL", "started")
+}
+
+// waitJobs waits until no job of ids meets the SQL condition waiting (the
+// jobs that have not done what the caller waits for, named done).
+func waitJobs(ctx context.Context, pool *pgxpool.Pool, ids []int64, timeout time.Duration, waiting, done string) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		var waiting int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE id = ANY($1) AND attempted_at IS NULL`, ids).Scan(&waiting); err != nil {
-			return fmt.Errorf("wait for jobs to start: %w", err)
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE id = ANY($1) AND `+waiting, ids).Scan(&n); err != nil {
+			return fmt.Errorf("wait for jobs: %w", err)
 		}
-		if waiting == 0 {
+		if n == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d jobs not started after %s", waiting, len(ids), timeout)
+			return fmt.Errorf("%d of %d jobs not %s after %s", n, len(ids), done, timeout)
 		}
 		if err := sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
