@@ -132,19 +132,35 @@ type sizes struct {
 	dlqRows       int
 	insertOne     int // insert: jobs one by one, and batched
 	insertBatched int
+	fairFlood     int           // fairness: tenant a's flood
+	fairStream    time.Duration // the small tenants' streams
+	fairBacklog   int           // jobs per backlogged tenant; tenant a alone has five times as many
+	fairWarm      time.Duration // the throughput window starts this long after the worker
+	fairWindow    time.Duration
+	snooze        time.Duration // the comparator's snooze, ± snoozeJitter
+	snoozeJitter  time.Duration
 }
 
 func (o Options) sizes() sizes {
 	switch {
 	case o.tiny:
+		// The comparator's snooze is short enough that River makes the job
+		// available again at once (it is under River's scheduler interval):
+		// a snoozed small job must not hold the tests for 30 s.
 		return sizes{stream: time.Second, idle: time.Second, warmup: 200 * time.Millisecond, backlog: 200, drainJobs: 600, adr: time.Second,
-			sweepSmall: 2_000, sweepLarge: 4_000, sweepReps: 2, dlqRows: 500, insertOne: 20, insertBatched: 2_000}
+			sweepSmall: 2_000, sweepLarge: 4_000, sweepReps: 2, dlqRows: 500, insertOne: 20, insertBatched: 2_000,
+			fairFlood: 200, fairStream: time.Second, fairBacklog: 100, fairWarm: 300 * time.Millisecond, fairWindow: 500 * time.Millisecond,
+			snooze: time.Second, snoozeJitter: 500 * time.Millisecond}
 	case o.Quick:
 		return sizes{stream: 8 * time.Second, idle: 5 * time.Second, warmup: time.Second, backlog: 50_000, drainJobs: 50_000, adr: 5 * time.Second,
-			sweepSmall: 10_000, sweepLarge: 1_000_000, sweepReps: 5, dlqRows: 20_000, insertOne: 2_000, insertBatched: 20_000}
+			sweepSmall: 10_000, sweepLarge: 1_000_000, sweepReps: 5, dlqRows: 20_000, insertOne: 2_000, insertBatched: 20_000,
+			fairFlood: 2_500, fairStream: 10 * time.Second, fairBacklog: 500, fairWarm: time.Second, fairWindow: 5 * time.Second,
+			snooze: 30 * time.Second, snoozeJitter: 10 * time.Second}
 	}
 	return sizes{stream: 30 * time.Second, idle: 10 * time.Second, warmup: time.Second, backlog: 50_000, drainJobs: 150_000, adr: 10 * time.Second,
-		sweepSmall: 10_000, sweepLarge: 1_000_000, sweepReps: 10, dlqRows: 100_000, insertOne: 5_000, insertBatched: 100_000}
+		sweepSmall: 10_000, sweepLarge: 1_000_000, sweepReps: 10, dlqRows: 100_000, insertOne: 5_000, insertBatched: 100_000,
+		fairFlood: 5_000, fairStream: 20 * time.Second, fairBacklog: 1_000, fairWarm: 2 * time.Second, fairWindow: 10 * time.Second,
+		snooze: 30 * time.Second, snoozeJitter: 10 * time.Second}
 }
 
 // Progress is told about each stage of a scenario.
