@@ -57,8 +57,9 @@ type IsolationResult struct {
 	VsRiverDefaults float64 `json:"vs_river_defaults"`
 	// Jobs is the stream's length per phase; Backlog the free jobs queued
 	// at the start of a backlog phase, BacklogWorked how many of them the
-	// worker finished during it (median), BacklogLeft how many were still
-	// queued at its end (never 0: the backlog lasted the whole stream).
+	// worker took during it (median), BacklogLeft how many were still
+	// queued at its end, available or held back by fair share (never 0:
+	// the backlog lasted the whole stream).
 	Jobs          int     `json:"jobs"`
 	Backlog       int     `json:"backlog"`
 	BacklogWorked float64 `json:"backlog_worked"`
@@ -300,19 +301,36 @@ func busyJobs(opts Options) int {
 	return 200_000
 }
 
-// queryCounter counts the statements sent on a pool's connections, and
-// the fetches (River's JobGetAvailable) among them.
+// queryCounter counts the statements sent on a pool's connections, alone
+// or in batches (fair share's pass is a batch), and the fetches (River's
+// JobGetAvailable) among them.
 type queryCounter struct{ n, fetches atomic.Int64 }
 
-func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+var _ pgx.BatchTracer = (*queryCounter)(nil)
+
+func (c *queryCounter) count(sql string) {
 	c.n.Add(1)
-	if strings.HasPrefix(data.SQL, "-- name: JobGetAvailable ") {
+	if strings.HasPrefix(sql, "-- name: JobGetAvailable ") {
 		c.fetches.Add(1)
 	}
+}
+
+func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	c.count(data.SQL)
 	return ctx
 }
 
 func (c *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *queryCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (c *queryCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	c.count(data.SQL)
+}
+
+func (c *queryCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // queryCount is what countQueries counted.
 type queryCount struct {
@@ -452,7 +470,9 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 		return nil, 0, 0, err
 	}
 	if backlog > 0 {
-		if err := e.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state <> 'available'), count(*) FILTER (WHERE state = 'available')
+		// A job fair share holds back (pending) is still queued, not worked.
+		if err := e.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state NOT IN ('available', 'pending')),
+				count(*) FILTER (WHERE state IN ('available', 'pending'))
 			FROM river_job WHERE queue = $1`, e.opts.Service.Queue(routing.Default)).Scan(&worked, &left); err != nil {
 			return nil, 0, 0, fmt.Errorf("count backlog: %w", err)
 		}
