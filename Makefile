@@ -28,7 +28,7 @@ chaos:
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-## bench: micro-benchmarks (-benchmem), then every tierctl bench scenario; BENCH_FLAGS=--quick for about a minute each
+## bench: micro-benchmarks (-benchmem), then every tierctl bench scenario (fairness included); BENCH_FLAGS=--quick for about a minute each
 BENCH_FLAGS ?=
 bench:
 	$(GO) test -run '^$$' -bench 'SelectQueue|InsertOpts|Parse|Effective' -benchmem ./routing/ ./tiers/ ./aging/

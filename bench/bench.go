@@ -6,8 +6,10 @@
 //
 // The bench drives one service, the service under test (Options.Service;
 // tierctl bench passes the reference app's first service): its worker
-// deployment, configured as the worker process configures it, and its
-// queues. The workload is the load-test kind (package loadtest) with a sleep
+// deployment, configured and run as the worker process runs it (fair
+// share's admitter beside the River client, as worker.Run does), and its
+// queues. Phases that model bare River or River's defaults run a bare River
+// client. The workload is the load-test kind (package loadtest) with a sleep
 // of 0, a job that does nothing, so that what is measured is the queue, not
 // the work.
 package bench
@@ -25,12 +27,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/fairshare"
 	"github.com/tierq/tierq/internal/scratch"
 	"github.com/tierq/tierq/internal/seed"
+	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/service"
+	"github.com/tierq/tierq/worker"
 )
 
 // Options are what every scenario takes.
@@ -125,19 +132,35 @@ type sizes struct {
 	dlqRows       int
 	insertOne     int // insert: jobs one by one, and batched
 	insertBatched int
+	fairFlood     int           // fairness: tenant a's flood
+	fairStream    time.Duration // the small tenants' streams
+	fairBacklog   int           // jobs per backlogged tenant; tenant a alone has five times as many
+	fairWarm      time.Duration // the throughput window starts this long after the worker
+	fairWindow    time.Duration
+	snooze        time.Duration // the comparator's snooze, ± snoozeJitter
+	snoozeJitter  time.Duration
 }
 
 func (o Options) sizes() sizes {
 	switch {
 	case o.tiny:
+		// The comparator's snooze is short enough that River makes the job
+		// available again at once (it is under River's scheduler interval):
+		// a snoozed small job must not hold the tests for 30 s.
 		return sizes{stream: time.Second, idle: time.Second, warmup: 200 * time.Millisecond, backlog: 200, drainJobs: 600, adr: time.Second,
-			sweepSmall: 2_000, sweepLarge: 4_000, sweepReps: 2, dlqRows: 500, insertOne: 20, insertBatched: 2_000}
+			sweepSmall: 2_000, sweepLarge: 4_000, sweepReps: 2, dlqRows: 500, insertOne: 20, insertBatched: 2_000,
+			fairFlood: 200, fairStream: time.Second, fairBacklog: 100, fairWarm: 300 * time.Millisecond, fairWindow: 500 * time.Millisecond,
+			snooze: time.Second, snoozeJitter: 500 * time.Millisecond}
 	case o.Quick:
 		return sizes{stream: 8 * time.Second, idle: 5 * time.Second, warmup: time.Second, backlog: 50_000, drainJobs: 50_000, adr: 5 * time.Second,
-			sweepSmall: 10_000, sweepLarge: 1_000_000, sweepReps: 5, dlqRows: 20_000, insertOne: 2_000, insertBatched: 20_000}
+			sweepSmall: 10_000, sweepLarge: 1_000_000, sweepReps: 5, dlqRows: 20_000, insertOne: 2_000, insertBatched: 20_000,
+			fairFlood: 2_500, fairStream: 10 * time.Second, fairBacklog: 500, fairWarm: time.Second, fairWindow: 5 * time.Second,
+			snooze: 30 * time.Second, snoozeJitter: 10 * time.Second}
 	}
 	return sizes{stream: 30 * time.Second, idle: 10 * time.Second, warmup: time.Second, backlog: 50_000, drainJobs: 150_000, adr: 10 * time.Second,
-		sweepSmall: 10_000, sweepLarge: 1_000_000, sweepReps: 10, dlqRows: 100_000, insertOne: 5_000, insertBatched: 100_000}
+		sweepSmall: 10_000, sweepLarge: 1_000_000, sweepReps: 10, dlqRows: 100_000, insertOne: 5_000, insertBatched: 100_000,
+		fairFlood: 5_000, fairStream: 20 * time.Second, fairBacklog: 1_000, fairWarm: 2 * time.Second, fairWindow: 10 * time.Second,
+		snooze: 30 * time.Second, snoozeJitter: 10 * time.Second}
 }
 
 // Progress is told about each stage of a scenario.
@@ -228,25 +251,84 @@ func discardedQueues(registry *service.Registry) []seed.Queue {
 	return queues
 }
 
-// reset empties the job tables between measurements.
+// reset empties the job tables between measurements, and the fair-share
+// heartbeats (a stopped deployment deletes its own; a leftover would count
+// as capacity in the next measurement's windows).
 func (e *env) reset(ctx context.Context) error {
-	_, err := e.Pool.Exec(ctx, `TRUNCATE river_job, dead_letter_jobs, job_escalations`)
+	_, err := e.Pool.Exec(ctx, `TRUNCATE river_job, dead_letter_jobs, job_escalations, fair_share_slots`)
 	if err != nil {
 		return fmt.Errorf("reset tables: %w", err)
 	}
 	return nil
 }
 
-// startClient builds and starts a River client with cfg on pool.
-func startClient(ctx context.Context, pool *pgxpool.Pool, cfg *river.Config) (*river.Client[pgx.Tx], error) {
+// deployment is the River client of a worker deployment, not yet started,
+// and what runs beside it: tierq's fair-share admitter, or nothing for a
+// client that models bare River or River's defaults.
+type deployment struct {
+	client   *river.Client[pgx.Tx]
+	admitter *fairshare.Admitter
+}
+
+// riverDeployment is a client of cfg on pool with nothing beside it.
+func riverDeployment(pool *pgxpool.Pool, cfg *river.Config) (*deployment, error) {
 	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("new river client: %w", err)
 	}
-	if err := client.Start(ctx); err != nil {
+	return &deployment{client: client}, nil
+}
+
+// tierqDeployment is tierq's worker deployment of cfg (the service under
+// test, from opts.Registry) on pool, built as worker.Run builds it: the
+// River configuration of worker.RiverConfig with the job-metrics hook and
+// the hook of the fair-share admitter of worker.NewAdmitter, which start
+// runs beside the client. adjust, when given, changes the River
+// configuration last (the fairness scenario's comparator adds its
+// middleware).
+func tierqDeployment(cfg config.Worker, pool *pgxpool.Pool, opts Options, adjust ...func(*river.Config)) (*deployment, error) {
+	rc, err := worker.RiverConfig(cfg, opts.Registry, pool, opts.logger())
+	if err != nil {
+		return nil, err
+	}
+	admitter, err := worker.NewAdmitter(cfg, pool, opts.logger(), nil)
+	if err != nil {
+		return nil, err
+	}
+	rc.Hooks = append(rc.Hooks, metrics.NewJobs(prometheus.NewRegistry()), admitter.Hook())
+	for _, f := range adjust {
+		f(rc)
+	}
+	d, err := riverDeployment(pool, rc)
+	if err != nil {
+		return nil, err
+	}
+	d.admitter = admitter
+	return d, nil
+}
+
+// start starts the deployment's client and, beside it, its admitter, as
+// worker.Run does. stop stops the client (its running jobs finish), then
+// the admitter, and waits for both: the admitter's last statements (its
+// heartbeat rows deleted) are done before the caller closes the pool.
+func (d *deployment) start(ctx context.Context) (stop func(), err error) {
+	if err := d.client.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start river client: %w", err)
 	}
-	return client, nil
+	if d.admitter == nil {
+		return func() { stopClient(d.client) }, nil
+	}
+	admitterCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.admitter.Run(admitterCtx)
+	}()
+	return func() {
+		stopClient(d.client)
+		cancel()
+		<-done
+	}, nil
 }
 
 func stopClient(client *river.Client[pgx.Tx]) {

@@ -42,7 +42,7 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 			return jobs.AnalysisArgs{Target: fmt.Sprintf("/bench/%d/%d", run, i), UserID: "bench"}
 		},
 	}, prefix)
-	scenarios := []string{"isolation", "throughput", "sweeps", "dlq", "insert"}
+	scenarios := []string{"isolation", "throughput", "sweeps", "dlq", "insert", "fairness"}
 	reports := make([]bench.Report, len(scenarios))
 	ran := t.Run("scenarios", func(t *testing.T) {
 		for k, s := range scenarios {
@@ -56,7 +56,7 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 	require.Equal(t, before, benchSchemas(), "every scenario drops its schema")
 	r := bench.Report{
 		Isolation: reports[0].Isolation, Throughput: reports[1].Throughput, Sweeps: reports[2].Sweeps,
-		DLQ: reports[3].DLQ, Insert: reports[4].Insert,
+		DLQ: reports[3].DLQ, Insert: reports[4].Insert, Fairness: reports[5].Fairness,
 	}
 	for _, rep := range reports {
 		r.Targets = append(r.Targets, rep.Targets...)
@@ -120,7 +120,43 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 		require.Positive(t, v)
 	}
 
-	require.Len(t, r.Targets, 12)
+	f := r.Fairness
+	require.Equal(t, 200, f.Flood)
+	require.Equal(t, 40, f.SmallJobs, "four small tenants, one job per 100ms each for 1s")
+	require.Equal(t, 100, f.Backlogged)
+	require.Equal(t, 500, f.Alone, "as many as the five backlogged tenants")
+	require.Equal(t, 4, f.SnoozeCap, "5 priority workers less one")
+	require.InDelta(t, 250, f.CapacityJobsPerS, 0.01, "5 priority workers at 20ms a job")
+	require.Len(t, f.Samples, 16, "four latency phases, four small tenants each")
+	for phase, samples := range f.Samples {
+		require.Len(t, samples, 10, phase)
+		require.Positive(t, samples[0], phase)
+	}
+	for _, pair := range [][2]float64{
+		{f.SmallP50Ms, f.SmallP99Ms}, {f.SmallP50OffMs, f.SmallP99OffMs},
+		{f.SmallP50IdleMs, f.SmallP99IdleMs}, {f.SnoozeSmallP50Ms, f.SnoozeSmallP99Ms},
+	} {
+		require.Positive(t, pair[0])
+		require.GreaterOrEqual(t, pair[1], pair[0])
+	}
+	require.InDelta(t, f.SmallP99Ms-f.SmallP99IdleMs, f.GapMs, 0.02)
+	require.InDelta(t, f.SmallP99OffMs/f.SmallP99Ms, f.OffRatio, 0.1)
+	require.Len(t, f.BackloggedJobs, 5)
+	for tenant, n := range f.BackloggedJobs {
+		require.Positive(t, n, "tenant %s completed jobs in the window", tenant)
+	}
+	require.Positive(t, f.BackloggedJobsPerS)
+	require.GreaterOrEqual(t, f.JainIndex, 0.2, "1/n at worst")
+	require.LessOrEqual(t, f.JainIndex, 1.0)
+	require.Positive(t, f.AloneJobsPerS)
+	require.Positive(t, f.AloneOffJobsPerS)
+	require.Positive(t, f.SnoozeAloneJobsPerS)
+	require.InDelta(t, f.AloneJobsPerS/f.AloneOffJobsPerS, f.WorkConservingRatio, 0.01)
+	require.InDelta(t, f.SnoozeAloneJobsPerS/f.AloneOffJobsPerS, f.SnoozeThroughputRatio, 0.01)
+	require.Positive(t, f.SnoozeFloodSnoozes, "the flooding tenant went over the cap")
+	require.Positive(t, f.SnoozeAloneSnoozes, "the tenant alone went over the cap")
+
+	require.Len(t, r.Targets, 18)
 	raw, err := json.Marshal(r)
 	require.NoError(t, err)
 	var doc map[string]any
@@ -129,6 +165,8 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 		"isolation":  {"p50_ms", "p95_ms", "p99_ms", "p99_idle_ms", "ratio", "vs_river_defaults"},
 		"throughput": {"tierq_jobs_per_s", "bare_jobs_per_s", "ratio", "adr_jobs_per_s", "adr_bound_ratio"},
 		"sweeps":     {"aging_ratio", "escalation_ratio", "dlq_ratio", "aging_small_ms", "aging_large_ms"},
+		"fairness": {"small_p99_ms", "small_p99_off_ms", "small_p99_idle_ms", "off_ratio", "jain_index",
+			"work_conserving_ratio", "snooze_cap", "snooze_small_p99_ms", "snooze_throughput_ratio"},
 	} {
 		section, ok := doc[scenario].(map[string]any)
 		require.True(t, ok, scenario)

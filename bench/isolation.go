@@ -57,8 +57,9 @@ type IsolationResult struct {
 	VsRiverDefaults float64 `json:"vs_river_defaults"`
 	// Jobs is the stream's length per phase; Backlog the free jobs queued
 	// at the start of a backlog phase, BacklogWorked how many of them the
-	// worker finished during it (median), BacklogLeft how many were still
-	// queued at its end (never 0: the backlog lasted the whole stream).
+	// worker took during it (median), BacklogLeft how many were still
+	// queued at its end, available or held back by fair share (never 0:
+	// the backlog lasted the whole stream).
 	Jobs          int     `json:"jobs"`
 	Backlog       int     `json:"backlog"`
 	BacklogWorked float64 `json:"backlog_worked"`
@@ -143,7 +144,7 @@ type isolationPhase struct {
 	args      loadtest.Args // the stream's jobs
 	share     int           // the phase streams for duration/share; 0 means 1
 	producer  func(schema string) *river.Config
-	worker    func(pool *pgxpool.Pool) (*river.Config, error)
+	worker    func(pool *pgxpool.Pool) (*deployment, error)
 }
 
 // Isolation runs the isolation scenario.
@@ -164,29 +165,30 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 		Quick: opts.Quick, SaturatedJobMs: saturatedJobMs,
 	}
 
-	tierq := func(pool *pgxpool.Pool) (*river.Config, error) {
+	tierq := func(pool *pgxpool.Pool) (*deployment, error) {
 		cfg, err := e.workerConfig(opts.WorkerEnv...)
 		if err != nil {
 			return nil, err
 		}
-		return tierqWorker(cfg, pool, opts)
+		return tierqDeployment(cfg, pool, opts)
 	}
 	// The same worker, but the free queue drained as hard as the machine
 	// allows: 50 workers fetching every 10ms.
-	tierqHeavy := func(pool *pgxpool.Pool) (*river.Config, error) {
+	tierqHeavy := func(pool *pgxpool.Pool) (*deployment, error) {
 		cfg, err := e.workerConfig(append(slices.Clone(opts.WorkerEnv),
 			opts.Service.EnvPrefix()+"QUEUE_DEFAULT_WORKERS=50", "QUEUE_DEFAULT_FETCH_COOLDOWN=10ms")...)
 		if err != nil {
 			return nil, err
 		}
-		return tierqWorker(cfg, pool, opts)
+		return tierqDeployment(cfg, pool, opts)
 	}
-	riverWorker := func(*pgxpool.Pool) (*river.Config, error) {
+	// River's defaults: a bare client, nothing of tierq's beside it.
+	riverWorker := func(pool *pgxpool.Pool) (*deployment, error) {
 		cfg, err := e.workerConfig(opts.WorkerEnv...)
 		if err != nil {
 			return nil, err
 		}
-		return bareRiver(e.Name, cfg, false, opts), nil
+		return riverDeployment(pool, bareRiver(e.Name, cfg, false, opts))
 	}
 	tierqProducer := func(schema string) *river.Config { return producer.ClientConfig(schema, opts.logger()) }
 	riverProducer := func(schema string) *river.Config { return &river.Config{Schema: schema, Logger: opts.logger()} }
@@ -299,19 +301,36 @@ func busyJobs(opts Options) int {
 	return 200_000
 }
 
-// queryCounter counts the statements sent on a pool's connections, and
-// the fetches (River's JobGetAvailable) among them.
+// queryCounter counts the statements sent on a pool's connections, alone
+// or in batches (fair share's pass is a batch), and the fetches (River's
+// JobGetAvailable) among them.
 type queryCounter struct{ n, fetches atomic.Int64 }
 
-func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+var _ pgx.BatchTracer = (*queryCounter)(nil)
+
+func (c *queryCounter) count(sql string) {
 	c.n.Add(1)
-	if strings.HasPrefix(data.SQL, "-- name: JobGetAvailable ") {
+	if strings.HasPrefix(sql, "-- name: JobGetAvailable ") {
 		c.fetches.Add(1)
 	}
+}
+
+func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	c.count(data.SQL)
 	return ctx
 }
 
 func (c *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *queryCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (c *queryCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	c.count(data.SQL)
+}
+
+func (c *queryCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // queryCount is what countQueries counted.
 type queryCount struct {
@@ -349,15 +368,15 @@ func (e *env) countQueries(ctx context.Context, ph isolationPhase, busy int, d t
 		return queryCount{}, fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
-	workerCfg, err := ph.worker(pool)
+	dep, err := ph.worker(pool)
 	if err != nil {
 		return queryCount{}, err
 	}
-	client, err := startClient(ctx, pool, workerCfg)
+	stop, err := dep.start(ctx)
 	if err != nil {
 		return queryCount{}, err
 	}
-	defer stopClient(client)
+	defer stop()
 	if err := sleep(ctx, 2*e.opts.sizes().warmup); err != nil {
 		return queryCount{}, err
 	}
@@ -420,15 +439,15 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 		return nil, 0, 0, err
 	}
 	defer workerPool.Close()
-	workerCfg, err := ph.worker(workerPool)
+	d, err := ph.worker(workerPool)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	client, err := startClient(ctx, workerPool, workerCfg)
+	stop, err := d.start(ctx)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	defer stopClient(client)
+	defer stop()
 
 	producerPool, err := e.pool(ctx, 4)
 	if err != nil {
@@ -451,7 +470,9 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 		return nil, 0, 0, err
 	}
 	if backlog > 0 {
-		if err := e.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state <> 'available'), count(*) FILTER (WHERE state = 'available')
+		// A job fair share holds back (pending) is still queued, not worked.
+		if err := e.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state NOT IN ('available', 'pending')),
+				count(*) FILTER (WHERE state IN ('available', 'pending'))
 			FROM river_job WHERE queue = $1`, e.opts.Service.Queue(routing.Default)).Scan(&worked, &left); err != nil {
 			return nil, 0, 0, fmt.Errorf("count backlog: %w", err)
 		}
@@ -473,25 +494,35 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 // per streamInterval, their starts spread over the first interval, routed by
 // the InsertOpts of the service under test as a producer does.
 func (e *env) insertStream(ctx context.Context, client *river.Client[pgx.Tx], producers int, args loadtest.Args, duration time.Duration) ([]int64, error) {
+	ids, err := e.insertStreams(ctx, client, make([]string, producers), streamInterval, args, duration)
+	return ids[""], err
+}
+
+// insertStreams inserts duration/interval enterprise load-test jobs (args)
+// from one goroutine per entry of tenants, sharing client, each one job per
+// interval on behalf of its tenant ("": none), their starts spread over the
+// first interval, routed by the InsertOpts of the service under test as a
+// producer does. It returns the jobs' ids by tenant.
+func (e *env) insertStreams(ctx context.Context, client *river.Client[pgx.Tx], tenants []string, interval time.Duration, args loadtest.Args, duration time.Duration) (map[string][]int64, error) {
 	var (
 		mu  sync.Mutex
-		ids []int64
+		ids = map[string][]int64{}
 	)
 	g, ctx := errgroup.WithContext(ctx)
-	for p := range producers {
+	for p, tenant := range tenants {
 		g.Go(func() error {
-			if err := sleep(ctx, streamInterval*time.Duration(p)/time.Duration(producers)); err != nil {
+			if err := sleep(ctx, interval*time.Duration(p)/time.Duration(len(tenants))); err != nil {
 				return err
 			}
-			ticker := time.NewTicker(streamInterval)
+			ticker := time.NewTicker(interval)
 			defer ticker.Stop()
-			for range int(duration / streamInterval) {
-				res, err := client.Insert(ctx, args, e.opts.Service.InsertOpts(tiers.Enterprise, "", false))
+			for range int(duration / interval) {
+				res, err := client.Insert(ctx, args, e.opts.Service.InsertOpts(tiers.Enterprise, tenant, false))
 				if err != nil {
 					return fmt.Errorf("insert: %w", err)
 				}
 				mu.Lock()
-				ids = append(ids, res.Job.ID)
+				ids[tenant] = append(ids[tenant], res.Job.ID)
 				mu.Unlock()
 				e.opts.progress().Add(1)
 				select {
@@ -511,17 +542,23 @@ func (e *env) insertStream(ctx context.Context, client *river.Client[pgx.Tx], pr
 
 // waitStarted waits until every job of ids has started.
 func waitStarted(ctx context.Context, pool *pgxpool.Pool, ids []int64, timeout time.Duration) error {
+	return waitJobs(ctx, pool, ids, timeout, "attempted_at IS NULL", "started")
+}
+
+// waitJobs waits until no job of ids meets the SQL condition waiting (the
+// jobs that have not done what the caller waits for, named done).
+func waitJobs(ctx context.Context, pool *pgxpool.Pool, ids []int64, timeout time.Duration, waiting, done string) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		var waiting int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE id = ANY($1) AND attempted_at IS NULL`, ids).Scan(&waiting); err != nil {
-			return fmt.Errorf("wait for jobs to start: %w", err)
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE id = ANY($1) AND `+waiting, ids).Scan(&n); err != nil {
+			return fmt.Errorf("wait for jobs: %w", err)
 		}
-		if waiting == 0 {
+		if n == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d jobs not started after %s", waiting, len(ids), timeout)
+			return fmt.Errorf("%d of %d jobs not %s after %s", n, len(ids), done, timeout)
 		}
 		if err := sleep(ctx, 100*time.Millisecond); err != nil {
 			return err

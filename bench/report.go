@@ -14,6 +14,7 @@ type Report struct {
 	Sweeps     *SweepsResult     `json:"sweeps,omitempty"`
 	DLQ        *DLQResult        `json:"dlq,omitempty"`
 	Insert     *InsertResult     `json:"insert,omitempty"`
+	Fairness   *FairnessResult   `json:"fairness,omitempty"`
 	// Targets lists every target checked, met or not.
 	Targets []Target `json:"targets"`
 }
@@ -91,6 +92,28 @@ func Run(ctx context.Context, scenario string, opts Options, r *Report) error {
 		}
 		r.Insert = &res
 		r.atMost("insert", "select_queue_allocs", float64(res.SelectQueueAllocs), 0)
+	case "fairness":
+		res, err := Fairness(ctx, opts)
+		if err != nil {
+			return err
+		}
+		r.Fairness = &res
+		// A flood costs the other tenants at most about two jobs' work
+		// (20 ms each) over their idle p99, where without fair share they
+		// wait for the whole flood; equal shares when everyone is
+		// backlogged; a tenant alone has the whole queue; and the snooze
+		// comparator does worse on both counts.
+		idle := res.SmallP99IdleMs + 40
+		r.Targets = append(r.Targets, Target{Scenario: "fairness", Name: "small_p99_ms", Value: res.SmallP99Ms,
+			Goal: fmt.Sprintf("<= small_p99_idle_ms + 40 (%g)", idle), Met: res.SmallP99Ms <= idle})
+		r.atLeast("fairness", "off_ratio", res.OffRatio, 50)
+		r.atLeast("fairness", "jain_index", res.JainIndex, 0.95)
+		r.atLeast("fairness", "work_conserving_ratio", res.WorkConservingRatio, 0.95)
+		r.Targets = append(r.Targets,
+			Target{Scenario: "fairness", Name: "snooze_small_p99_ms", Value: res.SnoozeSmallP99Ms,
+				Goal: fmt.Sprintf("> small_p99_ms (%g)", res.SmallP99Ms), Met: res.SmallP99Ms < res.SnoozeSmallP99Ms},
+			Target{Scenario: "fairness", Name: "snooze_throughput_ratio", Value: res.SnoozeThroughputRatio,
+				Goal: fmt.Sprintf("< work_conserving_ratio (%g)", res.WorkConservingRatio), Met: res.WorkConservingRatio > res.SnoozeThroughputRatio})
 	default:
 		return fmt.Errorf("unknown scenario %q", scenario)
 	}
@@ -196,6 +219,30 @@ func (r Report) Rows() []Row {
 		add("insert", "concurrent_ratio", in.ConcurrentRatio, "")
 		add("insert", "select_queue_ns", in.SelectQueueNs, " ns")
 		add("insert", "select_queue_allocs", float64(in.SelectQueueAllocs), "")
+	}
+	if f := r.Fairness; f != nil {
+		stream := fmt.Sprintf(" ms (%d jobs of 4 tenants over %gs)", f.SmallJobs, f.StreamSeconds)
+		add("fairness", "small_p50_idle_ms", f.SmallP50IdleMs, " ms")
+		add("fairness", "small_p99_idle_ms", f.SmallP99IdleMs, stream)
+		add("fairness", "small_p50_ms", f.SmallP50Ms, " ms")
+		add("fairness", "small_p99_ms", f.SmallP99Ms, fmt.Sprintf(" ms (tenant a flooded %d jobs)", f.Flood))
+		add("fairness", "gap_ms", f.GapMs, " ms")
+		add("fairness", "small_p50_off_ms", f.SmallP50OffMs, " ms")
+		add("fairness", "small_p99_off_ms", f.SmallP99OffMs, " ms (fair share off)")
+		add("fairness", "off_ratio", f.OffRatio, "")
+		add("fairness", "jain_index", f.JainIndex, fmt.Sprintf(" (5 tenants × %d jobs, %gs window)", f.Backlogged, f.WindowSeconds))
+		add("fairness", "backlogged_jobs_per_s", f.BackloggedJobsPerS, "")
+		add("fairness", "capacity_jobs_per_s", f.CapacityJobsPerS, fmt.Sprintf(" (nominal: priority workers × 1000 / %d ms)", fairnessJobMs))
+		add("fairness", "alone_jobs_per_s", f.AloneJobsPerS, "")
+		add("fairness", "alone_off_jobs_per_s", f.AloneOffJobsPerS, " (fair share off)")
+		add("fairness", "work_conserving_ratio", f.WorkConservingRatio, "")
+		add("fairness", "snooze_small_p50_ms", f.SnoozeSmallP50Ms, " ms")
+		add("fairness", "snooze_small_p99_ms", f.SnoozeSmallP99Ms, fmt.Sprintf(" ms (fair share off, at most %d running jobs per tenant, snooze 30s ± 10s)", f.SnoozeCap))
+		add("fairness", "snooze_flood_snoozes", f.SnoozeFloodSnoozes, "")
+		add("fairness", "snooze_alone_jobs_per_s", f.SnoozeAloneJobsPerS, "")
+		add("fairness", "snooze_throughput_ratio", f.SnoozeThroughputRatio, "")
+		add("fairness", "snooze_alone_snoozes", f.SnoozeAloneSnoozes, "")
+		add("fairness", "snooze_alone_left", f.SnoozeAloneLeft, " jobs (ready to run at the window's end)")
 	}
 	return rows
 }

@@ -7,20 +7,16 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/seed"
 	"github.com/tierq/tierq/loadtest"
-	"github.com/tierq/tierq/metrics"
-	"github.com/tierq/tierq/worker"
 )
 
 // ThroughputResult is the throughput scenario: no-op jobs drained through
 // tierq's worker of the service under test (its River configuration, hooks
-// and all) and through a bare River client with the same queues, worker
+// and all, with fair share's admitter beside it as worker.Run runs it) and through a bare River client with the same queues, worker
 // counts and fetch settings, alternating in one run; and the jobs/s the
 // service's default worker counts (the ADR's 5/3/2 for the reference app's)
 // reach against the fetch-cadence bound, Σ workers/cooldown over the three
@@ -84,9 +80,11 @@ func Throughput(ctx context.Context, opts Options) (ThroughputResult, error) {
 	for _, qc := range cfg.Queues() {
 		res.DrainBoundJobsPerS += float64(qc.Workers) / qc.FetchCooldown.Seconds()
 	}
-	variants := map[string]func(*pgxpool.Pool) (*river.Config, error){
-		"tierq": func(pool *pgxpool.Pool) (*river.Config, error) { return tierqWorker(cfg, pool, opts) },
-		"bare":  func(*pgxpool.Pool) (*river.Config, error) { return bareRiver(e.Name, cfg, true, opts), nil },
+	variants := map[string]func(*pgxpool.Pool) (*deployment, error){
+		"tierq": func(pool *pgxpool.Pool) (*deployment, error) { return tierqDeployment(cfg, pool, opts) },
+		"bare": func(pool *pgxpool.Pool) (*deployment, error) {
+			return riverDeployment(pool, bareRiver(e.Name, cfg, true, opts))
+		},
 	}
 	// The drains are short (seconds) and noisy: at least three alternating
 	// pairs even with --quick.
@@ -134,18 +132,6 @@ func Throughput(ctx context.Context, opts Options) (ThroughputResult, error) {
 	return res, nil
 }
 
-// tierqWorker is the River configuration the worker process runs for cfg
-// (the service under test, from opts.Registry) on pool, with its metrics
-// hook.
-func tierqWorker(cfg config.Worker, pool *pgxpool.Pool, opts Options) (*river.Config, error) {
-	rc, err := worker.RiverConfig(cfg, opts.Registry, pool, opts.logger())
-	if err != nil {
-		return nil, err
-	}
-	rc.Hooks = append(rc.Hooks, metrics.NewJobs(prometheus.NewRegistry()))
-	return rc, nil
-}
-
 // bareRiver is a River client with cfg's queues and worker counts and
 // nothing else of tierq's (no hooks, every other setting at River's
 // default), working the load-test workload; with fetch, also cfg's fetch
@@ -165,10 +151,10 @@ func bareRiver(schema string, cfg config.Worker, fetch bool, opts Options) *rive
 	return &river.Config{Schema: schema, Logger: opts.logger(), Queues: queues, Workers: workers, LeaderElectionDisabled: true}
 }
 
-// drain seeds n no-op jobs spread over cfg's queues, starts the client
-// riverConfig builds, and returns jobs/s from its start to its n-th
+// drain seeds n no-op jobs spread over cfg's queues, starts the deployment
+// newDeployment builds, and returns jobs/s from its start to its n-th
 // completion.
-func (e *env) drain(ctx context.Context, cfg config.Worker, riverConfig func(*pgxpool.Pool) (*river.Config, error), n int) (float64, error) {
+func (e *env) drain(ctx context.Context, cfg config.Worker, newDeployment func(*pgxpool.Pool) (*deployment, error), n int) (float64, error) {
 	if err := e.reset(ctx); err != nil {
 		return 0, err
 	}
@@ -189,21 +175,18 @@ func (e *env) drain(ctx context.Context, cfg config.Worker, riverConfig func(*pg
 		return 0, err
 	}
 	defer pool.Close()
-	rc, err := riverConfig(pool)
+	d, err := newDeployment(pool)
 	if err != nil {
 		return 0, err
 	}
-	client, err := river.NewClient(riverpgxv5.New(pool), rc)
-	if err != nil {
-		return 0, fmt.Errorf("new river client: %w", err)
-	}
-	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: total + 100, Kinds: []river.EventKind{river.EventKindJobCompleted}})
+	events, cancel := d.client.SubscribeConfig(&river.SubscribeConfig{ChanSize: total + 100, Kinds: []river.EventKind{river.EventKindJobCompleted}})
 	defer cancel()
 	start := time.Now()
-	if err := client.Start(ctx); err != nil {
-		return 0, fmt.Errorf("start river client: %w", err)
+	stop, err := d.start(ctx)
+	if err != nil {
+		return 0, err
 	}
-	defer stopClient(client)
+	defer stop()
 	timeout := time.After(5 * time.Minute)
 	for done := 0; done < total; {
 		select {
@@ -234,7 +217,7 @@ type cadenceResult struct {
 	rate, bound, fastRate, fastBound float64
 }
 
-// cadence runs tierq's worker with cfg over queues seeded with more no-op
+// cadence runs tierq's worker deployment of cfg over queues seeded with more no-op
 // jobs than it can fetch in d, and returns the jobs/s it started during d
 // (after a second of warm-up, by the database's attempted_at) against the
 // fetch-cadence bound Σ workers/cooldown, for the timer-bound queues and
@@ -266,15 +249,15 @@ func (e *env) cadence(ctx context.Context, cfg config.Worker, d time.Duration) (
 		return res, err
 	}
 	defer pool.Close()
-	rc, err := tierqWorker(cfg, pool, e.opts)
+	dep, err := tierqDeployment(cfg, pool, e.opts)
 	if err != nil {
 		return res, err
 	}
-	client, err := startClient(ctx, pool, rc)
+	stop, err := dep.start(ctx)
 	if err != nil {
 		return res, err
 	}
-	defer stopClient(client)
+	defer stop()
 	if err := sleep(ctx, e.opts.sizes().warmup); err != nil {
 		return res, err
 	}

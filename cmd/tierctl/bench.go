@@ -23,7 +23,7 @@ import (
 )
 
 // benchScenarios are tierctl bench's scenarios, in the order "all" runs them.
-var benchScenarios = []string{"isolation", "throughput", "sweeps", "dlq", "insert"}
+var benchScenarios = []string{"isolation", "throughput", "sweeps", "dlq", "insert", "fairness"}
 
 func (a *app) benchCommand() *cobra.Command {
 	var (
@@ -46,6 +46,9 @@ Scenarios:
   sweeps      aging, escalation and dead-letter drain with 10k and 1M rows
   dlq         dead-letter drain and replay rates
   insert      producer inserts through the routing helper against raw River
+  fairness    fair share among tenants: other tenants' latency under one
+              tenant's flood (on, off, and against a snooze-based cap), shares
+              when all are backlogged, and a tenant alone keeping the queue
 
 Each prints a table with every target met or not; --json adds one JSON object
 as the last line. See docs/benchmarks.md.`,
@@ -99,8 +102,15 @@ as the last line. See docs/benchmarks.md.`,
 			if runErr != nil {
 				return runErr
 			}
-			if samples != "" && report.Isolation != nil {
-				if err := writeSamples(samples, report.Isolation.Samples); err != nil {
+			if samples != "" && (report.Isolation != nil || report.Fairness != nil) {
+				all := map[string][]float64{}
+				if report.Isolation != nil {
+					maps.Copy(all, report.Isolation.Samples)
+				}
+				if report.Fairness != nil {
+					maps.Copy(all, report.Fairness.Samples) // its phases are named "fairness …"
+				}
+				if err := writeSamples(samples, all); err != nil {
 					return err
 				}
 			}
@@ -117,7 +127,7 @@ as the last line. See docs/benchmarks.md.`,
 	cmd.Flags().BoolVar(&quick, "quick", false, "small runs: about a minute per scenario")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object with every result as the last line")
 	cmd.Flags().IntVar(&runs, "runs", 0, "repetitions per scenario, results are medians (0: 3, or 1 with --quick)")
-	cmd.Flags().StringVar(&samples, "samples", "", "write the isolation scenario's latencies (last run, ms per job and phase) to this CSV file, for scripts/plot-latency.sh")
+	cmd.Flags().StringVar(&samples, "samples", "", "write the isolation and fairness scenarios' latencies (last run, ms per job and phase; fairness per small tenant) to this CSV file, for scripts/plot-latency.sh")
 	cmd.Flags().StringArrayVar(&set, "set", nil, "NAME=value for tierq's worker configuration (e.g. QUEUE_PRIORITY_FETCH_COOLDOWN=10ms), to measure other tuning")
 	return cmd
 }
