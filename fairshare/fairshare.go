@@ -48,6 +48,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -229,7 +230,26 @@ type queueState struct {
 	running atomic.Int64 // jobs of the queue this process works right now
 	held    atomic.Bool  // the last pass saw held jobs
 	wake    chan struct{}
+
+	// What the last full pass found when one tenant alone was active and
+	// nothing held (Pass.Lone): the loop then checks for a newcomer
+	// (loneCheckSQL) instead of passing. Only the queue's loop and Pass
+	// touch them, under mu.
+	mu        sync.Mutex
+	lone      bool
+	loneName  *string   // nil: no tenant at all
+	watermark time.Time // the database's clock, less loneMargin
 }
+
+// loneMargin is how far back a lone check looks before the previous one: an
+// insert's scheduled_at is its transaction's start, which may come before
+// the previous check although it commits after it.
+const loneMargin = 100 * time.Millisecond
+
+// loneCheckInterval is the shortest time between two lone checks of a
+// queue in one process: how long a newcomer may wait, when a tenant alone
+// floods the queue, before the pass that starts holding the flood back.
+const loneCheckInterval = 10 * time.Millisecond
 
 func (q *queueState) signal() {
 	select {
@@ -331,6 +351,10 @@ type Pass struct {
 	// Tenants is the number of active tenants, HeldTenants of those with
 	// held jobs (before the admission), Capacity the queue's capacity.
 	Tenants, HeldTenants, Capacity int
+	// Lone is true when one tenant alone (or none) was active and nothing
+	// was held: nothing needs holding, and the next passes only look for
+	// a newcomer. Checked is true for such a look (no pass ran).
+	Lone, Checked bool
 }
 
 // Pass runs one pass over queue, which must be one of the Admitter's.
@@ -339,37 +363,62 @@ func (a *Admitter) Pass(ctx context.Context, queue string) (Pass, error) {
 	if !ok {
 		return Pass{}, fmt.Errorf("fair share: queue %q is not one of this admitter's", queue)
 	}
+	return a.pass(ctx, q, true)
+}
+
+// pass runs a pass over q; when full is false and the last pass found a
+// tenant alone, only a lone check, unless it finds a newcomer or held work.
+func (a *Admitter) pass(ctx context.Context, q *queueState, full bool) (Pass, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.lone && !full && q.cfg.Fair {
+		var (
+			now            time.Time
+			held, newcomer bool
+		)
+		if err := a.pool.QueryRow(ctx, loneCheckSQL, q.name, q.watermark, q.loneName).Scan(&now, &held, &newcomer); err != nil {
+			return Pass{}, fmt.Errorf("fair share check of %s: %w", q.name, err)
+		}
+		if !held && !newcomer {
+			q.watermark = now.Add(-loneMargin)
+			return Pass{Ran: true, Lone: true, Checked: true}, nil
+		}
+	}
 	var (
 		p        Pass
 		notified int
+		lone     *string
+		now      time.Time
 	)
-	err := a.locked(ctx, queue, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, passSQL, queue, q.cfg.Workers, q.cfg.Fair).Scan(
-			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified)
+	err := a.locked(ctx, q.name, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, passSQL, q.name, q.cfg.Workers, q.cfg.Fair).Scan(
+			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now)
 	})
 	if err != nil {
-		return Pass{}, fmt.Errorf("fair share pass over %s: %w", queue, err)
+		return Pass{}, fmt.Errorf("fair share pass over %s: %w", q.name, err)
 	}
-	if p.Ran {
-		if a.cfg.Observer != nil {
-			a.cfg.Observer.Pass(queue, p.Held, p.Admitted, p.Tenants, p.HeldTenants, p.Capacity)
-		}
-		// Held work remains when the pass held some back, or a tenant with
-		// held jobs had no room (it may have had room for all of them: the
-		// next pass finds out, at the cost of one statement).
-		held := p.Held > 0 || p.HeldTenants > 0
-		// The hook wakes the loop on held work only once held is set: while
-		// this pass ran, the workers may have fetched and finished every
-		// job it left in the line, and woken nobody (short jobs never have
-		// every worker busy at once). Nothing else would then run a pass
-		// before the next Tick, with work held and the workers idle: look
-		// again.
-		if !q.held.Swap(held) && held {
-			q.signal()
-		}
-		if a.lend != nil && queue == a.lend.cfg.From && p.Admitted > 0 {
-			a.lend.signal() // jobs to borrow
-		}
+	if !p.Ran {
+		return p, nil
+	}
+	p.Lone = p.Tenants <= 1 && p.Held == 0 && p.HeldTenants == 0
+	q.lone, q.loneName, q.watermark = p.Lone, lone, now.Add(-loneMargin)
+	if a.cfg.Observer != nil {
+		a.cfg.Observer.Pass(q.name, p.Held, p.Admitted, p.Tenants, p.HeldTenants, p.Capacity)
+	}
+	// Held work remains when the pass held some back, or a tenant with
+	// held jobs had no room (it may have had room for all of them: the
+	// next pass finds out, at the cost of one statement).
+	held := p.Held > 0 || p.HeldTenants > 0
+	// The hook wakes the loop on held work only once held is set: while
+	// this pass ran, the workers may have fetched and finished every job
+	// it left in the line, and woken nobody (short jobs never have every
+	// worker busy at once). Nothing else would then run a pass before the
+	// next Tick, with work held and the workers idle: look again.
+	if !q.held.Swap(held) && held {
+		q.signal()
+	}
+	if a.lend != nil && q.name == a.lend.cfg.From && p.Admitted > 0 {
+		a.lend.signal() // jobs to borrow
 	}
 	return p, nil
 }
@@ -437,13 +486,15 @@ func (a *Admitter) loop(ctx context.Context, q *queueState) {
 	defer tick.Stop()
 	q.signal() // a first pass at start: held work left by a stopped process
 	for {
+		full := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-q.wake:
 		case <-tick.C:
+			full = true // whatever a lone check would miss
 		}
-		p, err := a.Pass(ctx, q.name)
+		p, err := a.pass(ctx, q, full)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return
@@ -452,11 +503,15 @@ func (a *Admitter) loop(ctx context.Context, q *queueState) {
 		case !p.Ran:
 			q.signal() // another process's pass may have missed what woke this one
 		}
-		if a.cfg.PassInterval > 0 {
+		wait := a.cfg.PassInterval
+		if p.Checked {
+			wait = max(wait, loneCheckInterval)
+		}
+		if wait > 0 {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(a.cfg.PassInterval):
+			case <-time.After(wait):
 			}
 		}
 	}

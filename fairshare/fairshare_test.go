@@ -200,16 +200,17 @@ func TestPass(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 2, true)
 		b.insert(t, "a", 2, 20, time.Minute)
+		b.insert(t, "b", 2, 1, time.Second)
 		_, err := b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
-		require.Equal(t, map[string]int{"a/available": 2, "a/pending": 18}, b.counts(t))
+		require.Equal(t, map[string]int{"a/available": 1, "a/pending": 19, "b/available": 1}, b.counts(t))
 
 		off, err := fairshare.New(b.db.Pool, &fairshare.Config{Queues: map[string]fairshare.Queue{queue: {Workers: 2}}})
 		require.NoError(t, err)
 		p, err := off.Pass(ctx, queue)
 		require.NoError(t, err)
-		require.Equal(t, 18, p.Admitted)
-		require.Equal(t, map[string]int{"a/available": 20}, b.counts(t))
+		require.Equal(t, 19, p.Admitted)
+		require.Equal(t, map[string]int{"a/available": 20, "b/available": 1}, b.counts(t))
 	})
 }
 

@@ -53,7 +53,12 @@ const admittedAtSQL = `(now() - (t.total - t.pos) * interval '1 microsecond')`
 //   - tenants, windows: every active tenant's window, its share of cap by
 //     weight (fair_share_weights, default 1) among the tenants of its level
 //     (the best priority it has waiting), at least one; or unlimited when
-//     $3 (fair share on) is false. Shares per level keep priority strict:
+//     $3 (fair share on) is false, or when one tenant alone is active and
+//     nothing is held (a tenant alone needs no turns: holding its backlog
+//     would cost two row updates per job for nothing; it is held the
+//     moment a second tenant shows up, and stays windowed until its held
+//     jobs are all admitted, so that a trickle of other tenants does not
+//     make the pass hold and release it over and over). Shares per level keep priority strict:
 //     the tenants of the best level waiting have the whole capacity in
 //     line between them, so a worse priority is fetched only when they have
 //     nothing left to fetch, not because their windows were full. And while
@@ -118,6 +123,7 @@ tenants AS (
 windows AS (
     SELECT t.tenant, t.n,
            CASE WHEN NOT $3::bool THEN ` + itoa(unlimited) + `
+                WHEN NOT EXISTS (SELECT 1 FROM held_levels) AND (SELECT count(*) FROM tenants) = 1 THEN ` + itoa(unlimited) + `
                 WHEN t.level > (SELECT min(level) FROM held_levels) THEN 0
                 ELSE greatest(1, ceil(cap.c::numeric * t.weight / sum(t.weight) OVER (PARTITION BY t.level)))::int END AS w
     FROM tenants AS t, cap
@@ -202,7 +208,24 @@ SELECT coalesce((SELECT ok FROM lock), false),
        (SELECT count(*) FROM tenants)::int,
        (SELECT count(*) FROM held_levels)::int,
        (SELECT c FROM cap),
-       (SELECT count(*) FROM notified)::int`
+       (SELECT count(*) FROM notified)::int,
+       (SELECT CASE WHEN count(*) = 1 THEN min(tenant) END FROM tenants),
+       now()`
+
+// loneCheckSQL is the cheap look a process takes at a queue whose last
+// pass found one tenant alone ($3; NULL: none) and nothing held, instead of
+// a pass: whether anything is held now, and whether a job of another tenant
+// became available after $2 (through River's fetching index: the jobs
+// inserted since, not the backlog). A job made available with an older
+// scheduled_at (a retry River's scheduler promotes late) is missed here and
+// found by the next full pass (Config.Tick).
+var loneCheckSQL = `
+SELECT now(),
+       EXISTS (SELECT 1 FROM river_job AS j WHERE ` + heldSQL("j") + ` AND j.queue = $1),
+       EXISTS (SELECT 1 FROM river_job AS j
+               WHERE j.state = 'available' AND j.queue = $1 AND j.priority = ANY('{1,2,3,4}'::smallint[])
+                 AND j.scheduled_at > $2 AND ` + tenantSQL("j") + ` IS DISTINCT FROM $3
+                 AND NOT j.metadata ? '` + jobmeta.LentFrom + `')`
 
 // lockSQL tries the transaction-level advisory lock of a pass ($1: what it
 // passes over), so that one process at a time passes over a queue. It is a

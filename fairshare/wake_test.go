@@ -27,6 +27,11 @@ func TestAPassThatStartsHoldingLooksAgain(t *testing.T) {
 		SELECT 'fair_test', '{}', $1, 2, 'available', 25, '{"tierq:tenant": "a"}'
 		FROM generate_series(1, 10)`, queue)
 	require.NoError(t, err)
+	// A second tenant: a tenant alone is never held back.
+	_, err = db.Pool.Exec(ctx, `
+		INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
+		VALUES ('fair_test', '{}', $1, 2, 'available', 25, '{"tierq:tenant": "b"}')`, queue)
+	require.NoError(t, err)
 	q := a.queues[queue]
 	woken := func() bool {
 		select {
@@ -39,7 +44,7 @@ func TestAPassThatStartsHoldingLooksAgain(t *testing.T) {
 
 	p, err := a.Pass(ctx, queue)
 	require.NoError(t, err)
-	require.Equal(t, 8, p.Held)
+	require.Equal(t, 9, p.Held, "a's window is 1: capacity 2 over two tenants")
 	require.True(t, woken(), "the first pass that holds work runs another")
 
 	p, err = a.Pass(ctx, queue)
@@ -65,4 +70,53 @@ func TestBusyWorkersWakeOnlyAFairQueue(t *testing.T) {
 		require.NoError(t, hook.WorkBegin(ctx, job))
 		require.Equal(t, wakes, len(q.wake) == 1, "%s: both workers busy", name)
 	}
+}
+
+// TestATenantAloneIsNotHeld: a tenant alone needs no turns, so its backlog
+// stays in line (no row updates), and the loop only looks for a newcomer
+// among the jobs inserted since; the newcomer's arrival holds the backlog
+// back at once, and it stays windowed while any of it is held.
+func TestATenantAloneIsNotHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	const queue = "fair_priority"
+	a, err := New(db.Pool, &Config{Queues: map[string]Queue{queue: {Workers: 2, Fair: true}}})
+	require.NoError(t, err)
+	insert := func(tenant string, n int) {
+		_, err := db.Pool.Exec(ctx, `
+			INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
+			SELECT 'fair_test', '{}', $1, 2, 'available', 25, jsonb_build_object('tierq:tenant', $2::text)
+			FROM generate_series(1, $3)`, queue, tenant, n)
+		require.NoError(t, err)
+	}
+	q := a.queues[queue]
+	insert("a", 50)
+
+	p, err := a.Pass(ctx, queue)
+	require.NoError(t, err)
+	require.Equal(t, Pass{Ran: true, Tenants: 1, Capacity: 2, Lone: true}, p)
+	p, err = a.pass(ctx, q, false)
+	require.NoError(t, err)
+	require.Equal(t, Pass{Ran: true, Lone: true, Checked: true}, p, "a look, not a pass")
+	insert("a", 10)
+	p, err = a.pass(ctx, q, false)
+	require.NoError(t, err)
+	require.True(t, p.Checked, "more of the same tenant: still a look")
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'pending'`))
+
+	insert("b", 1)
+	p, err = a.pass(ctx, q, false)
+	require.NoError(t, err)
+	require.Equal(t, Pass{Ran: true, Held: 59, Tenants: 2, Capacity: 2}, p, "the newcomer: a's backlog held back to its window")
+
+	// b's job starts: a is alone again, but with held work: windowed (the
+	// whole capacity), not released.
+	_, err = db.Pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempted_at = now(), attempt = 1
+		WHERE metadata->>'tierq:tenant' = 'b'`)
+	require.NoError(t, err)
+	p, err = a.pass(ctx, q, false)
+	require.NoError(t, err)
+	require.Equal(t, Pass{Ran: true, Admitted: 1, Tenants: 1, HeldTenants: 1, Capacity: 2}, p)
+	require.Equal(t, 58, db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'pending'`))
 }

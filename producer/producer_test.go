@@ -144,13 +144,14 @@ func TestDuplicateOfAHeldJob(t *testing.T) {
 	for i := range 10 {
 		insert(tiers.Free, "flood", fmt.Sprintf("/srv/flood/%d", i))
 	}
+	insert(tiers.Free, "steady", "/srv/steady") // a tenant alone is never held back
 	admitter, err := fairshare.New(db.Pool, &fairshare.Config{Queues: map[string]fairshare.Queue{
 		"analysis_default": {Workers: 3, Fair: true}, "analysis_priority": {Workers: 5, Fair: true},
 	}})
 	require.NoError(t, err)
 	p, err := admitter.Pass(ctx, "analysis_default")
 	require.NoError(t, err)
-	require.Equal(t, 7, p.Held, "the flood's last seven (3 to 9) held: its window is the 3 default workers")
+	require.Equal(t, 8, p.Held, "the flood's last eight (2 to 9) held: its window is 2 (3 default workers, two tenants)")
 
 	same := insert(tiers.Free, "other", "/srv/flood/9")
 	require.True(t, same.Duplicate)

@@ -167,8 +167,8 @@ func TestFairShareKeepsPriorityStrict(t *testing.T) {
 	b.queue(t, "a", tiers.Pro, 100, 20)
 	b.startReplica(t, "MAILER_QUEUE_PRIORITY_WORKERS=2")
 	b.startReplica(t, "MAILER_QUEUE_PRIORITY_WORKERS=2")
-	testdb.WaitFor(t, 30*time.Second, "the flood held back", func() bool {
-		return b.db.Count(t, `SELECT count(*) FROM river_job WHERE queue = 'mail_priority' AND state = 'pending'`) > 50
+	testdb.WaitFor(t, 30*time.Second, "the flood under way", func() bool {
+		return b.db.Count(t, `SELECT count(*) FROM river_job WHERE queue = 'mail_priority' AND attempted_at IS NOT NULL`) > 8
 	})
 	ids := b.queue(t, "b", tiers.Enterprise, 20, 20)
 	testdb.WaitFor(t, 30*time.Second, "b's jobs started", func() bool {
