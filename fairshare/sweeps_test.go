@@ -26,7 +26,7 @@ func TestHeldWorkAgesAndEscalates(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 4, true)
 		b.insert(t, "a", 4, 10, 10*time.Minute) // queued ten minutes ago
-		b.insert(t, "z", 4, 1, 0)                // another tenant, just now
+		b.insert(t, "z", 4, 1, 0)               // another tenant, just now
 		_, err := b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
 		require.Equal(t, map[string]int{"a/available": 2, "a/pending": 8, "z/available": 1}, b.counts(t))
