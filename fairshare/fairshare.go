@@ -27,10 +27,16 @@
 // queues with fair share on has every worker busy (a tenant may be over its
 // window) or the last pass saw held jobs (admit as places free; a pass that
 // starts holding runs the next itself, since the hook learns of held work
-// only when the pass ends), at most one per Config.PassInterval per queue,
-// and one every Config.Tick besides. A pass is one statement; when a
-// process of another replica is running one over the same queue, the
-// process tries again a PassInterval later.
+// only when the pass ends), at most one per Config.PassInterval per queue.
+// A tenant alone is never held: it needs no turns. While the last pass found
+// one tenant alone and nothing held, the process only looks, at most every
+// 10ms, for a job of another tenant inserted since (one index range over
+// the new jobs, not the backlog), and the first it finds holds the backlog
+// back to its window. Every Config.Tick it looks anyway, and every fifth
+// tick runs a full pass. A pass is one statement in a transaction that
+// holds the queue's advisory lock; when a process of another replica is
+// running one over the same queue, the process tries again a PassInterval
+// later.
 //
 // Nothing is lost or run twice: every move is one UPDATE of the job's row
 // between River's own states pending and available, with SKIP LOCKED against
@@ -95,9 +101,10 @@ type Config struct {
 	// queue is contended. Default: DefaultPassInterval (2ms).
 	PassInterval time.Duration
 
-	// Tick is how often a pass runs over each queue however quiet it is:
-	// held jobs nobody admitted (another replica stopped), a flood into a
-	// queue whose workers here are not all busy. Default: DefaultTick (2s).
+	// Tick is how often the process looks at each queue however quiet it
+	// is (held jobs nobody admitted: another replica stopped; a newcomer
+	// beside a tenant alone whose workers here are not all busy), and runs a
+	// full pass every fifth. Default: DefaultTick (2s).
 	Tick time.Duration
 
 	// Heartbeat is how often the process records its workers per queue in
@@ -246,6 +253,10 @@ type queueState struct {
 // the previous check although it commits after it.
 const loneMargin = 100 * time.Millisecond
 
+// fullPassTicks: every how many Ticks a queue's loop runs a full pass even
+// when a look finds nothing to do.
+const fullPassTicks = 5
+
 // loneCheckInterval is the shortest time between two lone checks of a
 // queue in one process: how long a newcomer may wait, when a tenant alone
 // floods the queue, before the pass that starts holding the flood back.
@@ -371,7 +382,7 @@ func (a *Admitter) Pass(ctx context.Context, queue string) (Pass, error) {
 func (a *Admitter) pass(ctx context.Context, q *queueState, full bool) (Pass, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.lone && !full && q.cfg.Fair {
+	if !full && (q.lone || !q.cfg.Fair) {
 		var (
 			now            time.Time
 			held, newcomer bool
@@ -379,7 +390,9 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, full bool) (Pass, er
 		if err := a.pool.QueryRow(ctx, loneCheckSQL, q.name, q.watermark, q.loneName).Scan(&now, &held, &newcomer); err != nil {
 			return Pass{}, fmt.Errorf("fair share check of %s: %w", q.name, err)
 		}
-		if !held && !newcomer {
+		// Without fair share only held work (left from when it was on)
+		// needs a pass: to release it.
+		if !held && (!newcomer || !q.cfg.Fair) {
 			q.watermark = now.Add(-loneMargin)
 			return Pass{Ran: true, Lone: true, Checked: true}, nil
 		}
@@ -485,14 +498,20 @@ func (a *Admitter) loop(ctx context.Context, q *queueState) {
 	tick := time.NewTicker(a.cfg.Tick)
 	defer tick.Stop()
 	q.signal() // a first pass at start: held work left by a stopped process
+	ticks, first := 0, true
 	for {
-		full := false
+		full := first // the first: nothing known yet
+		first = false
 		select {
 		case <-ctx.Done():
 			return
 		case <-q.wake:
 		case <-tick.C:
-			full = true // whatever a lone check would miss
+			// A tick looks (a newcomer, held work); every fullPassTicks-th
+			// runs a full pass: what a look misses, a job made available
+			// with an old scheduled_at.
+			ticks++
+			full = full || ticks%fullPassTicks == 0
 		}
 		p, err := a.pass(ctx, q, full)
 		switch {
