@@ -105,10 +105,10 @@ func Run(ctx context.Context, s Spec) error {
 	}
 	background := make(chan struct{})
 	if s.Background != nil {
-		go func() {
+		go func(ctx context.Context) { // its own copy: Run reassigns ctx below
 			defer close(background)
 			s.Background(ctx, pool, client)
-		}()
+		}(ctx)
 	} else {
 		close(background)
 	}
