@@ -139,6 +139,12 @@ type sizes struct {
 	fairWindow    time.Duration
 	snooze        time.Duration // the comparator's snooze, ± snoozeJitter
 	snoozeJitter  time.Duration
+	lendBacklog   int           // lending: free jobs queued per phase
+	lendWarm      time.Duration // the drain window starts this long after the worker
+	lendWindow    time.Duration
+	lendStream    time.Duration // the paid trickle's length
+	realBacklog   int           // realistic: free jobs queued per phase
+	realStream    time.Duration // the paid trickle's length
 }
 
 func (o Options) sizes() sizes {
@@ -150,17 +156,23 @@ func (o Options) sizes() sizes {
 		return sizes{stream: time.Second, idle: time.Second, warmup: 200 * time.Millisecond, backlog: 200, drainJobs: 600, adr: time.Second,
 			sweepSmall: 2_000, sweepLarge: 4_000, sweepReps: 2, dlqRows: 500, insertOne: 20, insertBatched: 2_000,
 			fairFlood: 200, fairStream: time.Second, fairBacklog: 100, fairWarm: 300 * time.Millisecond, fairWindow: 500 * time.Millisecond,
-			snooze: time.Second, snoozeJitter: 500 * time.Millisecond}
+			snooze: time.Second, snoozeJitter: 500 * time.Millisecond,
+			lendBacklog: 400, lendWarm: 300 * time.Millisecond, lendWindow: time.Second, lendStream: time.Second,
+			realBacklog: 200, realStream: time.Second}
 	case o.Quick:
 		return sizes{stream: 8 * time.Second, idle: 5 * time.Second, warmup: time.Second, backlog: 50_000, drainJobs: 50_000, adr: 5 * time.Second,
 			sweepSmall: 10_000, sweepLarge: 1_000_000, sweepReps: 5, dlqRows: 20_000, insertOne: 2_000, insertBatched: 20_000,
 			fairFlood: 2_500, fairStream: 10 * time.Second, fairBacklog: 500, fairWarm: time.Second, fairWindow: 5 * time.Second,
-			snooze: 30 * time.Second, snoozeJitter: 10 * time.Second}
+			snooze: 30 * time.Second, snoozeJitter: 10 * time.Second,
+			lendBacklog: 3_000, lendWarm: time.Second, lendWindow: 10 * time.Second, lendStream: 10 * time.Second,
+			realBacklog: 5_000, realStream: 15 * time.Second}
 	}
 	return sizes{stream: 30 * time.Second, idle: 10 * time.Second, warmup: time.Second, backlog: 50_000, drainJobs: 150_000, adr: 10 * time.Second,
 		sweepSmall: 10_000, sweepLarge: 1_000_000, sweepReps: 10, dlqRows: 100_000, insertOne: 5_000, insertBatched: 100_000,
 		fairFlood: 5_000, fairStream: 20 * time.Second, fairBacklog: 1_000, fairWarm: 2 * time.Second, fairWindow: 10 * time.Second,
-		snooze: 30 * time.Second, snoozeJitter: 10 * time.Second}
+		snooze: 30 * time.Second, snoozeJitter: 10 * time.Second,
+		lendBacklog: 6_000, lendWarm: 2 * time.Second, lendWindow: 20 * time.Second, lendStream: 20 * time.Second,
+		realBacklog: 5_000, realStream: 30 * time.Second}
 }
 
 // Progress is told about each stage of a scenario.

@@ -42,7 +42,7 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 			return jobs.AnalysisArgs{Target: fmt.Sprintf("/bench/%d/%d", run, i), UserID: "bench"}
 		},
 	}, prefix)
-	scenarios := []string{"isolation", "throughput", "sweeps", "dlq", "insert", "fairness"}
+	scenarios := []string{"isolation", "throughput", "sweeps", "dlq", "insert", "fairness", "lending", "realistic"}
 	reports := make([]bench.Report, len(scenarios))
 	ran := t.Run("scenarios", func(t *testing.T) {
 		for k, s := range scenarios {
@@ -57,6 +57,7 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 	r := bench.Report{
 		Isolation: reports[0].Isolation, Throughput: reports[1].Throughput, Sweeps: reports[2].Sweeps,
 		DLQ: reports[3].DLQ, Insert: reports[4].Insert, Fairness: reports[5].Fairness,
+		Lending: reports[6].Lending, Realistic: reports[7].Realistic,
 	}
 	for _, rep := range reports {
 		r.Targets = append(r.Targets, rep.Targets...)
@@ -156,7 +157,64 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 	require.Positive(t, f.SnoozeFloodSnoozes, "the flooding tenant went over the cap")
 	require.Positive(t, f.SnoozeAloneSnoozes, "the tenant alone went over the cap")
 
-	require.Len(t, r.Targets, 18)
+	l := r.Lending
+	require.Equal(t, 5, l.PriorityWorkers)
+	require.Equal(t, 3, l.DefaultWorkers)
+	require.Equal(t, 1, l.Floor)
+	require.Equal(t, 4, l.MaxLent, "5 priority workers less the floor")
+	require.InDelta(t, 7.0/3, l.IdealRatio, 0.001, "(3 default + 4 lent) / 3 default workers")
+	require.Equal(t, 400, l.Backlog)
+	require.Equal(t, 50, l.FreeJobMs)
+	require.Equal(t, 20, l.PaidJobMs)
+	require.Equal(t, 10, l.PaidJobs, "one paid job per 100ms for 1s")
+	require.Positive(t, l.FreeJobsPerS)
+	require.Positive(t, l.FreeJobsPerSOff)
+	require.Positive(t, l.LentJobsPerS, "lent jobs completed in the window")
+	require.LessOrEqual(t, l.LentJobsPerS, l.FreeJobsPerS, "the lent ones are part of the free jobs")
+	require.InDelta(t, l.FreeJobsPerS/l.FreeJobsPerSOff, l.FreeDrainRatio, 0.05)
+	require.Positive(t, l.LentJobs)
+	require.Positive(t, l.MaxLentRunning)
+	require.LessOrEqual(t, l.MaxLentRunning, l.MaxLent, "never more lent running than capacity − floor")
+	require.LessOrEqual(t, l.PaidMaxLentRunning, l.MaxLent)
+	require.Len(t, l.Samples, 2)
+	for phase, samples := range l.Samples {
+		require.Len(t, samples, l.PaidJobs, phase)
+		require.Positive(t, samples[0], phase)
+	}
+	for _, pair := range [][3]float64{{l.PaidP50Ms, l.PaidP95Ms, l.PaidP99Ms}, {l.PaidP50OffMs, l.PaidP95OffMs, l.PaidP99OffMs}} {
+		require.Positive(t, pair[0])
+		require.GreaterOrEqual(t, pair[1], pair[0])
+		require.GreaterOrEqual(t, pair[2], pair[1])
+	}
+	require.Positive(t, l.PaidBacklogWorked)
+	require.Positive(t, l.PaidBacklogWorkedOff)
+
+	re := r.Realistic
+	require.Equal(t, 10, re.OptionBWorkers, "5+3+2: tierq's workers together")
+	require.Equal(t, "analysis_all", re.OptionBQueue)
+	require.Equal(t, 200, re.Backlog)
+	require.Equal(t, 200, re.FreeJobMs)
+	require.Equal(t, 10, re.PaidJobs, "one paid job per 100ms for 1s")
+	require.Len(t, re.Samples, 3)
+	for phase, samples := range re.Samples {
+		require.Len(t, samples, re.PaidJobs, phase)
+		require.Positive(t, samples[0], phase)
+	}
+	for _, pair := range [][3]float64{
+		{re.PaidP50Ms, re.PaidP95Ms, re.PaidP99Ms}, {re.OptionBPaidP50Ms, re.OptionBPaidP95Ms, re.OptionBPaidP99Ms},
+		{re.RiverDefaultsPaidP50Ms, re.RiverDefaultsPaidP95Ms, re.RiverDefaultsPaidP99Ms},
+	} {
+		require.Positive(t, pair[0])
+		require.GreaterOrEqual(t, pair[1], pair[0])
+		require.GreaterOrEqual(t, pair[2], pair[1])
+	}
+	require.InDelta(t, re.PaidP99Ms/re.OptionBPaidP99Ms, re.VsOptionB, 0.01)
+	require.InDelta(t, re.PaidP99Ms/re.RiverDefaultsPaidP99Ms, re.VsRiverDefaults, 0.01)
+	require.Positive(t, re.BacklogWorked, "the free backlog was worked beside the trickle")
+	require.Positive(t, re.OptionBBacklogWorked)
+	require.Positive(t, re.RiverDefaultsBacklogWorked)
+
+	require.Len(t, r.Targets, 21)
 	raw, err := json.Marshal(r)
 	require.NoError(t, err)
 	var doc map[string]any
@@ -167,6 +225,9 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 		"sweeps":     {"aging_ratio", "escalation_ratio", "dlq_ratio", "aging_small_ms", "aging_large_ms"},
 		"fairness": {"small_p99_ms", "small_p99_off_ms", "small_p99_idle_ms", "off_ratio", "jain_index",
 			"work_conserving_ratio", "snooze_cap", "snooze_small_p99_ms", "snooze_throughput_ratio"},
+		"lending": {"free_drain_ratio", "free_jobs_per_s", "free_jobs_per_s_off", "ideal_ratio", "paid_p99_ms", "paid_p99_off_ms",
+			"lent_jobs", "max_lent_running"},
+		"realistic": {"paid_p99_ms", "option_b_paid_p99_ms", "river_defaults_paid_p99_ms", "vs_option_b"},
 	} {
 		section, ok := doc[scenario].(map[string]any)
 		require.True(t, ok, scenario)

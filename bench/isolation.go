@@ -504,6 +504,14 @@ func (e *env) insertStream(ctx context.Context, client *river.Client[pgx.Tx], pr
 // first interval, routed by the InsertOpts of the service under test as a
 // producer does. It returns the jobs' ids by tenant.
 func (e *env) insertStreams(ctx context.Context, client *river.Client[pgx.Tx], tenants []string, interval time.Duration, args loadtest.Args, duration time.Duration) (map[string][]int64, error) {
+	return e.insertStreamsTo(ctx, client, "", tenants, interval, args, duration)
+}
+
+// insertStreamsTo is insertStreams, with every job in queue instead of the
+// queue InsertOpts routes it to ("": that one): the one queue of a
+// deployment that does not split work by tier (the realistic scenario's
+// Option B). The priority stays InsertOpts'.
+func (e *env) insertStreamsTo(ctx context.Context, client *river.Client[pgx.Tx], queue string, tenants []string, interval time.Duration, args loadtest.Args, duration time.Duration) (map[string][]int64, error) {
 	var (
 		mu  sync.Mutex
 		ids = map[string][]int64{}
@@ -517,7 +525,11 @@ func (e *env) insertStreams(ctx context.Context, client *river.Client[pgx.Tx], t
 			ticker := time.NewTicker(interval)
 			defer ticker.Stop()
 			for range int(duration / interval) {
-				res, err := client.Insert(ctx, args, e.opts.Service.InsertOpts(tiers.Enterprise, tenant, false))
+				opts := e.opts.Service.InsertOpts(tiers.Enterprise, tenant, false)
+				if queue != "" {
+					opts.Queue = queue
+				}
+				res, err := client.Insert(ctx, args, opts)
 				if err != nil {
 					return fmt.Errorf("insert: %w", err)
 				}

@@ -23,7 +23,7 @@ import (
 )
 
 // benchScenarios are tierctl bench's scenarios, in the order "all" runs them.
-var benchScenarios = []string{"isolation", "throughput", "sweeps", "dlq", "insert", "fairness"}
+var benchScenarios = []string{"isolation", "throughput", "sweeps", "dlq", "insert", "fairness", "lending", "realistic"}
 
 func (a *app) benchCommand() *cobra.Command {
 	var (
@@ -49,6 +49,10 @@ Scenarios:
   fairness    fair share among tenants: other tenants' latency under one
               tenant's flood (on, off, and against a snooze-based cap), shares
               when all are backlogged, and a tenant alone keeping the queue
+  lending     idle priority workers lent to free work: free jobs/s with lending
+              on and off, and paid latency beside the free backlog
+  realistic   paid latency beside 5,000 free jobs of 200 ms: tierq against one
+              queue with River priorities (ADR-16's Option B) and River's defaults
 
 Each prints a table with every target met or not; --json adds one JSON object
 as the last line. See docs/benchmarks.md.`,
@@ -102,13 +106,19 @@ as the last line. See docs/benchmarks.md.`,
 			if runErr != nil {
 				return runErr
 			}
-			if samples != "" && (report.Isolation != nil || report.Fairness != nil) {
+			if samples != "" && (report.Isolation != nil || report.Fairness != nil || report.Lending != nil || report.Realistic != nil) {
 				all := map[string][]float64{}
 				if report.Isolation != nil {
 					maps.Copy(all, report.Isolation.Samples)
 				}
 				if report.Fairness != nil {
 					maps.Copy(all, report.Fairness.Samples) // its phases are named "fairness …"
+				}
+				if report.Lending != nil {
+					maps.Copy(all, report.Lending.Samples) // "lending …"
+				}
+				if report.Realistic != nil {
+					maps.Copy(all, report.Realistic.Samples) // "realistic …"
 				}
 				if err := writeSamples(samples, all); err != nil {
 					return err
@@ -127,7 +137,7 @@ as the last line. See docs/benchmarks.md.`,
 	cmd.Flags().BoolVar(&quick, "quick", false, "small runs: about a minute per scenario")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object with every result as the last line")
 	cmd.Flags().IntVar(&runs, "runs", 0, "repetitions per scenario, results are medians (0: 3, or 1 with --quick)")
-	cmd.Flags().StringVar(&samples, "samples", "", "write the isolation and fairness scenarios' latencies (last run, ms per job and phase; fairness per small tenant) to this CSV file, for scripts/plot-latency.sh")
+	cmd.Flags().StringVar(&samples, "samples", "", "write the latencies of the isolation, fairness, lending and realistic scenarios (last run, ms per job and phase; fairness per small tenant, lending and realistic the paid jobs) to this CSV file, for scripts/plot-latency.sh")
 	cmd.Flags().StringArrayVar(&set, "set", nil, "NAME=value for tierq's worker configuration (e.g. QUEUE_PRIORITY_FETCH_COOLDOWN=10ms), to measure other tuning")
 	return cmd
 }
