@@ -34,6 +34,11 @@ const unlimited = 1 << 30
 // never the future: River fetches only jobs whose scheduled_at has come.
 const admittedAtSQL = `(now() - (t.total - t.pos) * interval '1 microsecond')`
 
+// Rows are joined to river_job by id through id = ANY(ARRAY(…)), which the
+// planner always answers from the primary key: a plain join may be planned
+// as a sequential scan of river_job once its statistics have seen a flood
+// (45 ms a pass with 75,000 jobs held, growing with the table).
+//
 // passSQL is one pass over one queue ($1), in one statement:
 //
 //   - lock: nothing is done over a queue paused in River. (The pass runs
@@ -135,14 +140,14 @@ ranked AS (
 excess AS (
     SELECT j.id
     FROM river_job AS j
-    WHERE j.id IN (SELECT id FROM ranked WHERE over)
+    WHERE j.id = ANY(ARRAY(SELECT id FROM ranked WHERE over))
       AND j.state = 'available'
     FOR UPDATE SKIP LOCKED
 ),
 cleared AS (
     UPDATE river_job AS j
     SET metadata = j.metadata - '` + jobmeta.HeldAt + `'
-    WHERE j.id IN (SELECT id FROM ranked WHERE marked AND NOT over)
+    WHERE j.id = ANY(ARRAY(SELECT id FROM ranked WHERE marked AND NOT over))
       AND j.state = 'available'
     RETURNING j.id
 ),
@@ -151,7 +156,7 @@ pushed AS (
     SET state = 'pending',
         metadata = j.metadata || jsonb_build_object('` + jobmeta.HeldAt + `', now())
     FROM excess
-    WHERE j.id = excess.id
+    WHERE j.id = excess.id AND j.id = ANY(ARRAY(SELECT id FROM excess))
     RETURNING j.id
 ),
 admit AS (
@@ -195,7 +200,7 @@ admitted AS (
             '` + jobmeta.DueAt + `', (extract(epoch FROM ` + db.DueAtSQL("j") + `) * 1000000)::bigint,
             '` + jobmeta.MovedAt + `', (extract(epoch FROM ` + admittedAtSQL + `) * 1000000)::bigint)
     FROM turns AS t
-    WHERE j.id = t.id
+    WHERE j.id = t.id AND j.id = ANY(ARRAY(SELECT id FROM turns))
     RETURNING j.id
 ),
 notified AS (
@@ -325,7 +330,7 @@ lent AS (
             '` + jobmeta.DueAt + `', (extract(epoch FROM ` + db.DueAtSQL("j") + `) * 1000000)::bigint,
             '` + jobmeta.MovedAt + `', (extract(epoch FROM now()) * 1000000)::bigint)
     FROM candidates
-    WHERE j.id = candidates.id
+    WHERE j.id = candidates.id AND j.id = ANY(ARRAY(SELECT id FROM candidates))
     RETURNING j.id
 ),
 homeward AS (
@@ -342,7 +347,7 @@ returned AS (
                         THEN (j.metadata->>'` + jobmeta.LentPriority + `')::smallint ELSE j.priority END,
         metadata = j.metadata - '` + jobmeta.LentFrom + `' - '` + jobmeta.LentPriority + `'
     FROM homeward
-    WHERE j.id = homeward.id
+    WHERE j.id = homeward.id AND j.id = ANY(ARRAY(SELECT id FROM homeward))
     RETURNING j.id
 ),
 notified AS (
