@@ -362,6 +362,9 @@ type Pass struct {
 	// Tenants is the number of active tenants, HeldTenants of those with
 	// held jobs (before the admission), Capacity the queue's capacity.
 	Tenants, HeldTenants, Capacity int
+	// Yielded counts the places of tenants with jobs running moved behind
+	// a tenant that had not had its turn yet (none of its jobs running).
+	Yielded int
 	// Lone is true when one tenant alone (or none) was active and nothing
 	// was held: nothing needs holding, and the next passes only look for
 	// a newcomer. Checked is true for such a look (no pass ran).
@@ -405,7 +408,7 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, full bool) (Pass, er
 	)
 	err := a.locked(ctx, q.name, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, passSQL, q.name, q.cfg.Workers, q.cfg.Fair).Scan(
-			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now)
+			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded)
 	})
 	if err != nil {
 		return Pass{}, fmt.Errorf("fair share pass over %s: %w", q.name, err)

@@ -167,12 +167,15 @@ func TestPass(t *testing.T) {
 			order = append(order, b.fetch(t, 1)...)
 		}
 		// Windows 3 and 1 (capacity 4, weights 3:1): a has three places in
-		// line for b's one, and so three starts for b's one.
+		// line for b's one, and so three starts for b's one. (b's first
+		// comes second: once a is under way, b, with nothing running, has
+		// not had its turn, and a's places yield to it.)
 		require.Equal(t, []string{
+			"a", "b",
 			"a", "a", "a", "b",
 			"a", "a", "a", "b",
 			"a", "a", "a", "b",
-			"a", "a", "a", "b",
+			"a", "a",
 		}, order)
 	})
 
@@ -194,6 +197,29 @@ func TestPass(t *testing.T) {
 		// b's ten jobs first, three at a time, its places refilled between
 		// fetches; a's only when b has nothing left.
 		require.Equal(t, []string{"b", "b", "b", "b", "b", "b", "b", "b", "b", "b", "a", "a"}, order)
+	})
+
+	t.Run("ANewcomerGoesFirst", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 4, true)
+		b.insert(t, "a", 2, 20, time.Minute)
+		require.Equal(t, []string{"a"}, b.fetch(t, 1), "a is under way")
+		b.insert(t, "b", 2, 1, 0)
+
+		p, err := b.admitter.Pass(ctx, queue)
+		require.NoError(t, err)
+		// Windows of 2: a's 17 beyond it held; b, with nothing running,
+		// has not had its turn: a's two places go behind its job.
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 17, Tenants: 2, Capacity: 4, Yielded: 2}, p)
+		require.Equal(t, []string{"b"}, b.fetch(t, 1))
+
+		// b's next job, with b's first running, waits its turn behind a's
+		// places, as round robin has it.
+		b.insert(t, "b", 2, 1, 0)
+		p, err = b.admitter.Pass(ctx, queue)
+		require.NoError(t, err)
+		require.Zero(t, p.Yielded)
+		require.Equal(t, []string{"a", "a", "b"}, b.fetch(t, 3))
 	})
 
 	t.Run("OffReleasesEverythingHeld", func(t *testing.T) {

@@ -78,6 +78,15 @@ const admittedAtSQL = `(now() - (t.total - t.pos) * interval '1 microsecond')`
 //     job a worker is fetching right now is left to it. A job whose
 //     metadata is not an object has nowhere to record the hold and is left
 //     available.
+//   - yielded: while a tenant with no job running (one that has not had
+//     its turn yet: a newcomer, a trickle) waits in line, the places of
+//     tenants with jobs running that stand ahead of it go behind it
+//     (scheduled_at just after its newest job's, never after now; their
+//     due time kept), as deficit round robin serves a newly active flow
+//     next. Without this its job would wait behind every place the other
+//     tenants hold. (Moving the newcomer ahead instead would give it an
+//     earlier scheduled_at than its due time: aging and escalation would
+//     count a wait it never had.)
 //   - admitted: each tenant's best held jobs, as many as its window has
 //     room for, go back to available with scheduled_at now(): the back of
 //     the queue in River's fetch order, so that tenants take turns, each
@@ -99,7 +108,7 @@ cap AS (
     WHERE s.queue = $1 AND s.expires_at > now()
 ),
 avail AS MATERIALIZED (
-    SELECT j.id, j.priority, ` + tenantSQL("j") + ` AS tenant, jsonb_typeof(j.metadata) = 'object' AS holdable,
+    SELECT j.id, j.priority, j.scheduled_at, ` + tenantSQL("j") + ` AS tenant, jsonb_typeof(j.metadata) = 'object' AS holdable,
            j.metadata ? '` + jobmeta.HeldAt + `' AS marked,
            row_number() OVER (PARTITION BY ` + tenantSQL("j") + ` ORDER BY j.priority, j.scheduled_at, j.id) AS rank
     FROM river_job AS j
@@ -134,8 +143,37 @@ windows AS (
     FROM tenants AS t, cap
 ),
 ranked AS (
-    SELECT a.id, a.marked, a.rank > w.w AND a.holdable AS over
+    SELECT a.id, a.tenant, a.priority, a.scheduled_at, a.marked, a.holdable, a.rank > w.w AND a.holdable AS over
     FROM avail AS a JOIN windows AS w USING (tenant)
+),
+busy AS (
+    SELECT DISTINCT ` + tenantSQL("j") + ` AS tenant
+    FROM river_job AS j
+    WHERE j.state = 'running' AND j.queue = $1 AND (SELECT ok FROM lock)
+),
+newcomers AS (
+    SELECT r.priority, max(r.scheduled_at) AS at
+    FROM ranked AS r
+    WHERE $3::bool AND NOT r.over AND r.tenant NOT IN (SELECT tenant FROM busy)
+    GROUP BY r.priority
+),
+yield AS (
+    SELECT r.id,
+           least(now(), n.at + row_number() OVER (PARTITION BY r.priority ORDER BY r.scheduled_at, r.id) * interval '1 microsecond') AS back
+    FROM ranked AS r JOIN newcomers AS n USING (priority)
+    WHERE NOT r.over AND NOT r.marked AND r.holdable
+      AND r.tenant IN (SELECT tenant FROM busy)
+      AND r.scheduled_at < n.at
+),
+yielded AS (
+    UPDATE river_job AS j
+    SET scheduled_at = y.back,
+        metadata = j.metadata || jsonb_build_object(
+            '` + jobmeta.DueAt + `', (extract(epoch FROM ` + db.DueAtSQL("j") + `) * 1000000)::bigint,
+            '` + jobmeta.MovedAt + `', (extract(epoch FROM y.back) * 1000000)::bigint)
+    FROM yield AS y
+    WHERE j.id = y.id AND j.id = ANY(ARRAY(SELECT id FROM yield)) AND j.state = 'available'
+    RETURNING j.id
 ),
 excess AS (
     SELECT j.id
@@ -215,7 +253,8 @@ SELECT coalesce((SELECT ok FROM lock), false),
        (SELECT c FROM cap),
        (SELECT count(*) FROM notified)::int,
        (SELECT CASE WHEN count(*) = 1 THEN min(tenant) END FROM tenants),
-       now()`
+       now(),
+       (SELECT count(*) FROM yielded)::int`
 
 // loneCheckSQL is the cheap look a process takes at a queue whose last
 // pass found one tenant alone ($3; NULL: none) and nothing held, instead of
