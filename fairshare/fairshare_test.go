@@ -186,8 +186,11 @@ func TestPass(t *testing.T) {
 		b.insert(t, "b", 2, 10, time.Minute)   // enterprise
 		p, err := b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
-		// Each is alone at its priority: both keep the whole capacity.
-		require.Equal(t, fairshare.Pass{Ran: true, Held: 32, Tenants: 2, Capacity: 4}, p)
+		// b is alone at its priority: a window of the whole capacity (4),
+		// its 6 others held. a, at a worse priority while b has more than
+		// it may have in line, gets a window of 0: all 30 held, so that no
+		// worker goes to a while b waits.
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 36, Tenants: 2, Capacity: 4}, p)
 		var order []string
 		for range 4 {
 			_, err := b.admitter.Pass(ctx, queue)

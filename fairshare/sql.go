@@ -67,8 +67,9 @@ const admittedAtSQL = `(now() - (t.total - t.pos) * interval '1 microsecond')`
 //     the tenants of the best level waiting have the whole capacity in
 //     line between them, so a worse priority is fetched only when they have
 //     nothing left to fetch, not because their windows were full. And while
-//     a tenant has held jobs of a priority, tenants whose best waiting
-//     priority is worse get a window of 0: their places are held back too,
+//     a tenant has held jobs of a priority, or more available than its
+//     window (this pass holds them), tenants whose best waiting priority is
+//     worse get a window of 0: their places are held back too,
 //     so that a refill that comes late (the line of the better priority
 //     fetched empty before the next pass) cannot hand a worker to them.
 //   - pushed: each tenant's available jobs beyond its window, worst first
@@ -134,13 +135,21 @@ tenants AS (
     LEFT JOIN fair_share_weights AS w USING (tenant)
     GROUP BY t.tenant
 ),
-windows AS (
-    SELECT t.tenant, t.n,
+shares AS (
+    SELECT t.tenant, t.n, t.level,
            CASE WHEN NOT $3::bool THEN ` + itoa(unlimited) + `
                 WHEN NOT EXISTS (SELECT 1 FROM held_levels) AND (SELECT count(*) FROM tenants) = 1 THEN ` + itoa(unlimited) + `
-                WHEN t.level > (SELECT min(level) FROM held_levels) THEN 0
                 ELSE greatest(1, ceil(cap.c::numeric * t.weight / sum(t.weight) OVER (PARTITION BY t.level)))::int END AS w
     FROM tenants AS t, cap
+),
+windows AS (
+    SELECT s.tenant, s.n,
+           CASE WHEN s.w < ` + itoa(unlimited) + ` AND s.level > (
+                    SELECT min(b.level) FROM (SELECT level FROM held_levels
+                                              UNION ALL
+                                              SELECT level FROM shares WHERE n > w) AS b)
+                THEN 0 ELSE s.w END AS w
+    FROM shares AS s
 ),
 ranked AS (
     SELECT a.id, a.tenant, a.priority, a.scheduled_at, a.marked, a.holdable, a.rank > w.w AND a.holdable AS over
