@@ -22,6 +22,38 @@ func heldSQL(alias string) string {
 // back and everything held is admitted.
 const unlimited = 1 << 30
 
+// capCTE is a queue's capacity ($1), the sum of the unexpired heartbeats of
+// the processes that serve it (fair_share_slots), and at least the
+// parameter local (this process's own workers, before its first heartbeat
+// lands).
+func capCTE(local string) string {
+	return `cap AS (
+    SELECT greatest(` + local + `::int, coalesce(sum(s.slots), 0))::int AS c
+    FROM fair_share_slots AS s
+    WHERE s.queue = $1 AND s.expires_at > now()
+)`
+}
+
+// notifiedCTE sends River's insert notification for the queue ($1) when
+// the statement's CTE moved made any row available there, so that idle
+// workers fetch at once.
+func notifiedCTE(moved string) string {
+	return `notified AS (
+    SELECT pg_notify(current_schema() || '.river_insert', json_build_object('queue', $1::text)::text)
+    WHERE EXISTS (SELECT 1 FROM ` + moved + `)
+)`
+}
+
+// keptDueSQL is the metadata entries that keep the due time of the river_job
+// row aliased alias across a move that gives it the scheduled_at movedAt
+// (an SQL expression): jobmeta.DueAt, when its attempt became due
+// (db.DueAtSQL, read before the move), and jobmeta.MovedAt, movedAt, both in
+// Unix microseconds, as escalation keeps them.
+func keptDueSQL(alias, movedAt string) string {
+	return `'` + jobmeta.DueAt + `', (extract(epoch FROM ` + db.DueAtSQL(alias) + `) * 1000000)::bigint,
+            '` + jobmeta.MovedAt + `', (extract(epoch FROM ` + movedAt + `) * 1000000)::bigint`
+}
+
 // admittedAtSQL is the scheduled_at of an admitted job (t, a row of the
 // pass's turns): now(), less a microsecond per job admitted after it in the
 // same pass, in the order the places they refill were freed (places: a
@@ -103,11 +135,7 @@ WITH RECURSIVE
 lock AS (
     SELECT true AS ok WHERE NOT ` + db.PausedSQL("$1") + `
 ),
-cap AS (
-    SELECT greatest($2::int, coalesce(sum(s.slots), 0))::int AS c
-    FROM fair_share_slots AS s
-    WHERE s.queue = $1 AND s.expires_at > now()
-),
+` + capCTE("$2") + `,
 avail AS MATERIALIZED (
     SELECT j.id, j.priority, j.scheduled_at, ` + tenantSQL("j") + ` AS tenant, jsonb_typeof(j.metadata) = 'object' AS holdable,
            j.metadata ? '` + jobmeta.HeldAt + `' AS marked,
@@ -178,8 +206,7 @@ yielded AS (
     UPDATE river_job AS j
     SET scheduled_at = y.back,
         metadata = j.metadata || jsonb_build_object(
-            '` + jobmeta.DueAt + `', (extract(epoch FROM ` + db.DueAtSQL("j") + `) * 1000000)::bigint,
-            '` + jobmeta.MovedAt + `', (extract(epoch FROM y.back) * 1000000)::bigint)
+            ` + keptDueSQL("j", `y.back`) + `)
     FROM yield AS y
     WHERE j.id = y.id AND j.id = ANY(ARRAY(SELECT id FROM yield)) AND j.state = 'available'
     RETURNING j.id
@@ -244,16 +271,12 @@ admitted AS (
     SET state = 'available',
         scheduled_at = ` + admittedAtSQL + `,
         metadata = (j.metadata - '` + jobmeta.HeldAt + `') || jsonb_build_object(
-            '` + jobmeta.DueAt + `', (extract(epoch FROM ` + db.DueAtSQL("j") + `) * 1000000)::bigint,
-            '` + jobmeta.MovedAt + `', (extract(epoch FROM ` + admittedAtSQL + `) * 1000000)::bigint)
+            ` + keptDueSQL("j", admittedAtSQL) + `)
     FROM turns AS t
     WHERE j.id = t.id AND j.id = ANY(ARRAY(SELECT id FROM turns))
     RETURNING j.id
 ),
-notified AS (
-    SELECT pg_notify(current_schema() || '.river_insert', json_build_object('queue', $1::text)::text)
-    WHERE EXISTS (SELECT 1 FROM admitted)
-)
+` + notifiedCTE("admitted") + `
 SELECT coalesce((SELECT ok FROM lock), false),
        (SELECT count(*) FROM pushed)::int,
        (SELECT count(*) FROM admitted)::int,
@@ -337,11 +360,7 @@ var lendSQL = `
 WITH lock AS (
     SELECT true AS ok WHERE NOT ` + db.PausedSQL("$1") + ` AND NOT ` + db.PausedSQL("$2") + `
 ),
-cap AS (
-    SELECT greatest($3::int, coalesce(sum(s.slots), 0))::int AS c
-    FROM fair_share_slots AS s
-    WHERE s.queue = $1 AND s.expires_at > now()
-),
+` + capCTE("$3") + `,
 paid AS (
     SELECT EXISTS (SELECT 1 FROM river_job AS j
                    WHERE j.state = 'available' AND j.queue = $1 AND NOT j.metadata ? '` + jobmeta.LentFrom + `')
@@ -375,8 +394,7 @@ lent AS (
         metadata = j.metadata || jsonb_build_object(
             '` + jobmeta.LentFrom + `', $2::text,
             '` + jobmeta.LentPriority + `', j.priority,
-            '` + jobmeta.DueAt + `', (extract(epoch FROM ` + db.DueAtSQL("j") + `) * 1000000)::bigint,
-            '` + jobmeta.MovedAt + `', (extract(epoch FROM now()) * 1000000)::bigint)
+            ` + keptDueSQL("j", `now()`) + `)
     FROM candidates
     WHERE j.id = candidates.id AND j.id = ANY(ARRAY(SELECT id FROM candidates))
     RETURNING j.id
@@ -398,10 +416,7 @@ returned AS (
     WHERE j.id = homeward.id AND j.id = ANY(ARRAY(SELECT id FROM homeward))
     RETURNING j.id
 ),
-notified AS (
-    SELECT pg_notify(current_schema() || '.river_insert', json_build_object('queue', $1::text)::text)
-    WHERE EXISTS (SELECT 1 FROM lent)
-)
+` + notifiedCTE("lent") + `
 SELECT coalesce((SELECT ok FROM lock), false),
        (SELECT count(*) FROM lent)::int,
        (SELECT count(*) FROM returned)::int,
