@@ -227,24 +227,9 @@ func (e *env) lendDrain(ctx context.Context, cfg config.Worker, jobs int, args l
 	if err != nil {
 		return res, err
 	}
-	ids, err := e.insertFree(ctx, client, "", jobs, args)
-	if err != nil {
-		return res, err
-	}
-	if _, err := e.Pool.Exec(ctx, `ANALYZE river_job`); err != nil {
-		return res, fmt.Errorf("analyze river_job: %w", err)
-	}
-
-	workerPool, err := e.pool(ctx, 10)
-	if err != nil {
-		return res, err
-	}
-	defer workerPool.Close()
-	dep, err := tierqDeployment(cfg, workerPool, e.opts)
-	if err != nil {
-		return res, err
-	}
-	stop, err := dep.start(ctx)
+	ids, stop, err := e.backlogged(ctx, client, "", jobs, args, func(pool *pgxpool.Pool) (*deployment, error) {
+		return tierqDeployment(cfg, pool, e.opts)
+	})
 	if err != nil {
 		return res, err
 	}

@@ -84,6 +84,36 @@ func (e *env) insertFree(ctx context.Context, client *river.Client[pgx.Tx], queu
 	return ids, nil
 }
 
+// backlogged queues n free jobs of args through client (insertFree, into
+// queue when not ""), refreshes river_job's statistics, and starts the
+// worker deployment newWorker makes on a pool of its own. stop stops the
+// worker and closes its pool.
+func (e *env) backlogged(ctx context.Context, client *river.Client[pgx.Tx], queue string, n int, args loadtest.Args,
+	newWorker func(*pgxpool.Pool) (*deployment, error),
+) (ids []int64, stop func(), err error) {
+	if ids, err = e.insertFree(ctx, client, queue, n, args); err != nil {
+		return nil, nil, err
+	}
+	if _, err := e.Pool.Exec(ctx, `ANALYZE river_job`); err != nil {
+		return nil, nil, fmt.Errorf("analyze river_job: %w", err)
+	}
+	workerPool, err := e.pool(ctx, 10)
+	if err != nil {
+		return nil, nil, err
+	}
+	dep, err := newWorker(workerPool)
+	if err != nil {
+		workerPool.Close()
+		return nil, nil, err
+	}
+	stopWorker, err := dep.start(ctx)
+	if err != nil {
+		workerPool.Close()
+		return nil, nil, err
+	}
+	return ids, func() { stopWorker(); workerPool.Close() }, nil
+}
+
 // runTrickle runs one trickle phase in a fresh table: the free jobs queued,
 // the phase's worker started, after a warm-up the paid trickle for
 // duration, and once every paid job has started, their latencies, the free
@@ -102,24 +132,7 @@ func (e *env) runTrickle(ctx context.Context, t trickle, duration time.Duration)
 	if err != nil {
 		return res, fmt.Errorf("producer client: %w", err)
 	}
-	free, err := e.insertFree(ctx, client, t.queue, t.free, t.freeArgs)
-	if err != nil {
-		return res, err
-	}
-	if _, err := e.Pool.Exec(ctx, `ANALYZE river_job`); err != nil {
-		return res, fmt.Errorf("analyze river_job: %w", err)
-	}
-
-	workerPool, err := e.pool(ctx, 10)
-	if err != nil {
-		return res, err
-	}
-	defer workerPool.Close()
-	dep, err := t.worker(workerPool)
-	if err != nil {
-		return res, err
-	}
-	stop, err := dep.start(ctx)
+	free, stop, err := e.backlogged(ctx, client, t.queue, t.free, t.freeArgs, t.worker)
 	if err != nil {
 		return res, err
 	}

@@ -6,7 +6,8 @@ import (
 )
 
 // tenantSQL is a job's tenant in the SQL of this package: its metadata's
-// jobmeta.Tenant, or ” for a job without one (they count as one tenant).
+// jobmeta.Tenant, or the empty string for a job without one (they count as
+// one tenant).
 // river_job_tierq_held_idx is built on this exact expression.
 func tenantSQL(alias string) string {
 	return `coalesce(` + alias + `.metadata->>'` + jobmeta.Tenant + `', '')`
