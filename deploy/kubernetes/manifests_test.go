@@ -1,0 +1,486 @@
+package kubernetes_test
+
+import (
+	"bufio"
+	"os"
+	"path"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/jobs"
+)
+
+// envExampleVars are the variables .env.example sets (its NAME= lines).
+func envExampleVars(t *testing.T) []string {
+	t.Helper()
+	f, err := os.Open("../../.env.example")
+	require.NoError(t, err)
+	defer f.Close()
+	var vars []string
+	scanner := bufio.NewScanner(f)
+	for scanner.Scan() {
+		line := scanner.Text()
+		if name, _, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			vars = append(vars, name)
+		}
+	}
+	require.NoError(t, scanner.Err())
+	require.Contains(t, vars, "DATABASE_URL")
+	return vars
+}
+
+// secretVars are the variables whose configuration field is marked secret
+// (`secret:"..."`: redacted in errors) in any process's configuration.
+func secretVars() []string {
+	var vars []string
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for sf := range t.Fields() {
+			if sf.Anonymous && sf.Type.Kind() == reflect.Struct {
+				walk(sf.Type)
+				continue
+			}
+			key, _, _ := strings.Cut(sf.Tag.Get("env"), ",")
+			if key != "" && sf.Tag.Get("secret") != "" && !slices.Contains(vars, key) {
+				vars = append(vars, key)
+			}
+		}
+	}
+	for _, t := range []reflect.Type{
+		reflect.TypeFor[config.Worker](), reflect.TypeFor[config.Scheduler](), reflect.TypeFor[config.API](), reflect.TypeFor[config.CLI](),
+		reflect.TypeFor[jobs.AnalysisConfig](), reflect.TypeFor[jobs.MaintenanceConfig](),
+	} {
+		walk(t)
+	}
+	slices.Sort(vars)
+	return vars
+}
+
+// TestConfigurationKeysAreEnvExample: tierq-config and tierq-secrets hold
+// exactly the variables of .env.example between them, none in both; the
+// Secret holds those the configuration marks secret. In prod the Secret is
+// the operator's file, none of the base's placeholders.
+func TestConfigurationKeysAreEnvExample(t *testing.T) {
+	t.Parallel()
+
+	want := envExampleVars(t)
+	slices.Sort(want)
+	require.Equal(t, []string{"API_ADMIN_TOKEN", "API_TOKEN", "DATABASE_URL", "DLQ_ALERT_WEBHOOK_URL"}, secretVars())
+	for _, b := range builds(t) {
+		var configMaps []*corev1.ConfigMap
+		for _, cm := range all[*corev1.ConfigMap](b) {
+			if strings.HasPrefix(cm.Name, "tierq-config-") {
+				configMaps = append(configMaps, cm)
+			}
+		}
+		var secrets []*corev1.Secret
+		for _, s := range all[*corev1.Secret](b) {
+			if strings.HasPrefix(s.Name, "tierq-secrets-") {
+				secrets = append(secrets, s)
+			}
+		}
+		require.Len(t, configMaps, 1, b.variant.name)
+		require.Len(t, secrets, 1, b.variant.name)
+		var got []string
+		for k := range configMaps[0].Data {
+			require.NotContains(t, secrets[0].Data, k, "%s: %s in both the ConfigMap and the Secret", b.variant.name, k)
+			got = append(got, k)
+		}
+		var inSecret []string
+		for k := range secrets[0].Data {
+			inSecret = append(inSecret, k)
+		}
+		slices.Sort(inSecret)
+		require.Equal(t, secretVars(), inSecret, b.variant.name)
+		got = append(got, inSecret...)
+		slices.Sort(got)
+		require.Equal(t, want, got, "%s: the ConfigMap's and the Secret's keys against .env.example", b.variant.name)
+
+		if strings.HasPrefix(b.variant.name, "prod") {
+			for _, line := range strings.Split(strings.TrimSpace(prodSecrets), "\n") {
+				k, v, _ := strings.Cut(line, "=")
+				require.Equal(t, v, string(secrets[0].Data[k]), "%s: %s is the operator's", b.variant.name, k)
+			}
+		}
+	}
+}
+
+// TestProbesAndPorts: every long-running tierq container is probed where
+// its process serves: liveness on /healthz and readiness on /readyz, on the
+// port of METRICS_ADDR (workers, the scheduler) or API_ADDR (the API) in
+// its own environment, which is the container port the probes name and the
+// port its prometheus.io annotations give.
+func TestProbesAndPorts(t *testing.T) {
+	t.Parallel()
+
+	probed := 0
+	eachTierqContainer(t, func(t *testing.T, b *build, p pod, c corev1.Container, proc process) {
+		where := b.variant.name + ": " + p.owner
+		if proc.binary == "tierctl migrate" {
+			require.Nil(t, c.LivenessProbe, where)
+			require.Nil(t, c.ReadinessProbe, where)
+			return
+		}
+		require.NotEmpty(t, proc.listen, "%s: serves no HTTP: no METRICS_ADDR/API_ADDR", where)
+		port := listenPort(t, proc.listen)
+		for _, probe := range []struct {
+			probe *corev1.Probe
+			path  string
+		}{{c.LivenessProbe, "/healthz"}, {c.ReadinessProbe, "/readyz"}} {
+			require.NotNil(t, probe.probe, "%s: %s probe", where, probe.path)
+			require.NotNil(t, probe.probe.HTTPGet, where)
+			require.Equal(t, probe.path, probe.probe.HTTPGet.Path, where)
+			require.Equal(t, port, containerPort(t, c, probe.probe.HTTPGet.Port), "%s: %s probe's port", where, probe.path)
+		}
+		require.Equal(t, "true", p.meta["prometheus.io/scrape"], where)
+		require.Equal(t, "/metrics", p.meta["prometheus.io/path"], where)
+		require.Equal(t, strconv.Itoa(int(port)), p.meta["prometheus.io/port"], where)
+		probed++
+	})
+	require.Positive(t, probed)
+}
+
+// containerPort resolves a probe's or a Service's port (a number, or the
+// name of one of c's ports).
+func containerPort(t *testing.T, c corev1.Container, port intstr.IntOrString) int32 {
+	t.Helper()
+	if port.Type == intstr.Int {
+		return port.IntVal
+	}
+	for _, p := range c.Ports {
+		if p.Name == port.StrVal {
+			return p.ContainerPort
+		}
+	}
+	t.Fatalf("container %s has no port named %q", c.Name, port.StrVal)
+	return 0
+}
+
+// graceMargin is the least time a pod's grace period leaves after the
+// soft stop: for the jobs River then cancels to return to their queue and
+// for the process to exit.
+const graceMargin = 5 * time.Second
+
+// TestGracePeriodExceedsSoftStop: Kubernetes kills a pod
+// terminationGracePeriodSeconds after SIGTERM; workers and the scheduler
+// let running jobs finish for SOFT_STOP_TIMEOUT (from their own
+// environment) and need graceMargin more. The API needs its preStop sleep
+// and api.ShutdownTimeout for requests in flight.
+func TestGracePeriodExceedsSoftStop(t *testing.T) {
+	t.Parallel()
+
+	eachTierqContainer(t, func(t *testing.T, b *build, p pod, c corev1.Container, proc process) {
+		where := b.variant.name + ": " + p.owner
+		if proc.binary == "tierctl migrate" {
+			return // nothing to finish: a stopped migration is retried
+		}
+		require.NotNil(t, p.spec.TerminationGracePeriodSeconds, where)
+		grace := time.Duration(*p.spec.TerminationGracePeriodSeconds) * time.Second
+		switch proc.binary {
+		case "worker", "thumbnail-worker", "scheduler", "thumbnail-scheduler":
+			require.Equal(t, 25*time.Second, proc.softStop, where)
+			require.GreaterOrEqual(t, grace, proc.softStop+graceMargin, "%s: grace period against SOFT_STOP_TIMEOUT %s", where, proc.softStop)
+		case "api", "thumbnail-api":
+			require.NotNil(t, c.Lifecycle, where)
+			require.NotNil(t, c.Lifecycle.PreStop.Sleep, where)
+			preStop := time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second
+			require.GreaterOrEqual(t, grace, preStop+api.ShutdownTimeout+graceMargin, where)
+		}
+	})
+}
+
+// TestPodsAreLockedDown: every pod, tierq's or not, runs as a non-root user
+// with the runtime's seccomp profile, no service-account token and no
+// Service variables; every container has a read-only root file system, no
+// privilege escalation, no capabilities, and CPU and memory requests and
+// limits. tierq's run as the Dockerfile's user.
+func TestPodsAreLockedDown(t *testing.T) {
+	t.Parallel()
+
+	for _, b := range builds(t) {
+		for _, p := range pods(b) {
+			where := b.variant.name + ": " + p.owner
+			s := p.spec
+			require.Equal(t, new(false), s.AutomountServiceAccountToken, where)
+			require.Equal(t, new(false), s.EnableServiceLinks, where)
+			require.NotNil(t, s.SecurityContext, where)
+			require.Equal(t, new(true), s.SecurityContext.RunAsNonRoot, where)
+			require.NotNil(t, s.SecurityContext.RunAsUser, where)
+			require.NotZero(t, *s.SecurityContext.RunAsUser, where)
+			require.Equal(t, &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}, s.SecurityContext.SeccompProfile, where)
+			require.Empty(t, s.InitContainers, where)
+			for _, c := range s.Containers {
+				where := where + " container " + c.Name
+				if isTierq(c) {
+					require.Equal(t, int64(65532), *s.SecurityContext.RunAsUser, "%s: distroless's nonroot, the Dockerfile's USER", where)
+				}
+				sc := c.SecurityContext
+				require.NotNil(t, sc, where)
+				require.Equal(t, new(false), sc.AllowPrivilegeEscalation, where)
+				require.Equal(t, new(true), sc.ReadOnlyRootFilesystem, where)
+				require.Nil(t, sc.Privileged, where)
+				require.NotNil(t, sc.Capabilities, where)
+				require.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop, where)
+				require.Empty(t, sc.Capabilities.Add, where)
+				for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+					req, ok := c.Resources.Requests[r]
+					require.True(t, ok, "%s: %s request", where, r)
+					limit, ok := c.Resources.Limits[r]
+					require.True(t, ok, "%s: %s limit", where, r)
+					require.LessOrEqual(t, req.Cmp(limit), 0, "%s: %s request above its limit", where, r)
+				}
+			}
+		}
+	}
+}
+
+// overlayTag is the tag an overlay's kustomization.yaml pins the image to
+// (its `images` entry for image).
+func overlayTag(t *testing.T, overlay string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(overlay, "kustomization.yaml"))
+	require.NoError(t, err)
+	var k struct {
+		Images []struct {
+			Name   string `json:"name"`
+			NewTag string `json:"newTag"`
+		} `json:"images"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &k))
+	for _, i := range k.Images {
+		if i.Name == image {
+			return i.NewTag
+		}
+	}
+	return ""
+}
+
+// TestImagesArePinnedByTag: the base names the image untagged; each
+// overlay pins a tag (not latest) with kustomize's image transformer, and
+// every tierq container of the build runs exactly that image and a binary
+// the project's Dockerfile puts in it. Other images (the dev PostgreSQL,
+// the example team's) carry an explicit tag too.
+func TestImagesArePinnedByTag(t *testing.T) {
+	t.Parallel()
+
+	// The Dockerfile: every command under cmd/ into /usr/local/bin of a
+	// distroless image, run as its nonroot user.
+	dockerfile, err := os.ReadFile("../../Dockerfile")
+	require.NoError(t, err)
+	for _, line := range []string{
+		"RUN CGO_ENABLED=0 go build -trimpath -o /out/ ./cmd/...",
+		"FROM gcr.io/distroless/static-debian12:nonroot",
+		"COPY --from=build /out/ /usr/local/bin/",
+		"USER nonroot",
+	} {
+		require.Contains(t, strings.Split(string(dockerfile), "\n"), line, "Dockerfile")
+	}
+	cmds, err := os.ReadDir("../../cmd")
+	require.NoError(t, err)
+	var binaries []string
+	for _, d := range cmds {
+		binaries = append(binaries, "/usr/local/bin/"+d.Name())
+	}
+	require.Equal(t, []string{"/usr/local/bin/api", "/usr/local/bin/scheduler", "/usr/local/bin/tierctl", "/usr/local/bin/worker"}, binaries)
+
+	// The base alone: untagged, so that only an overlay decides.
+	baseObjects, err := kustomize(t, variant{name: "base", overlay: "base"})
+	require.NoError(t, err)
+	base := &build{variant: variant{name: "base"}, objects: baseObjects}
+	decoder := strictDecoder()
+	for i := range base.objects {
+		typed, _, err := decoder.Decode(base.objects[i].raw, nil, nil)
+		require.NoError(t, err)
+		base.objects[i].typed = typed
+	}
+	for _, p := range pods(base) {
+		for _, c := range p.spec.Containers {
+			require.Equal(t, image, c.Image, "base: %s", p.owner)
+		}
+	}
+
+	for _, b := range builds(t) {
+		overlay := b.variant.overlay
+		if overlay == "overlays/prod-split" {
+			overlay = "overlays/prod" // it builds on prod, whose tag it keeps
+		}
+		tag := overlayTag(t, overlay)
+		require.NotEmpty(t, tag, overlay)
+		require.NotEqual(t, "latest", tag, overlay)
+		for _, p := range pods(b) {
+			for _, c := range p.spec.Containers {
+				where := b.variant.name + ": " + p.owner + " container " + c.Name
+				_, imageTag, ok := strings.Cut(path.Base(c.Image), ":")
+				require.True(t, ok && imageTag != "" && imageTag != "latest" && !strings.Contains(c.Image, "@"), "%s: %s is not pinned by tag", where, c.Image)
+				if !isTierq(c) || strings.HasPrefix(path.Base(c.Command[0]), "thumbnail-") {
+					continue
+				}
+				require.Equal(t, image+":"+tag, c.Image, where)
+				require.Contains(t, binaries, c.Command[0], where)
+			}
+		}
+	}
+}
+
+// TestAnalysisTargetsAreVolumes: the root file system is read-only, so
+// every directory a worker reads (ANALYSIS_ROOTS of an analyzer, in its own
+// environment) is a volume mounted read-only, and every directory it writes
+// (the example thumbnailer's output) a writable one.
+func TestAnalysisTargetsAreVolumes(t *testing.T) {
+	t.Parallel()
+
+	analyzers := 0
+	eachTierqContainer(t, func(t *testing.T, b *build, p pod, c corev1.Container, proc process) {
+		where := b.variant.name + ": " + p.owner
+		if proc.worker != nil && proc.worker.Service == jobs.ServiceAnalyzer {
+			analyzers++
+			require.Equal(t, []string{"/srv/repos"}, proc.reads, where)
+		}
+		check := func(dir string, readOnly bool) {
+			for _, m := range c.VolumeMounts {
+				if m.MountPath == dir || strings.HasPrefix(dir, strings.TrimSuffix(m.MountPath, "/")+"/") {
+					require.Equal(t, readOnly, m.ReadOnly, "%s: %s mounted read-only: %v", where, dir, readOnly)
+					require.True(t, slices.ContainsFunc(p.spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name }), where)
+					return
+				}
+			}
+			t.Fatalf("%s: %s is on the read-only root file system: mount a volume there", where, dir)
+		}
+		for _, dir := range proc.reads {
+			check(dir, true)
+		}
+		for _, dir := range proc.writes {
+			check(dir, false)
+		}
+	})
+	require.Positive(t, analyzers)
+}
+
+// TestMigrateJob: one Job runs tierctl migrate, named after the image tag
+// so that a new version is a new Job (its template cannot change), and
+// deleted 10 minutes after it finishes.
+func TestMigrateJob(t *testing.T) {
+	t.Parallel()
+
+	for _, b := range builds(t) {
+		jobsOf := all[*batchv1.Job](b)
+		require.Len(t, jobsOf, 1, b.variant.name)
+		job := jobsOf[0]
+		overlay := b.variant.overlay
+		if overlay == "overlays/prod-split" {
+			overlay = "overlays/prod"
+		}
+		require.Equal(t, "tierq-migrate-"+overlayTag(t, overlay), job.Name, b.variant.name)
+		require.Empty(t, validation.IsDNS1123Subdomain(job.Name), b.variant.name)
+		require.LessOrEqual(t, len(job.Name), validation.LabelValueMaxLength, "%s: the Job's name is its pods' job-name label", b.variant.name)
+		require.Equal(t, new(int32(600)), job.Spec.TTLSecondsAfterFinished, b.variant.name)
+		require.Equal(t, corev1.RestartPolicyNever, job.Spec.Template.Spec.RestartPolicy, b.variant.name)
+		require.NotNil(t, job.Spec.BackoffLimit, b.variant.name)
+		require.Equal(t, []string{"/usr/local/bin/tierctl", "migrate"}, job.Spec.Template.Spec.Containers[0].Command, b.variant.name)
+	}
+}
+
+// TestSchedulerAndAPI: the scheduler runs two replicas (one leads, one
+// stands by) behind a PodDisruptionBudget that keeps one; the API's Service
+// and PodDisruptionBudget select its pods, and the Service reaches API_ADDR's
+// port. Worker Deployments leave their replicas to the autoscaler, except
+// in dev, which has none.
+func TestSchedulerAndAPI(t *testing.T) {
+	t.Parallel()
+
+	for _, b := range builds(t) {
+		where := b.variant.name
+		schedulerDeployment := one[*appsv1.Deployment](t, b, "scheduler")
+		require.Equal(t, new(int32(2)), schedulerDeployment.Spec.Replicas, where)
+		pdb := one[*policyv1.PodDisruptionBudget](t, b, "scheduler")
+		require.Equal(t, new(intstr.FromInt32(1)), pdb.Spec.MinAvailable, where)
+		requireSelects(t, where, pdb.Spec.Selector.MatchLabels, b, "scheduler")
+
+		apiDeployment := one[*appsv1.Deployment](t, b, "api")
+		service := one[*corev1.Service](t, b, "tierq-api")
+		requireSelects(t, where, service.Spec.Selector, b, "api")
+		requireSelects(t, where, one[*policyv1.PodDisruptionBudget](t, b, "api").Spec.Selector.MatchLabels, b, "api")
+		c := apiDeployment.Spec.Template.Spec.Containers[0]
+		proc, err := loadProcess(t, c, containerEnv(t, b, c))
+		require.NoError(t, err)
+		require.Len(t, service.Spec.Ports, 1, where)
+		require.Equal(t, listenPort(t, proc.listen), containerPort(t, c, service.Spec.Ports[0].TargetPort), where)
+
+		for _, d := range all[*appsv1.Deployment](b) {
+			if !strings.HasPrefix(d.Name, "worker-") {
+				continue
+			}
+			if b.variant.name == "dev" {
+				require.Equal(t, new(int32(1)), d.Spec.Replicas, "%s: %s", where, d.Name)
+			} else {
+				require.Nil(t, d.Spec.Replicas, "%s: %s: the autoscaler owns its replicas; a number here would reset them at every apply", where, d.Name)
+			}
+		}
+	}
+}
+
+// requireSelects checks that selector picks the pods of Deployment name
+// and of no other workload in b.
+func requireSelects(t *testing.T, where string, selector map[string]string, b *build, name string) {
+	t.Helper()
+	sel := labels.SelectorFromSet(selector)
+	for _, p := range pods(b) {
+		var podLabels map[string]string
+		for _, o := range b.objects {
+			switch d := o.typed.(type) {
+			case *appsv1.Deployment:
+				if d.Name == p.name {
+					podLabels = d.Spec.Template.Labels
+				}
+			case *batchv1.Job:
+				if d.Name == p.name {
+					podLabels = d.Spec.Template.Labels
+				}
+			}
+		}
+		require.Equal(t, p.name == name, sel.Matches(labels.Set(podLabels)), "%s: selector %v against the pods of %s", where, selector, p.owner)
+	}
+}
+
+// TestDeploymentSelectorsAreDisjoint: no two workloads' selectors pick the
+// same pods (the split's copies of worker-analyzer included), and every
+// Deployment's selector picks its own template.
+func TestDeploymentSelectorsAreDisjoint(t *testing.T) {
+	t.Parallel()
+
+	for _, b := range builds(t) {
+		for _, d := range all[*appsv1.Deployment](b) {
+			requireSelects(t, b.variant.name, d.Spec.Selector.MatchLabels, b, d.Name)
+		}
+	}
+}
+
+// TestEveryObjectIsLabelled: every object of an overlay carries
+// app.kubernetes.io/part-of=tierq, which the documented
+// `kubectl apply -l` and `kubectl get -l` rely on.
+func TestEveryObjectIsLabelled(t *testing.T) {
+	t.Parallel()
+
+	for _, b := range builds(t) {
+		for _, o := range b.objects {
+			require.Equal(t, "tierq", o.labels["app.kubernetes.io/part-of"], "%s: %s/%s", b.variant.name, o.kind, o.name)
+		}
+	}
+}
