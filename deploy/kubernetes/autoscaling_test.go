@@ -1,0 +1,454 @@
+package kubernetes_test
+
+import (
+	"encoding/json"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/routing"
+)
+
+// scaledObject is the part of a KEDA ScaledObject the tests read (the CRD
+// check has validated the whole).
+type scaledObject struct {
+	Metadata struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Spec struct {
+		ScaleTargetRef struct {
+			Name string `json:"name"`
+			Kind string `json:"kind"`
+		} `json:"scaleTargetRef"`
+		PollingInterval *int32 `json:"pollingInterval"`
+		CooldownPeriod  *int32 `json:"cooldownPeriod"`
+		MinReplicaCount *int32 `json:"minReplicaCount"`
+		MaxReplicaCount *int32 `json:"maxReplicaCount"`
+		Advanced        struct {
+			HorizontalPodAutoscalerConfig struct {
+				Behavior *autoscalingv2.HorizontalPodAutoscalerBehavior `json:"behavior"`
+			} `json:"horizontalPodAutoscalerConfig"`
+		} `json:"advanced"`
+		Triggers []struct {
+			Type              string            `json:"type"`
+			Name              string            `json:"name"`
+			MetricType        string            `json:"metricType"`
+			Metadata          map[string]string `json:"metadata"`
+			AuthenticationRef *struct {
+				Name string `json:"name"`
+				Kind string `json:"kind"`
+			} `json:"authenticationRef"`
+		} `json:"triggers"`
+	} `json:"spec"`
+}
+
+// triggerAuthentication is the part of a KEDA TriggerAuthentication the
+// tests read.
+type triggerAuthentication struct {
+	Metadata struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Spec struct {
+		SecretTargetRef []struct {
+			Parameter string `json:"parameter"`
+			Name      string `json:"name"`
+			Key       string `json:"key"`
+		} `json:"secretTargetRef"`
+	} `json:"spec"`
+}
+
+// scaler is a ScaledObject or an HPA, as the tests compare them.
+type scaler struct {
+	kind, name, target string
+	min, max           int32
+	behavior           *autoscalingv2.HorizontalPodAutoscalerBehavior
+	triggers           []trigger
+	// keda is the ScaledObject (nil for an HPA).
+	keda *scaledObject
+}
+
+// trigger is one metric a scaler follows.
+type trigger struct {
+	name string
+	// source is postgresql or prometheus (KEDA), external (an HPA's).
+	source     string
+	metricType string
+	target     float64
+	// queue is the one queue it measures; measure is "load" (the jobs the
+	// queue's workers have to hold) or "wait" (the oldest waiting job's).
+	queue, measure string
+	// query is the SQL or PromQL KEDA runs (empty for an HPA's).
+	query string
+	// activation is KEDA's activation threshold ("" when unset).
+	activation string
+}
+
+var (
+	sqlQueue  = regexp.MustCompile(`queue = '([a-z0-9_]+)'`)
+	anyQueue  = regexp.MustCompile(`queue\s*(=|!=|=~|!~|IN|in)`)
+	sqlIsLoad = regexp.MustCompile(`^SELECT count\(\*\)::float8 FROM river_job\n`)
+	sqlIsWait = regexp.MustCompile(`^SELECT coalesce\(greatest\(0, extract\(epoch FROM now\(\) - min\(scheduled_at\)\)\), 0\)::float8 FROM river_job\n`)
+)
+
+// scalers returns b's ScaledObjects and HPAs.
+func scalers(t *testing.T, b *build) []scaler {
+	t.Helper()
+	var out []scaler
+	for _, o := range b.objects {
+		where := b.variant.name + ": " + o.kind + "/" + o.name
+		switch {
+		case o.kind == "ScaledObject":
+			var so scaledObject
+			require.NoError(t, json.Unmarshal(o.raw, &so))
+			require.Contains(t, []string{"", "Deployment"}, so.Spec.ScaleTargetRef.Kind, where)
+			require.NotNil(t, so.Spec.MinReplicaCount, where)
+			require.NotNil(t, so.Spec.MaxReplicaCount, where)
+			s := scaler{kind: "ScaledObject", name: so.Metadata.Name, target: so.Spec.ScaleTargetRef.Name,
+				min: *so.Spec.MinReplicaCount, max: *so.Spec.MaxReplicaCount,
+				behavior: so.Spec.Advanced.HorizontalPodAutoscalerConfig.Behavior, keda: &so}
+			for _, tr := range so.Spec.Triggers {
+				s.triggers = append(s.triggers, kedaTrigger(t, where, tr.Type, tr.Name, tr.MetricType, tr.Metadata))
+			}
+			out = append(out, s)
+		case o.kind == "HorizontalPodAutoscaler":
+			hpa := o.typed.(*autoscalingv2.HorizontalPodAutoscaler)
+			require.Equal(t, "Deployment", hpa.Spec.ScaleTargetRef.Kind, where)
+			require.NotNil(t, hpa.Spec.MinReplicas, where)
+			s := scaler{kind: "HorizontalPodAutoscaler", name: hpa.Name, target: hpa.Spec.ScaleTargetRef.Name,
+				min: *hpa.Spec.MinReplicas, max: hpa.Spec.MaxReplicas, behavior: hpa.Spec.Behavior}
+			for _, m := range hpa.Spec.Metrics {
+				s.triggers = append(s.triggers, hpaTrigger(t, where, m))
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// kedaTrigger reads a KEDA trigger: its one queue, what it measures, its
+// target.
+func kedaTrigger(t *testing.T, where, typ, name, metricType string, md map[string]string) trigger {
+	t.Helper()
+	tr := trigger{name: name, source: typ, metricType: metricType, query: md["query"], activation: md["activationTargetQueryValue"]}
+	where += " trigger " + name
+	var target string
+	switch typ {
+	case "postgresql":
+		target = md["targetQueryValue"]
+		queues := sqlQueue.FindAllStringSubmatch(tr.query, -1)
+		require.Len(t, queues, 1, "%s: one queue = '...' per query", where)
+		require.Len(t, anyQueue.FindAllString(tr.query, -1), 1, "%s: no other condition on queue", where)
+		tr.queue = queues[0][1]
+		switch {
+		case sqlIsLoad.MatchString(tr.query):
+			tr.measure = "load"
+		case sqlIsWait.MatchString(tr.query):
+			tr.measure = "wait"
+		default:
+			t.Fatalf("%s: a query that is neither a load nor a wait:\n%s", where, tr.query)
+		}
+	case "prometheus":
+		target = md["threshold"]
+		tr.activation = md["activationThreshold"]
+		require.Regexp(t, `^https?://[a-z0-9.-]+(:[0-9]+)?$`, md["serverAddress"], where)
+		tr.queue, tr.measure = promQueue(t, where, tr.query)
+	default:
+		t.Fatalf("%s: trigger type %q", where, typ)
+	}
+	f, err := strconv.ParseFloat(target, 64)
+	require.NoError(t, err, where)
+	tr.target = f
+	require.True(t, strings.HasSuffix(name, "-"+tr.measure) && strings.HasPrefix(name, tr.queue[:strings.LastIndex(tr.queue, "_")]), "%s: the name says what it measures", where)
+	return tr
+}
+
+// promQueue is the queue and measure of a KEDA Prometheus query, which the
+// Prometheus tests check in full.
+func promQueue(t *testing.T, where, query string) (queue, measure string) {
+	t.Helper()
+	expr, err := parser.NewParser(parser.Options{}).ParseExpr(query)
+	require.NoError(t, err, where)
+	parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
+		if vs, ok := node.(*parser.VectorSelector); ok {
+			for _, m := range vs.LabelMatchers {
+				if m.Name == "queue" {
+					require.Empty(t, queue, "%s: one queue", where)
+					queue = m.Value
+				}
+			}
+			switch vs.Name {
+			case "tierq_queue_depth":
+				measure = "load"
+			case "tierq_oldest_available_seconds":
+				measure = "wait"
+			}
+		}
+		return nil
+	})
+	require.NotEmpty(t, queue, where)
+	require.NotEmpty(t, measure, where)
+	return queue, measure
+}
+
+// hpaTrigger reads an HPA's External metric.
+func hpaTrigger(t *testing.T, where string, m autoscalingv2.MetricSpec) trigger {
+	t.Helper()
+	require.Equal(t, autoscalingv2.ExternalMetricSourceType, m.Type, where)
+	e := m.External
+	tr := trigger{name: e.Metric.Name, source: "external", metricType: string(e.Target.Type)}
+	require.NotNil(t, e.Metric.Selector, where)
+	tr.queue = e.Metric.Selector.MatchLabels["queue"]
+	require.NotEmpty(t, tr.queue, where)
+	switch e.Metric.Name {
+	case "tierq_queue_depth":
+		tr.measure = "load"
+		require.Len(t, e.Metric.Selector.MatchExpressions, 1, where)
+		require.Equal(t, "state", e.Metric.Selector.MatchExpressions[0].Key, where)
+		require.Equal(t, []string{"available", "pending", "running"}, e.Metric.Selector.MatchExpressions[0].Values, where)
+		require.NotNil(t, e.Target.AverageValue, where)
+		tr.target = e.Target.AverageValue.AsApproximateFloat64()
+	case "tierq_oldest_available_seconds":
+		tr.measure = "wait"
+		require.NotNil(t, e.Target.Value, where)
+		tr.target = e.Target.Value.AsApproximateFloat64()
+	default:
+		t.Fatalf("%s: metric %s", where, e.Metric.Name)
+	}
+	return tr
+}
+
+// loadFactor is how many jobs of a queue's load one replica is given per
+// worker it runs for that queue: paid jobs each want a worker now; free
+// and background work is let queue (docs/kubernetes.md, "Autoscaling").
+var loadFactor = map[routing.Class]float64{routing.Priority: 1, routing.Default: 10, routing.Scheduled: 25}
+
+// waitTarget is the oldest paid job's wait, in seconds, above which a
+// priority queue's Deployment grows (in proportion: a Value target).
+const waitTarget = 2
+
+// behavior is every scaler's: up at once (4 pods or 100% per 15s), down
+// one pod a minute after 5 minutes of lower demand.
+var behavior = &autoscalingv2.HorizontalPodAutoscalerBehavior{
+	ScaleUp: &autoscalingv2.HPAScalingRules{
+		StabilizationWindowSeconds: new(int32(0)),
+		SelectPolicy:               new(autoscalingv2.MaxChangePolicySelect),
+		Policies: []autoscalingv2.HPAScalingPolicy{
+			{Type: autoscalingv2.PodsScalingPolicy, Value: 4, PeriodSeconds: 15},
+			{Type: autoscalingv2.PercentScalingPolicy, Value: 100, PeriodSeconds: 15},
+		},
+	},
+	ScaleDown: &autoscalingv2.HPAScalingRules{
+		StabilizationWindowSeconds: new(int32(300)),
+		SelectPolicy:               new(autoscalingv2.MinChangePolicySelect),
+		Policies:                   []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PodsScalingPolicy, Value: 1, PeriodSeconds: 60}},
+	},
+}
+
+// workerQueues returns, for each worker Deployment of b, the queues it
+// serves and their per-pod worker counts, from its container's environment.
+func workerQueues(t *testing.T, b *build) map[string]map[string]config.QueueClass {
+	t.Helper()
+	out := map[string]map[string]config.QueueClass{}
+	for _, d := range all[*appsv1.Deployment](b) {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if !isTierq(c) {
+				continue
+			}
+			proc, err := loadProcess(t, c, containerEnv(t, b, c))
+			require.NoError(t, err)
+			if proc.worker != nil {
+				out[d.Name] = proc.worker.Queues()
+			}
+		}
+	}
+	return out
+}
+
+// TestEveryWorkerIsScaledOnItsQueues: in every autoscaled variant each
+// worker Deployment has exactly one scaler, whose triggers follow the
+// queues it serves (from its own environment): a load trigger per queue,
+// with a target of its per-pod workers times loadFactor, and on its
+// priority queue a wait trigger too; a Deployment serving a priority queue
+// never scales to zero. Nothing else is scaled.
+func TestEveryWorkerIsScaledOnItsQueues(t *testing.T) {
+	t.Parallel()
+
+	for _, b := range builds(t) {
+		served := workerQueues(t, b)
+		all := scalers(t, b)
+		if b.variant.name == "dev" {
+			require.Empty(t, all, "dev has no autoscaler")
+			continue
+		}
+		byTarget := map[string]scaler{}
+		for _, s := range all {
+			where := b.variant.name + ": " + s.kind + "/" + s.name
+			require.NotContains(t, byTarget, s.target, "%s: a second scaler of %s", where, s.target)
+			require.Contains(t, served, s.target, "%s: scales no worker Deployment", where)
+			require.Equal(t, s.target, s.name, where)
+			byTarget[s.target] = s
+		}
+		require.ElementsMatch(t, slices.Collect(maps.Keys(served)), slices.Collect(maps.Keys(byTarget)), "%s: a scaler per worker Deployment", b.variant.name)
+
+		for name, queues := range served {
+			s := byTarget[name]
+			where := b.variant.name + ": " + s.kind + "/" + s.name
+			var seen []string
+			servesPriority := false
+			for _, tr := range s.triggers {
+				where := where + " " + tr.name + " (" + tr.queue + ")"
+				qc, ok := queues[tr.queue]
+				require.True(t, ok, "%s: a queue %s does not serve", where, name)
+				_, class, ok := routing.ClassOf(tr.queue)
+				require.True(t, ok, where)
+				seen = append(seen, tr.queue+" "+tr.measure)
+				switch tr.measure {
+				case "load":
+					require.Equal(t, "AverageValue", tr.metricType, where)
+					require.Equal(t, float64(qc.Workers)*loadFactor[class], tr.target, where)
+				case "wait":
+					require.Equal(t, routing.Priority, class, "%s: waits drive only paid scaling", where)
+					require.Equal(t, "Value", tr.metricType, where)
+					require.Equal(t, float64(waitTarget), tr.target, where)
+				}
+				if class == routing.Priority {
+					servesPriority = true
+				}
+			}
+			var want []string
+			for queue := range queues {
+				want = append(want, queue+" load")
+				if _, class, _ := routing.ClassOf(queue); class == routing.Priority {
+					want = append(want, queue+" wait")
+				}
+			}
+			require.ElementsMatch(t, want, seen, where)
+			if servesPriority {
+				require.GreaterOrEqual(t, s.min, int32(1), "%s: serves paid work: never at zero", where)
+			}
+			require.Equal(t, behavior, s.behavior, where)
+			if s.keda != nil {
+				require.Equal(t, new(int32(15)), s.keda.Spec.PollingInterval, where)
+				require.Equal(t, new(int32(300)), s.keda.Spec.CooldownPeriod, where)
+				for _, tr := range s.triggers {
+					if s.min == 0 {
+						require.Equal(t, "0", tr.activation, "%s: any job in the queue wakes it from zero", where)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestReplicaBounds are the replica bounds docs/kubernetes.md gives, the
+// same whichever autoscaler runs them.
+func TestReplicaBounds(t *testing.T) {
+	t.Parallel()
+
+	combined := map[string][2]int32{"worker-analyzer": {2, 8}, "worker-specgen": {2, 4}}
+	want := map[string]map[string][2]int32{
+		"prod":                      combined,
+		"prod with keda-prometheus": combined,
+		"prod with hpa":             combined,
+		"prod-split": {
+			"worker-analyzer-priority": {2, 8}, "worker-analyzer-default": {0, 6}, "worker-analyzer-scheduled": {0, 2},
+			"worker-specgen": {2, 4},
+		},
+		"prod with the thumbnail example": {"worker-analyzer": {2, 8}, "worker-specgen": {2, 4}, "worker-thumbnailer": {2, 4}},
+	}
+	for _, b := range builds(t) {
+		if b.variant.name == "dev" {
+			continue
+		}
+		got := map[string][2]int32{}
+		for _, s := range scalers(t, b) {
+			got[s.target] = [2]int32{s.min, s.max}
+		}
+		require.Equal(t, want[b.variant.name], got, b.variant.name)
+	}
+}
+
+// TestConnectionBudget is the most connections prod's tierq processes may
+// open at once (docs/kubernetes.md): every Deployment at its most replicas
+// times its DATABASE_MAX_CONNS, the migrate Job's apart.
+func TestConnectionBudget(t *testing.T) {
+	t.Parallel()
+
+	want := map[string]int{"prod": 320, "prod-split": 480}
+	for _, b := range builds(t) {
+		n, ok := want[b.variant.name]
+		if !ok {
+			continue
+		}
+		maxReplicas := map[string]int32{}
+		for _, s := range scalers(t, b) {
+			maxReplicas[s.target] = s.max
+		}
+		total := 0
+		for _, d := range all[*appsv1.Deployment](b) {
+			replicas, ok := maxReplicas[d.Name]
+			if !ok {
+				require.NotNil(t, d.Spec.Replicas, d.Name)
+				replicas = *d.Spec.Replicas
+			}
+			c := d.Spec.Template.Spec.Containers[0]
+			conns, err := strconv.Atoi(containerEnv(t, b, c)["DATABASE_MAX_CONNS"])
+			require.NoError(t, err)
+			total += int(replicas) * conns
+		}
+		require.Equal(t, n, total, b.variant.name)
+	}
+}
+
+// TestKEDAConnectsWithTheSecret: every PostgreSQL trigger authenticates
+// with a TriggerAuthentication of the build, which hands KEDA's scaler
+// (parameter connection) the Secret's DATABASE_URL.
+func TestKEDAConnectsWithTheSecret(t *testing.T) {
+	t.Parallel()
+
+	checked := 0
+	for _, b := range builds(t) {
+		auths := map[string]triggerAuthentication{}
+		for _, o := range b.objects {
+			if o.kind == "TriggerAuthentication" {
+				var ta triggerAuthentication
+				require.NoError(t, json.Unmarshal(o.raw, &ta))
+				auths[ta.Metadata.Name] = ta
+			}
+		}
+		for _, s := range scalers(t, b) {
+			if s.keda == nil {
+				continue
+			}
+			for _, tr := range s.keda.Spec.Triggers {
+				where := b.variant.name + ": " + s.name + " " + tr.Name
+				if tr.Type != "postgresql" {
+					require.Nil(t, tr.AuthenticationRef, where)
+					continue
+				}
+				require.NotNil(t, tr.AuthenticationRef, where)
+				require.Contains(t, []string{"", "TriggerAuthentication"}, tr.AuthenticationRef.Kind, where)
+				ta, ok := auths[tr.AuthenticationRef.Name]
+				require.True(t, ok, "%s: no TriggerAuthentication %s", where, tr.AuthenticationRef.Name)
+				require.Len(t, ta.Spec.SecretTargetRef, 1, where)
+				ref := ta.Spec.SecretTargetRef[0]
+				require.Equal(t, "connection", ref.Parameter, where)
+				require.Equal(t, "DATABASE_URL", ref.Key, where)
+				// The Secret's final (hashed) name, which the pods read too.
+				require.Contains(t, secretData(t, b, ref.Name), "DATABASE_URL", where)
+				require.NotContains(t, tr.Metadata, "connection", "%s: no connection string in the trigger", where)
+				checked++
+			}
+		}
+	}
+	require.Positive(t, checked)
+}
