@@ -36,7 +36,9 @@
 // tick runs a full pass. A pass is one statement in a transaction that
 // holds the queue's advisory lock; when a process of another replica is
 // running one over the same queue, the process tries again a PassInterval
-// later.
+// later, and after each further miss in a row twice as late, up to
+// 16 × PassInterval (maxMissBackoff): with many replicas most attempts
+// miss, and every pass covers the whole queue whoever runs it.
 //
 // Nothing is lost or run twice: every move is one UPDATE of the job's row
 // between River's own states pending and available, with SKIP LOCKED against
@@ -67,6 +69,13 @@ import (
 // Defaults of Config.
 const (
 	DefaultPassInterval = 2 * time.Millisecond
+
+	// maxMissBackoff caps the doubling of the wait after passes that found
+	// another process's lock, in a row: at most 2^4 = 16 PassIntervals
+	// (32 ms at the default), so that a contended queue served by 100
+	// replicas costs each of them at most about 30 attempts a second
+	// instead of 500.
+	maxMissBackoff = 4
 	DefaultTick         = 2 * time.Second
 	DefaultHeartbeat    = 5 * time.Second
 )
@@ -508,6 +517,7 @@ func (a *Admitter) loop(ctx context.Context, q *queueState) {
 	defer tick.Stop()
 	q.signal() // a first pass at start: held work left by a stopped process
 	ticks, first := 0, true
+	misses := 0 // lock misses in a row
 	for {
 		full := first // the first: nothing known yet
 		first = false
@@ -530,8 +540,11 @@ func (a *Admitter) loop(ctx context.Context, q *queueState) {
 			a.cfg.Logger.ErrorContext(ctx, "fair share pass", slog.String("queue", q.name), slog.String("error", err.Error()))
 		case !p.Ran && !p.Paused:
 			q.signal() // another process's pass may have missed what woke this one
+			misses++
+		default:
+			misses = 0
 		}
-		wait := a.cfg.PassInterval
+		wait := a.cfg.PassInterval << min(misses, maxMissBackoff)
 		if p.Checked {
 			wait = max(wait, loneCheckInterval)
 		}
