@@ -36,7 +36,9 @@
 // tick runs a full pass. A pass is one statement in a transaction that
 // holds the queue's advisory lock; when a process of another replica is
 // running one over the same queue, the process tries again a PassInterval
-// later.
+// later, and after each further miss in a row twice as late, up to
+// 16 × PassInterval (maxMissBackoff): with many replicas most attempts
+// miss, and every pass covers the whole queue whoever runs it.
 //
 // Nothing is lost or run twice: every move is one UPDATE of the job's row
 // between River's own states pending and available, with SKIP LOCKED against
@@ -67,6 +69,13 @@ import (
 // Defaults of Config.
 const (
 	DefaultPassInterval = 2 * time.Millisecond
+
+	// maxMissBackoff caps the doubling of the wait after passes that found
+	// another process's lock, in a row: at most 2^4 = 16 PassIntervals
+	// (32 ms at the default), so that a contended queue served by 100
+	// replicas costs each of them at most about 30 attempts a second
+	// instead of 500.
+	maxMissBackoff = 4
 	DefaultTick         = 2 * time.Second
 	DefaultHeartbeat    = 5 * time.Second
 )
@@ -357,6 +366,9 @@ type Pass struct {
 	// Ran is false when another process was running a pass over the queue
 	// (nothing was done), or the queue is paused in River.
 	Ran bool
+	// Paused is true when the queue is paused in River: nothing was done,
+	// and the loop waits for its next tick instead of trying again at once.
+	Paused bool
 	// Held and Admitted count the jobs the pass held back and admitted.
 	Held, Admitted int
 	// Tenants is the number of active tenants, HeldTenants of those with
@@ -406,7 +418,7 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, full bool) (Pass, er
 		lone     *string
 		now      time.Time
 	)
-	err := a.locked(ctx, q.name, func(tx pgx.Tx) error {
+	locked, err := a.locked(ctx, q.name, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, passSQL, q.name, q.cfg.Workers, q.cfg.Fair).Scan(
 			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded)
 	})
@@ -414,6 +426,7 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, full bool) (Pass, er
 		return Pass{}, fmt.Errorf("fair share pass over %s: %w", q.name, err)
 	}
 	if !p.Ran {
+		p.Paused = locked // the lock was this process's: the queue is paused
 		return p, nil
 	}
 	p.Lone = p.Tenants <= 1 && p.Held == 0 && p.HeldTenants == 0
@@ -440,7 +453,8 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, full bool) (Pass, er
 }
 
 // locked runs pass in a transaction that holds the advisory lock of key
-// (lockSQL), or does nothing when another process holds it.
+// (lockSQL) and returns true, or does nothing and returns false when
+// another process holds it.
 //
 // The transaction runs with JIT off (sent in one batch with the lock). A
 // pass runs up to 1/PassInterval times a second, but the planner sizes it
@@ -448,9 +462,9 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, full bool) (Pass, er
 // jit_above_cost PostgreSQL compiles it with LLVM at every execution, for
 // far longer than it runs (tierctl bench throughput, 20,000 queued no-op
 // jobs: 1.3–1.8 s a pass, against 4–30 ms without JIT).
-func (a *Admitter) locked(ctx context.Context, key string, pass func(tx pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		var ok bool
+func (a *Admitter) locked(ctx context.Context, key string, pass func(tx pgx.Tx) error) (bool, error) {
+	var ok bool
+	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
 		batch.Queue(`SET LOCAL jit = off`)
 		batch.Queue(lockSQL, key).QueryRow(func(row pgx.Row) error { return row.Scan(&ok) })
@@ -462,6 +476,7 @@ func (a *Admitter) locked(ctx context.Context, key string, pass func(tx pgx.Tx) 
 		}
 		return pass(tx)
 	})
+	return ok, err
 }
 
 // Run runs the Admitter until ctx ends: a loop per queue, and the
@@ -502,6 +517,7 @@ func (a *Admitter) loop(ctx context.Context, q *queueState) {
 	defer tick.Stop()
 	q.signal() // a first pass at start: held work left by a stopped process
 	ticks, first := 0, true
+	misses := 0 // lock misses in a row
 	for {
 		full := first // the first: nothing known yet
 		first = false
@@ -522,10 +538,13 @@ func (a *Admitter) loop(ctx context.Context, q *queueState) {
 			return
 		case err != nil:
 			a.cfg.Logger.ErrorContext(ctx, "fair share pass", slog.String("queue", q.name), slog.String("error", err.Error()))
-		case !p.Ran:
+		case !p.Ran && !p.Paused:
 			q.signal() // another process's pass may have missed what woke this one
+			misses++
+		default:
+			misses = 0
 		}
-		wait := a.cfg.PassInterval
+		wait := a.cfg.PassInterval << min(misses, maxMissBackoff)
 		if p.Checked {
 			wait = max(wait, loneCheckInterval)
 		}

@@ -299,4 +299,12 @@ func TestLendPass(t *testing.T) {
 	require.Equal(t, 17, db.Count(t, `SELECT count(*) FROM river_job WHERE queue = $1 AND state = 'available' AND priority = 3
 		AND NOT metadata ? 'tierq:lent_from'`, from))
 	require.Equal(t, 3, db.Count(t, `SELECT count(*) FROM river_job WHERE queue = $1 AND state = 'running'`, queue))
+
+	// The lending queue paused in River: nothing moves, and the pass says
+	// why (its loop then waits for its tick).
+	_, err = db.Pool.Exec(ctx, `INSERT INTO river_queue (name, paused_at, updated_at) VALUES ($1, now(), now())`, queue)
+	require.NoError(t, err)
+	p, err = a.LendPass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, fairshare.LendPass{Paused: true}, p)
 }

@@ -74,6 +74,9 @@ type LendPass struct {
 	// Ran is false when another process was running a lending pass over
 	// the queue, or either queue is paused.
 	Ran bool
+	// Paused is true when either queue is paused in River: nothing was
+	// done, and the loop waits for its next tick instead of trying again.
+	Paused bool
 	// Lent counts the jobs moved into the lending queue, Returned the lent
 	// jobs moved back unstarted because paid work waits.
 	Lent, Returned int
@@ -91,13 +94,14 @@ func (a *Admitter) LendPass(ctx context.Context) (LendPass, error) {
 		p        LendPass
 		notified int
 	)
-	err := a.locked(ctx, "lend:"+l.cfg.Queue, func(tx pgx.Tx) error {
+	locked, err := a.locked(ctx, "lend:"+l.cfg.Queue, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, lendSQL, l.cfg.Queue, l.cfg.From, a.queues[l.cfg.Queue].cfg.Workers, l.cfg.Floor,
 			l.recent(time.Now()), routing.PriorityLowest).Scan(&p.Ran, &p.Lent, &p.Returned, &p.PaidWaiting, &notified)
 	})
 	if err != nil {
 		return LendPass{}, fmt.Errorf("lending pass over %s: %w", l.cfg.Queue, err)
 	}
+	p.Paused = !p.Ran && locked // the lock was this process's: a queue is paused
 	if p.Ran && a.cfg.Observer != nil {
 		a.cfg.Observer.Lend(l.cfg.Queue, p.Lent, p.Returned)
 	}
@@ -127,8 +131,8 @@ func (a *Admitter) lendLoop(ctx context.Context) {
 			return
 		case err != nil:
 			a.cfg.Logger.ErrorContext(ctx, "lending pass", slog.String("queue", a.lend.cfg.Queue), slog.String("error", err.Error()))
-		case !p.Ran:
-			a.lend.signal()
+		case !p.Ran && !p.Paused:
+			a.lend.signal() // another process's pass may have missed what woke this one
 		}
 		if a.cfg.PassInterval > 0 {
 			select {

@@ -7,9 +7,6 @@ package metrics
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
@@ -205,23 +202,9 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
-// Serve serves reg at /metrics on listener until ctx ends, logging the
-// address ("metrics listening", addr=...).
-func Serve(ctx context.Context, listener net.Listener, reg *prometheus.Registry, logger *slog.Logger) error {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	server := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second}
-	logger.InfoContext(ctx, "metrics listening", slog.String("addr", listener.Addr().String()))
-	go func() {
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = server.Shutdown(shutdownCtx)
-	}()
-	if err := server.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	return nil
+// Handler serves reg in Prometheus' text format (a process's /metrics).
+func Handler(reg *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }
 
 // FairShare holds a worker process's fair-share metrics (package

@@ -269,3 +269,16 @@ func TestNeverLogsSecrets(t *testing.T) {
 		require.NotContains(t, out.String(), secret)
 	}
 }
+
+// TestServesProbes: the real scheduler serves /healthz and /readyz next to
+// /metrics, both 200 once it started.
+func TestServesProbes(t *testing.T) {
+	t.Parallel()
+	p := startScheduler(t, testdb.New(t))
+	base := strings.TrimSuffix(p.metrics, "/metrics")
+	for _, path := range []string{"/healthz", "/readyz"} {
+		code, body := proctest.CallJSON(t, http.MethodGet, base+path, "", nil)
+		require.Equal(t, http.StatusOK, code, path)
+		require.Equal(t, map[string]any{"status": "ok"}, body, path)
+	}
+}

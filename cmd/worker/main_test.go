@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -199,4 +201,52 @@ func TestNeverLogsTheDatabasePassword(t *testing.T) {
 	require.Contains(t, out.String(), "worker stopped")
 	require.Contains(t, out.String(), "level=DEBUG", "debug logging was on")
 	require.NotContains(t, out.String(), password)
+}
+
+// TestProbesThroughAStop runs the real worker with METRICS_ADDR: /healthz
+// and /readyz answer 200 once it started; after SIGTERM, while a job
+// finishes inside the soft stop, /readyz answers 503 and /healthz and
+// /metrics still answer (so Kubernetes neither restarts the pod nor loses
+// the last scrape); then the process exits 0.
+func TestProbesThroughAStop(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+
+	cmd, out := proctest.Command(t,
+		"DATABASE_URL="+db.URL, "DATABASE_SCHEMA="+db.Schema, "WORKER_SERVICE=analyzer",
+		"LOAD_TEST_WORKLOAD=true", "METRICS_ADDR=127.0.0.1:0", "SOFT_STOP_TIMEOUT=20s",
+		"QUEUE_PRIORITY_FETCH_COOLDOWN=10ms", "QUEUE_PRIORITY_FETCH_POLL_INTERVAL=100ms")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	proctest.WaitOutput(t, out, "worker started", 20*time.Second)
+	metricsURL := proctest.MetricsURL(t, out)
+	base := strings.TrimSuffix(metricsURL, "/metrics")
+
+	code, body := proctest.CallJSON(t, http.MethodGet, base+"/healthz", "", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, map[string]any{"status": "ok"}, body)
+	code, body = proctest.CallJSON(t, http.MethodGet, base+"/readyz", "", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, map[string]any{"status": "ok"}, body)
+
+	// A job of 3 s keeps the stopping process alive.
+	res, err := db.Producer(t).Insert(ctx, jobs.LoadTestArgs{SleepMS: 3000}, &river.InsertOpts{Queue: "analysis_priority"})
+	require.NoError(t, err)
+	testdb.WaitFor(t, 20*time.Second, "the job to start", func() bool {
+		return db.Jobs(t, "id = $1", res.Job.ID)[0].State == "running"
+	})
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	proctest.WaitOutput(t, out, "worker stopping", 10*time.Second)
+
+	code, body = proctest.CallJSON(t, http.MethodGet, base+"/readyz", "", nil)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, map[string]any{"status": "unavailable", "error": "stopping: finishing running jobs"}, body)
+	code, _ = proctest.CallJSON(t, http.MethodGet, base+"/healthz", "", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, proctest.Scrape(t, metricsURL), "tierq_fair_share_capacity")
+	require.Equal(t, "running", db.Jobs(t, "id = $1", res.Job.ID)[0].State, "the probes were read during the soft stop")
+
+	require.NoError(t, cmd.Wait(), out.String())
+	require.Equal(t, "completed", db.Jobs(t, "id = $1", res.Job.ID)[0].State)
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tierq/tierq/config"
-	"github.com/tierq/tierq/metrics"
 )
 
 // Exit ends a command whose run returned err: status 0 on nil, 2 (after the
@@ -65,7 +64,9 @@ type Spec struct {
 	// process stops: its ctx ends with the first signal, and Run waits for
 	// it to return (after the client has stopped) before closing the pool.
 	Background func(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx])
-	// MetricsAddr, when set, is where Metrics is served at /metrics.
+	// MetricsAddr, when set, is where Metrics is served at /metrics, with
+	// /healthz (liveness) and /readyz (readiness) beside it, from before
+	// the process connects until it has stopped.
 	MetricsAddr string
 	Metrics     *prometheus.Registry
 }
@@ -78,14 +79,21 @@ func Run(ctx context.Context, s Spec) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
+	var h health
 	if s.MetricsAddr != "" {
 		listener, err := net.Listen("tcp", s.MetricsAddr)
 		if err != nil {
 			return fmt.Errorf("metrics: listen on %s: %w", s.MetricsAddr, err)
 		}
+		// Served until Run returns, not until the first signal: probes and
+		// scrapes go on while running jobs finish.
+		serveCtx, cancelServe := context.WithCancel(context.WithoutCancel(ctx))
+		served := make(chan struct{})
+		defer func() { cancelServe(); <-served }()
 		go func() {
-			if err := metrics.Serve(ctx, listener, s.Metrics, s.Logger); err != nil {
-				s.Logger.ErrorContext(ctx, "metrics server stopped", slog.String("error", err.Error()))
+			defer close(served)
+			if err := serve(serveCtx, listener, s.Metrics, &h, s.Logger); err != nil {
+				s.Logger.ErrorContext(serveCtx, "metrics server stopped", slog.String("error", err.Error()))
 			}
 		}()
 	}
@@ -103,6 +111,7 @@ func Run(ctx context.Context, s Spec) error {
 	if err := client.Start(ctx); err != nil {
 		return fmt.Errorf("start river client: %w", err)
 	}
+	h.started(pool, client.Stopped())
 	background := make(chan struct{})
 	if s.Background != nil {
 		go func(ctx context.Context) { // its own copy: Run reassigns ctx below
@@ -116,6 +125,7 @@ func Run(ctx context.Context, s Spec) error {
 
 	<-ctx.Done()
 	stop() // from here on, a second signal terminates the process at once
+	h.stopping()
 	ctx = context.WithoutCancel(ctx)
 	s.Logger.InfoContext(ctx, s.Name+" stopping: finishing running jobs", slog.Duration("soft_stop_timeout", s.SoftStopTimeout))
 	<-client.Stopped()

@@ -1,0 +1,138 @@
+package fairshare
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/internal/testdb"
+)
+
+// statementCounter counts the executions of one statement on a pool, alone
+// or in a batch.
+type statementCounter struct {
+	sql string
+	n   atomic.Int64
+}
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if data.SQL == c.sql {
+		c.n.Add(1)
+	}
+	return ctx
+}
+
+func (*statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (c *statementCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if data.SQL == c.sql {
+		c.n.Add(1)
+	}
+}
+
+func (*statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// TestLockMissesBackOff: while another process holds a queue's pass lock,
+// this process tries again after a PassInterval, then twice as late after
+// each further miss, up to 16 PassIntervals: with many replicas most
+// attempts miss, and each would cost a transaction. Released, the lock is
+// taken by the next attempt.
+func TestLockMissesBackOff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	const queue = "fair_priority"
+	attempts := &statementCounter{sql: lockSQL}
+	config := db.Pool.Config().Copy()
+	config.ConnConfig.Tracer = attempts
+	pool := testdb.PoolFor(t, config)
+	a, err := New(pool, &Config{Queues: map[string]Queue{queue: {Workers: 2, Fair: true}}, Tick: time.Hour})
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `
+		INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
+		SELECT 'fair_test', '{}', $1, 2, 'available', 25, jsonb_build_object('tierq:tenant', t)
+		FROM generate_series(1, 5), unnest(ARRAY['a', 'b']) AS t`, queue)
+	require.NoError(t, err)
+
+	// Another process's pass, holding the lock.
+	other, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Rollback(ctx) })
+	var locked bool
+	require.NoError(t, other.QueryRow(ctx, lockSQL, queue).Scan(&locked))
+	require.True(t, locked)
+
+	loopCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); a.loop(loopCtx, a.queues[queue]) }()
+	t.Cleanup(func() { cancel(); <-done })
+	started := time.Now()
+	testdb.WaitFor(t, 10*time.Second, "a first attempt", func() bool { return attempts.n.Load() >= 1 })
+	time.Sleep(500 * time.Millisecond)
+	n := attempts.n.Load()
+	// Waits of 2, 4, 8, 16 ms, then 32 ms each: at most 5 + 500/32 ≈ 21
+	// attempts in 500 ms (fewer on a slow machine, never more); without
+	// the back-off, one per 2 ms: about 250.
+	require.LessOrEqual(t, n, int64(21), "attempts in %s", time.Since(started))
+	require.Equal(t, 10, db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'available'`), "nothing done without the lock")
+
+	require.NoError(t, other.Rollback(ctx))
+	testdb.WaitFor(t, 10*time.Second, "a pass once the lock is free", func() bool {
+		return db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'pending'`) == 8
+	})
+}
+
+// TestAPausedQueueWaitsForItsTick: a pass over a queue paused in River does
+// nothing and says so (Paused), and the loop does not try again at once
+// (as it does when another process holds the pass's lock): a queue paused
+// for an hour must not cost a transaction every PassInterval. Resumed, the
+// next wake-up runs a pass.
+func TestAPausedQueueWaitsForItsTick(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	const queue = "fair_priority"
+	passes := &statementCounter{sql: passSQL}
+	config := db.Pool.Config().Copy()
+	config.ConnConfig.Tracer = passes
+	pool := testdb.PoolFor(t, config)
+	a, err := New(pool, &Config{Queues: map[string]Queue{queue: {Workers: 2, Fair: true}}, Tick: time.Hour})
+	require.NoError(t, err)
+	// Two tenants, so that the queue is contended (one alone is only
+	// looked at).
+	_, err = db.Pool.Exec(ctx, `
+		INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
+		SELECT 'fair_test', '{}', $1, 2, 'available', 25, jsonb_build_object('tierq:tenant', t)
+		FROM generate_series(1, 5), unnest(ARRAY['a', 'b']) AS t`, queue)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO river_queue (name, paused_at, updated_at) VALUES ($1, now(), now())`, queue)
+	require.NoError(t, err)
+
+	p, err := a.Pass(ctx, queue)
+	require.NoError(t, err)
+	require.Equal(t, Pass{Paused: true, Capacity: 2}, p)
+	require.Equal(t, 5, db.Count(t, `SELECT count(*) FROM river_job WHERE metadata->>'tierq:tenant' = 'a' AND state = 'available'`), "nothing held")
+
+	loopCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); a.loop(loopCtx, a.queues[queue]) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testdb.WaitFor(t, 10*time.Second, "the loop's first pass", func() bool { return passes.n.Load() >= 2 })
+	time.Sleep(200 * time.Millisecond) // 100 PassIntervals: a retrying loop would run about 100 passes
+	require.Equal(t, int64(2), passes.n.Load(), "the loop tried again while the queue was paused")
+
+	_, err = db.Pool.Exec(ctx, `UPDATE river_queue SET paused_at = NULL WHERE name = $1`, queue)
+	require.NoError(t, err)
+	a.queues[queue].signal()
+	testdb.WaitFor(t, 10*time.Second, "a pass after the resume", func() bool {
+		return db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'pending'`) == 8
+	})
+}
