@@ -11,11 +11,12 @@ BIN := .tierq/bin
 run:
 	@scripts/run.sh
 
-## test: vet and race-test everything against real PostgreSQL, River UI in headless Chromium (scripts/chromium.sh installs it)
+## test: vet and race-test everything against real PostgreSQL, River UI in headless Chromium (scripts/chromium.sh installs it), and the Kubernetes manifests (deploy/kubernetes, a module of its own)
 test:
 	@scripts/chromium.sh
 	@eval "$$(scripts/pg.sh test)" && \
-	  { $(GO) vet ./... && $(GO) test -race -count=1 ./...; status=$$?; \
+	  { $(GO) vet ./... && $(GO) test -race -count=1 ./... && \
+	    (cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -race -count=1 ./...); status=$$?; \
 	    if [ "$${TIERQ_PG_STARTED:-}" = 1 ]; then scripts/pg.sh stop; fi; exit $$status; }
 
 ## chaos: the reliability suite (docs/reliability.md): the real binaries against a PostgreSQL cluster of its own, under faults; about 4 minutes

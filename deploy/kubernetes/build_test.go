@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -227,12 +228,23 @@ func one[T interface {
 	return zero
 }
 
-// builds builds every variant once per test binary run.
+var (
+	builtMu sync.Mutex
+	built   = map[string]*build{}
+)
+
+// builds returns every variant built, each built once per test binary
+// (the tests only read them).
 func builds(t *testing.T) []*build {
 	t.Helper()
+	builtMu.Lock()
+	defer builtMu.Unlock()
 	out := make([]*build, len(variants))
 	for i, v := range variants {
-		out[i] = buildVariant(t, v)
+		if built[v.name] == nil {
+			built[v.name] = buildVariant(t, v)
+		}
+		out[i] = built[v.name]
 	}
 	return out
 }
