@@ -377,13 +377,34 @@ func TestReplicaBounds(t *testing.T) {
 	}
 }
 
-// TestConnectionBudget is the most connections prod's tierq processes may
-// open at once (docs/kubernetes.md): every Deployment at its most replicas
-// times its DATABASE_MAX_CONNS, the migrate Job's apart.
+// TestWorkerPools: each worker Deployment's DATABASE_MAX_CONNS is what one
+// of its pods can use at once, W + 2Q + 3 (docs/scaling.md, "Connections":
+// its running jobs, a fetch and a fair-share loop per queue, the completer,
+// the heartbeat, lending), from the queues it serves in its environment.
+func TestWorkerPools(t *testing.T) {
+	t.Parallel()
+
+	for _, b := range builds(t) {
+		for name, queues := range workerQueues(t, b) {
+			w := 0
+			for _, qc := range queues {
+				w += qc.Workers
+			}
+			c := one[*appsv1.Deployment](t, b, name).Spec.Template.Spec.Containers[0]
+			require.Equal(t, strconv.Itoa(w+2*len(queues)+3), containerEnv(t, b, c)["DATABASE_MAX_CONNS"], "%s: %s", b.variant.name, name)
+		}
+	}
+}
+
+// TestConnectionBudget is the most connections prod's tierq Deployments
+// may hold at once (docs/kubernetes.md), by docs/scaling.md's "Connection
+// budget": every Deployment at its most replicas, each pod its
+// DATABASE_MAX_CONNS plus, for workers and the scheduler (River clients
+// that work queues), the LISTEN connection River takes out of the pool.
 func TestConnectionBudget(t *testing.T) {
 	t.Parallel()
 
-	want := map[string]int{"prod": 320, "prod-split": 480}
+	want := map[string]int{"prod": 306, "prod-split": 304}
 	for _, b := range builds(t) {
 		n, ok := want[b.variant.name]
 		if !ok {
@@ -401,8 +422,14 @@ func TestConnectionBudget(t *testing.T) {
 				replicas = *d.Spec.Replicas
 			}
 			c := d.Spec.Template.Spec.Containers[0]
-			conns, err := strconv.Atoi(containerEnv(t, b, c)["DATABASE_MAX_CONNS"])
+			env := containerEnv(t, b, c)
+			conns, err := strconv.Atoi(env["DATABASE_MAX_CONNS"])
 			require.NoError(t, err)
+			proc, err := loadProcess(t, c, env)
+			require.NoError(t, err)
+			if proc.binary == "worker" || proc.binary == "scheduler" {
+				conns++ // LISTEN
+			}
 			total += int(replicas) * conns
 		}
 		require.Equal(t, n, total, b.variant.name)
