@@ -375,7 +375,7 @@ func TestAnalysisTargetsAreVolumes(t *testing.T) {
 
 // TestMigrateJob: one Job runs tierctl migrate, named after the image tag
 // so that a new version is a new Job (its template cannot change), and
-// deleted 10 minutes after it finishes.
+// deleted 10 minutes after it finishes; its label picks it alone.
 func TestMigrateJob(t *testing.T) {
 	t.Parallel()
 
@@ -394,6 +394,16 @@ func TestMigrateJob(t *testing.T) {
 		require.Equal(t, corev1.RestartPolicyNever, job.Spec.Template.Spec.RestartPolicy, b.variant.name)
 		require.NotNil(t, job.Spec.BackoffLimit, b.variant.name)
 		require.Equal(t, []string{"/usr/local/bin/tierctl", "migrate"}, job.Spec.Template.Spec.Containers[0].Command, b.variant.name)
+
+		// `kubectl apply -k … -l app.kubernetes.io/component=migrate`
+		// (docs/kubernetes.md, "Upgrades") applies the Job alone.
+		var selected []string
+		for _, o := range b.objects {
+			if o.labels["app.kubernetes.io/component"] == "migrate" {
+				selected = append(selected, o.kind+"/"+o.name)
+			}
+		}
+		require.Equal(t, []string{"Job/" + job.Name}, selected, b.variant.name)
 	}
 }
 
