@@ -34,8 +34,9 @@ var runs = map[string]func(ctx context.Context, environ []string, stdout io.Writ
 var listening = regexp.MustCompile(`"msg":"(?:metrics|api) listening".*?"addr":"([^"]+)"`)
 
 // TestProbesAreServed runs the real processes of every Deployment of prod,
-// prod-split and the example, each in this test binary with its
-// container's environment from the build, two variables changed: the
+// prod-split and the example, one after the other in this test binary,
+// each with its container's environment from the build, two variables
+// changed: the
 // database (this test's) and the listen address (a free loopback port
 // instead of the pod's 0.0.0.0, whose port TestProbesAndPorts checks).
 // Each one's readiness probe's path answers 200 once it is up, and its
@@ -72,7 +73,8 @@ func TestProbesAreServed(t *testing.T) {
 	}
 	require.Len(t, targets, 10, "4 of prod, the split's 3, the example's 3")
 
-	var deployments []proctest.Deployment
+	// One at a time: each holds its pool's connections while it runs, and
+	// the test server is shared.
 	for _, tg := range targets {
 		env := tg.env
 		env["DATABASE_URL"], env["DATABASE_SCHEMA"] = db.URL, db.Schema
@@ -81,12 +83,11 @@ func TestProbesAreServed(t *testing.T) {
 				env[k] = "127.0.0.1:0"
 			}
 		}
-		deployments = append(deployments, proctest.Deployment{Name: tg.name, Run: runs[tg.proc.binary], Env: environ(env)})
-	}
-	logs := proctest.Start(t, nil, deployments...)
+		ctx, cancel := context.WithCancel(context.Background())
+		out := &proctest.Buffer{}
+		done := make(chan error, 1)
+		go func() { done <- runs[tg.proc.binary](ctx, environ(env), out) }()
 
-	for _, tg := range targets {
-		out := logs[tg.name]
 		var addr string
 		testdb.WaitFor(t, 30*time.Second, tg.name+" to listen", func() bool {
 			m := listening.FindStringSubmatch(out.String())
@@ -105,6 +106,7 @@ func TestProbesAreServed(t *testing.T) {
 		if strings.HasSuffix(tg.proc.binary, "worker") || strings.HasSuffix(tg.proc.binary, "scheduler") {
 			require.Equal(t, http.StatusOK, status(t, base+"/metrics"), tg.name)
 		}
+		proctest.WaitReturn(t, cancel, done, out)
 	}
 }
 
