@@ -401,14 +401,15 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, full bool) (Pass, er
 		var (
 			now            time.Time
 			held, newcomer bool
+			alone          *string
 		)
-		if err := a.pool.QueryRow(ctx, loneCheckSQL, q.name, q.watermark, q.loneName).Scan(&now, &held, &newcomer); err != nil {
+		if err := a.pool.QueryRow(ctx, loneCheckSQL, q.name, q.watermark, q.loneName).Scan(&now, &held, &newcomer, &alone); err != nil {
 			return Pass{}, fmt.Errorf("fair share check of %s: %w", q.name, err)
 		}
 		// Without fair share only held work (left from when it was on)
 		// needs a pass: to release it.
 		if !held && (!newcomer || !q.cfg.Fair) {
-			q.watermark = now.Add(-loneMargin)
+			q.watermark, q.loneName = now.Add(-loneMargin), alone
 			return Pass{Ran: true, Lone: true, Checked: true}, nil
 		}
 	}

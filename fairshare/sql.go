@@ -290,19 +290,36 @@ SELECT coalesce((SELECT ok FROM lock), false),
        (SELECT count(*) FROM yielded)::int`
 
 // loneCheckSQL is the cheap look a process takes at a queue whose last
-// pass found one tenant alone ($3; NULL: none) and nothing held, instead of
-// a pass: whether anything is held now, and whether a job of another tenant
-// became available after $2 (through River's fetching index: the jobs
-// inserted since, not the backlog). A job made available with an older
-// scheduled_at (a retry River's scheduler promotes late) is missed here and
-// found by the next full pass (Config.Tick).
+// pass found one tenant alone ($3; NULL: none, the queue was empty) and
+// nothing held, instead of a pass: whether anything is held now, and
+// whether a job of another tenant became available after $2 (through
+// River's fetching index: the jobs inserted since, not the backlog). When
+// the queue was empty, the first new job's tenant is the one alone (the
+// fourth column), and only a job of a second tenant is a newcomer: without
+// that, the first jobs into an empty queue sent every process to a pass
+// (and, with many replicas, to the pass's lock, missed by all but one). A
+// job made available with an older scheduled_at (a retry River's scheduler
+// promotes late) is missed here and found by the next full pass
+// (Config.Tick).
 var loneCheckSQL = `
 SELECT now(),
        EXISTS (SELECT 1 FROM river_job AS j WHERE ` + heldSQL("j") + ` AND j.queue = $1),
        EXISTS (SELECT 1 FROM river_job AS j
-               WHERE j.state = 'available' AND j.queue = $1 AND j.priority = ANY('{1,2,3,4}'::smallint[])
-                 AND j.scheduled_at > $2 AND ` + tenantSQL("j") + ` IS DISTINCT FROM $3
-                 AND NOT j.metadata ? '` + jobmeta.LentFrom + `')`
+               WHERE ` + freshSQL("j") + ` AND ` + tenantSQL("j") + ` IS DISTINCT FROM ` + loneSQL + `),
+       ` + loneSQL
+
+// freshSQL is an SQL condition: the river_job row aliased alias is an
+// available job of queue $1 made available after $2 (a lone check's
+// watermark), not lent to it, at one of tierq's priorities (River's
+// fetching index).
+func freshSQL(alias string) string {
+	return alias + `.state = 'available' AND ` + alias + `.queue = $1 AND ` + alias + `.priority = ANY('{1,2,3,4}'::smallint[])
+                 AND ` + alias + `.scheduled_at > $2 AND NOT ` + alias + `.metadata ? '` + jobmeta.LentFrom + `'`
+}
+
+// loneSQL is the tenant alone of a lone check: $3, or when the queue was
+// empty ($3 NULL) the tenant of any job made available since.
+var loneSQL = `coalesce($3::text, (SELECT ` + tenantSQL("f") + ` FROM river_job AS f WHERE ` + freshSQL("f") + ` LIMIT 1))`
 
 // lockSQL tries the transaction-level advisory lock of a pass ($1: what it
 // passes over), so that one process at a time passes over a queue. It is a

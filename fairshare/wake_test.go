@@ -120,3 +120,44 @@ func TestATenantAloneIsNotHeld(t *testing.T) {
 	require.Equal(t, Pass{Ran: true, Admitted: 1, Tenants: 1, HeldTenants: 1, Capacity: 2}, p)
 	require.Equal(t, 58, db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'pending'`))
 }
+
+// TestJobsIntoAnEmptyQueueAreLookedAt: when the last pass found the queue
+// empty, the first jobs in are of the tenant alone (here jobs without a
+// tenant, as a load test inserts them): a look adopts it, with no pass (a
+// pass per process, and with many replicas a try of the pass's lock each);
+// a job of a second tenant is a newcomer.
+func TestJobsIntoAnEmptyQueueAreLookedAt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	const queue = "fair_priority"
+	a, err := New(db.Pool, &Config{Queues: map[string]Queue{queue: {Workers: 2, Fair: true}}})
+	require.NoError(t, err)
+	q := a.queues[queue]
+
+	p, err := a.Pass(ctx, queue)
+	require.NoError(t, err)
+	require.Equal(t, Pass{Ran: true, Capacity: 2, Lone: true}, p, "empty")
+	require.Nil(t, q.loneName)
+
+	_, err = db.Pool.Exec(ctx, `
+		INSERT INTO river_job (kind, args, queue, priority, state, max_attempts)
+		SELECT 'fair_test', '{}', $1, 2, 'available', 25 FROM generate_series(1, 20)`, queue)
+	require.NoError(t, err)
+	p, err = a.pass(ctx, q, false)
+	require.NoError(t, err)
+	require.Equal(t, Pass{Ran: true, Lone: true, Checked: true}, p, "a look, not a pass")
+	require.NotNil(t, q.loneName)
+	require.Empty(t, *q.loneName, "jobs without a tenant: the tenant ''")
+	p, err = a.pass(ctx, q, false)
+	require.NoError(t, err)
+	require.True(t, p.Checked, "still a look")
+
+	_, err = db.Pool.Exec(ctx, `
+		INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
+		VALUES ('fair_test', '{}', $1, 2, 'available', 25, '{"tierq:tenant": "b"}')`, queue)
+	require.NoError(t, err)
+	p, err = a.pass(ctx, q, false)
+	require.NoError(t, err)
+	require.Equal(t, Pass{Ran: true, Held: 19, Tenants: 2, Capacity: 2}, p, "the newcomer: the tenantless backlog held back to its window")
+}
