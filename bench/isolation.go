@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -310,7 +309,7 @@ var _ pgx.BatchTracer = (*queryCounter)(nil)
 
 func (c *queryCounter) count(sql string) {
 	c.n.Add(1)
-	if strings.HasPrefix(sql, "-- name: JobGetAvailable ") {
+	if isFetch(sql) {
 		c.fetches.Add(1)
 	}
 }
