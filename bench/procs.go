@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os/exec"
 	"slices"
 	"strings"
@@ -17,12 +18,12 @@ import (
 
 // workerProcess is one worker process of the scaleout scenario: the
 // command Options.WorkerCommand makes, run with the environment of a worker
-// deployment of the service under test and the load-test workload, and
-// connected to the database through a wireProxy of its own, which counts
-// its statements and connections.
+// deployment of the service under test and the load-test workload,
+// connected to the database directly or through a wireProxy of its own,
+// which counts its statements and connections.
 type workerProcess struct {
 	cmd      *exec.Cmd
-	proxy    *wireProxy
+	proxy    *wireProxy // nil: connected directly
 	out      *logBuffer
 	appName  string // its connections' application_name
 	clientID string // its River client's ID, from its "worker started" log line
@@ -39,11 +40,12 @@ const (
 )
 
 // startWorkers starts n worker processes of the service under test (the
-// i-th with application_name <schema>_w<i>) and waits until each has logged
-// "worker started". stop stops them (SIGTERM, then SIGKILL after
-// processStopTimeout) and closes their proxies; it returns an error when
-// one did not exit cleanly. On error nothing is left running.
-func (e *env) startWorkers(ctx context.Context, n int) (procs []*workerProcess, stop func() error, err error) {
+// i-th with application_name <schema>_w<i>), each behind a wireProxy of its
+// own when proxied, and waits until each has logged "worker started". stop
+// stops them (SIGTERM, then SIGKILL after processStopTimeout) and closes
+// their proxies; it returns an error when one did not exit cleanly. On
+// error nothing is left running.
+func (e *env) startWorkers(ctx context.Context, n int, proxied bool) (procs []*workerProcess, stop func() error, err error) {
 	if e.opts.WorkerCommand == nil {
 		return nil, nil, errors.New("bench: the scaleout scenario needs Options.WorkerCommand")
 	}
@@ -61,7 +63,7 @@ func (e *env) startWorkers(ctx context.Context, n int) (procs []*workerProcess, 
 		return errors.Join(errs...)
 	}
 	for i := range n {
-		p, err := e.startWorker(fmt.Sprintf("%s_w%d", e.Name, i))
+		p, err := e.startWorker(fmt.Sprintf("%s_w%d", e.Name, i), proxied)
 		if err != nil {
 			_ = stop()
 			return nil, nil, err
@@ -86,31 +88,39 @@ func (e *env) startWorkers(ctx context.Context, n int) (procs []*workerProcess, 
 	return procs, stop, nil
 }
 
-// startWorker starts one worker process behind a proxy of its own.
-func (e *env) startWorker(appName string) (*workerProcess, error) {
-	proxy, err := newWireProxy(e.opts.DatabaseURL)
+// startWorker starts one worker process, behind a proxy of its own when
+// proxied.
+func (e *env) startWorker(appName string, proxied bool) (p *workerProcess, err error) {
+	p = &workerProcess{out: &logBuffer{}, appName: appName, exited: make(chan struct{})}
+	dbURL, err := withAppName(e.opts.DatabaseURL, appName)
 	if err != nil {
 		return nil, err
 	}
-	url, err := proxy.wireURL(e.opts.DatabaseURL, appName)
-	if err != nil {
-		proxy.close()
-		return nil, err
+	if proxied {
+		if p.proxy, err = newWireProxy(e.opts.DatabaseURL); err != nil {
+			return nil, err
+		}
+		if dbURL, err = p.proxy.wireURL(e.opts.DatabaseURL, appName); err != nil {
+			p.proxy.close()
+			return nil, err
+		}
+		p.proxy.serve()
 	}
 	// The bench's own settings last, as workerConfig orders them.
 	environ := append(slices.Clone(e.opts.WorkerEnv),
-		"DATABASE_URL="+url, "DATABASE_SCHEMA="+e.Name,
+		"DATABASE_URL="+dbURL, "DATABASE_SCHEMA="+e.Name,
 		"WORKER_SERVICE="+e.opts.Service.Name(), "LOAD_TEST_WORKLOAD=true",
 		"LOG_FORMAT=json", "LOG_LEVEL=info", "METRICS_ADDR=",
 	)
-	p := &workerProcess{cmd: e.opts.WorkerCommand(environ), proxy: proxy, out: &logBuffer{}, appName: appName, exited: make(chan struct{})}
+	p.cmd = e.opts.WorkerCommand(environ)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if p.cmd.SysProcAttr == nil {
 		p.cmd.SysProcAttr = stopWithParent()
 	}
-	proxy.serve()
 	if err := p.cmd.Start(); err != nil {
-		proxy.close()
+		if p.proxy != nil {
+			p.proxy.close()
+		}
 		return nil, fmt.Errorf("start worker process: %w", err)
 	}
 	go func() {
@@ -118,6 +128,22 @@ func (e *env) startWorker(appName string) (*workerProcess, error) {
 		close(p.exited)
 	}()
 	return p, nil
+}
+
+// withAppName is databaseURL (a URL or keyword/value string) with
+// application_name set to name.
+func withAppName(databaseURL, name string) (string, error) {
+	if !strings.Contains(databaseURL, "://") {
+		return databaseURL + " application_name=" + name, nil
+	}
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		return "", fmt.Errorf("parse database URL: %w", err)
+	}
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
 
 // waitStarted waits for the process's "worker started" line and reads its
@@ -145,7 +171,9 @@ func (p *workerProcess) waitStarted(ctx context.Context, deadline time.Time) err
 // processStopTimeout), then closes its proxy. An exit other than status 0
 // after the SIGTERM is an error.
 func (p *workerProcess) stop() error {
-	defer p.proxy.close()
+	if p.proxy != nil {
+		defer p.proxy.close()
+	}
 	select {
 	case <-p.exited:
 		return fmt.Errorf("worker process %s exited before it was stopped (%v):\n%s", p.appName, p.waitErr, p.out)

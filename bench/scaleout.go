@@ -20,26 +20,27 @@ import (
 // one service. 1, 2, 4 and 8 worker processes of the service under test
 // (Options.WorkerCommand: separate OS processes, each a worker deployment
 // as its main runs it, with the load-test workload and the service's
-// worker counts) on one database, each connected through a wireProxy of
-// its own that counts its statements and connections. The jobs are the
-// load-test workload of ScaleoutJobMs. At each size, with the processes
-// started afresh:
+// worker counts) on one database. The jobs are the load-test workload of
+// ScaleoutJobMs. At each size, each phase on an empty table with the
+// processes started afresh:
 //
-//   - idle: the statements and fetches (River's JobGetAvailable) per second
-//     each process sends with nothing queued, over IdleSeconds.
-//   - paid: a free backlog of jobs queued in the service's default queue
-//     (routed by its InsertOpts, more than every process's default workers
-//     finish meanwhile, which the scenario checks), and beside it a paid
-//     stream of one enterprise job every streamInterval for StreamSeconds
-//     (PaidJobs), by a producer client; pickup is attempted_at − created_at
-//     (the database's clock).
-//   - throughput: every queue of the service seeded deeper than the
-//     processes can work in the phase, then, from WarmSeconds on, the jobs
-//     started per second over WindowSeconds by the database's clock
-//     (attempted_at), in all and by process (the River client that
-//     started them, attempted_by) and queue; the fetches and statements per
-//     second of each process meanwhile; and the CPU the machine, the
-//     processes, their PostgreSQL backends and the bench used (Linux /proc).
+//   - paid, the processes connected directly to the server: a free backlog
+//     queued in the service's default queue (routed by its InsertOpts,
+//     more than every process's default workers finish meanwhile, which
+//     the scenario checks), and beside it a paid stream of one enterprise
+//     job every streamInterval for StreamSeconds (PaidJobs), by a producer
+//     client; pickup is attempted_at − created_at (the database's clock).
+//   - idle, then throughput, each process connected through a wireProxy of
+//     its own that counts its statements, its fetches (River's
+//     JobGetAvailable) and its connections: first the statements and
+//     fetches per second with nothing queued, over IdleSeconds; then every
+//     queue of the service seeded deeper than the processes can work in
+//     the phase and, from WarmSeconds on, the jobs started per second over
+//     WindowSeconds by the database's clock (attempted_at), in all, by
+//     process (the River client that started them, attempted_by) and by
+//     queue, each process's fetches and statements per second meanwhile,
+//     and the CPU the machine, the processes, their PostgreSQL backends and
+//     the bench used (Linux /proc).
 //
 // After each phase what is still queued is deleted and every job left must
 // have completed on its first attempt (Reruns, Unfinished). Medians over
@@ -261,53 +262,57 @@ func mean(xs []float64) float64 {
 	return t / float64(len(xs))
 }
 
-// scaleoutSize runs the three phases at n worker processes, started afresh
-// on an empty table and stopped at the end.
+// scaleoutSize runs the three phases at n worker processes, each on an
+// empty table: the paid phase with the processes connected directly to
+// the server (a proxy's hops would add to every pickup), then the idle and
+// throughput phases with them started again behind their proxies, which
+// count their statements and connections.
 func (e *env) scaleoutSize(ctx context.Context, cfg config.Worker, n int, stage string) (scaleMeasure, error) {
 	var m scaleMeasure
 	sz := e.opts.sizes()
-	if err := e.reset(ctx); err != nil {
-		return m, err
-	}
-	e.opts.progress().Stage(stage+": starting", n)
-	procs, stop, err := e.startWorkers(ctx, n)
+
+	e.opts.progress().Stage(fmt.Sprintf("%s: paid stream beside a free backlog", stage), int(sz.scaleStream/streamInterval))
+	err := e.withWorkers(ctx, n, false, func([]*workerProcess) error {
+		return e.scaleoutPaid(ctx, cfg, n, &m)
+	})
 	if err != nil {
 		return m, err
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = stop()
+
+	e.opts.progress().Stage(fmt.Sprintf("%s: idle for %s, then throughput for %s", stage, sz.scaleIdle, sz.scaleWindow), 0)
+	err = e.withWorkers(ctx, n, true, func(procs []*workerProcess) error {
+		if err := sleep(ctx, sz.scaleWarm); err != nil {
+			return err
 		}
-	}()
-	e.opts.progress().Add(n)
+		if m.idleFetches, m.idleStatements, err = countWire(ctx, procs, sz.scaleIdle); err != nil {
+			return err
+		}
+		if err := e.scaleoutThroughput(ctx, cfg, procs, &m); err != nil {
+			return err
+		}
+		for _, p := range procs {
+			m.peakConns = append(m.peakConns, int(p.proxy.peak.Load()))
+		}
+		return nil
+	})
+	return m, err
+}
 
-	// Idle: nothing queued.
-	e.opts.progress().Stage(fmt.Sprintf("%s: idle for %s", stage, sz.scaleIdle), 0)
-	if err := sleep(ctx, sz.scaleWarm); err != nil {
-		return m, err
+// withWorkers runs f with n worker processes started on an empty table
+// (startWorkers), and stops them after it.
+func (e *env) withWorkers(ctx context.Context, n int, proxied bool, f func([]*workerProcess) error) error {
+	if err := e.reset(ctx); err != nil {
+		return err
 	}
-	if m.idleFetches, m.idleStatements, err = countWire(ctx, procs, sz.scaleIdle); err != nil {
-		return m, err
+	procs, stop, err := e.startWorkers(ctx, n, proxied)
+	if err != nil {
+		return err
 	}
-
-	// Paid pickup beside a free backlog.
-	e.opts.progress().Stage(fmt.Sprintf("%s: paid stream beside a free backlog", stage), int(sz.scaleStream/streamInterval))
-	if err := e.scaleoutPaid(ctx, cfg, n, &m); err != nil {
-		return m, err
+	if err := f(procs); err != nil {
+		_ = stop()
+		return err
 	}
-
-	// Throughput with every queue deep.
-	e.opts.progress().Stage(fmt.Sprintf("%s: throughput for %s", stage, sz.scaleWindow), 0)
-	if err := e.scaleoutThroughput(ctx, cfg, procs, &m); err != nil {
-		return m, err
-	}
-
-	for _, p := range procs {
-		m.peakConns = append(m.peakConns, int(p.proxy.peak.Load()))
-	}
-	stopped = true
-	return m, stop()
+	return stop()
 }
 
 // countWire counts each process's fetches and statements per second over
@@ -478,22 +483,28 @@ func queueBound(qc config.QueueClass) float64 {
 }
 
 // drainPhase ends a phase: the jobs still queued (available, or held by
-// fair share) are deleted and the running ones finish.
+// fair share) are deleted and the running ones finish. It deletes only
+// rows no one has locked (SKIP LOCKED), as often as needed: a delete that
+// waited on the workers' fetches and fair share's passes could deadlock
+// with them.
 func (e *env) drainPhase(ctx context.Context) error {
-	if _, err := e.Pool.Exec(ctx, `DELETE FROM river_job WHERE state IN ('available', 'pending')`); err != nil {
-		return fmt.Errorf("delete queued jobs: %w", err)
-	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var running int
-		if err := e.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'running'`).Scan(&running); err != nil {
-			return fmt.Errorf("count running jobs: %w", err)
+		var queued, running int
+		if _, err := e.Pool.Exec(ctx, `DELETE FROM river_job WHERE id IN (
+				SELECT id FROM river_job WHERE state IN ('available', 'pending') FOR UPDATE SKIP LOCKED)`); err != nil {
+			return fmt.Errorf("delete queued jobs: %w", err)
 		}
-		if running == 0 {
+		if err := e.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state IN ('available', 'pending')),
+				count(*) FILTER (WHERE state = 'running')
+			FROM river_job`).Scan(&queued, &running); err != nil {
+			return fmt.Errorf("count jobs: %w", err)
+		}
+		if queued == 0 && running == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d jobs still running 30s after the phase", running)
+			return fmt.Errorf("%d jobs still queued and %d running 30s after the phase", queued, running)
 		}
 		if err := sleep(ctx, 50*time.Millisecond); err != nil {
 			return err
