@@ -194,7 +194,7 @@ func (o Options) sizes() sizes {
 		snooze: 30 * time.Second, snoozeJitter: 10 * time.Second,
 		lendBacklog: 6_000, lendWarm: 2 * time.Second, lendWindow: 20 * time.Second, lendStream: 20 * time.Second,
 		realBacklog: 5_000, realStream: 30 * time.Second,
-		scaleProcs: []int{1, 2, 4, 8}, scaleIdle: 5 * time.Second, scaleStream: 15 * time.Second, scaleWarm: 2 * time.Second, scaleWindow: 8 * time.Second}
+		scaleProcs: []int{1, 2, 4, 8}, scaleIdle: 4 * time.Second, scaleStream: 15 * time.Second, scaleWarm: 2 * time.Second, scaleWindow: 8 * time.Second}
 }
 
 // Progress is told about each stage of a scenario.

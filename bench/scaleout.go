@@ -95,8 +95,10 @@ type ScaleoutSize struct {
 	BusyFetchesPerS    float64 `json:"busy_fetches_per_s"`
 	BusyStatementsPerS float64 `json:"busy_statements_per_s"`
 	JobsPerFetch       float64 `json:"jobs_per_fetch"`
-	// Connections is the most connections a process held at once (the mean
-	// over processes), MaxConnections the most of any process.
+	// Connections is the most connections a process held at once during
+	// the idle and throughput phases (the mean over processes: its
+	// PostgreSQL backends, counted by its proxy), MaxConnections the most
+	// of any process.
 	Connections    float64 `json:"connections"`
 	MaxConnections int     `json:"max_connections"`
 	// Paid* are the paid stream's pickups beside the free backlog;
