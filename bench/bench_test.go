@@ -318,6 +318,13 @@ func TestScaleoutRunsSeparateWorkerProcesses(t *testing.T) {
 		require.Positive(t, z.BusyFetchesPerS)
 		require.GreaterOrEqual(t, z.BusyStatementsPerS, z.BusyFetchesPerS)
 		require.InDelta(t, z.JobsPerS/(z.BusyFetchesPerS*float64(n)), z.JobsPerFetch, 0.05)
+		require.InDelta(t, z.IdleFetchesPerS, z.IdleStatementKinds["JobGetAvailable"], 0.01, "the fetches are the statements of that kind")
+		require.InDelta(t, z.BusyFetchesPerS, z.BusyStatementKinds["JobGetAvailable"], 0.1)
+		var busyKinds float64
+		for _, v := range z.BusyStatementKinds {
+			busyKinds += v
+		}
+		require.InDelta(t, z.BusyStatementsPerS, busyKinds, 0.5, "every statement has a kind (those under 0.05/s left out)")
 		require.GreaterOrEqual(t, z.Connections, 2.0, "a listener and at least one other")
 		require.GreaterOrEqual(t, float64(z.MaxConnections), z.Connections)
 		require.LessOrEqual(t, z.MaxConnections, 20, "DATABASE_MAX_CONNS")

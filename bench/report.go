@@ -1,9 +1,13 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
+	"strings"
 )
 
 // Report holds the results of the scenarios that ran; it is the JSON object
@@ -309,6 +313,7 @@ func (r Report) Rows() []Row {
 				z.Workers, so.JobMs, z.BoundJobsPerS, z.BoundRatio, z.SlotBoundJobsPerS))
 			add("scaleout", at+"idle_fetches_per_s", z.IdleFetchesPerS, " per process")
 			add("scaleout", at+"busy_fetches_per_s", z.BusyFetchesPerS, fmt.Sprintf(" per process (%g jobs per fetch)", z.JobsPerFetch))
+			add("scaleout", at+"busy_statements_per_s", z.BusyStatementsPerS, " per process: "+topKinds(z.BusyStatementKinds, 4))
 			add("scaleout", at+"paid_p99_ms", z.PaidP99Ms, fmt.Sprintf(" ms (p50 %g, p95 %g; %d paid jobs beside a free backlog)", z.PaidP50Ms, z.PaidP95Ms, so.PaidJobs))
 			add("scaleout", at+"connections", z.Connections, fmt.Sprintf(" per process (most: %d)", z.MaxConnections))
 			if z.MachineCores > 0 {
@@ -318,6 +323,22 @@ func (r Report) Rows() []Row {
 		}
 	}
 	return rows
+}
+
+// topKinds lists the n most frequent kinds of statements of kinds, with
+// their rates.
+func topKinds(kinds map[string]float64, n int) string {
+	names := slices.SortedFunc(maps.Keys(kinds), func(a, b string) int {
+		if c := cmp.Compare(kinds[b], kinds[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	for _, name := range names[:min(n, len(names))] {
+		parts = append(parts, fmt.Sprintf("%q %g", name, kinds[name]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Table is the scaleout scenario's result as a table, one row per

@@ -95,6 +95,13 @@ type ScaleoutSize struct {
 	BusyFetchesPerS    float64 `json:"busy_fetches_per_s"`
 	BusyStatementsPerS float64 `json:"busy_statements_per_s"`
 	JobsPerFetch       float64 `json:"jobs_per_fetch"`
+	// IdleStatementKinds and BusyStatementKinds are the statements per
+	// second per process by kind: River's by their sqlc name
+	// (JobGetAvailable, JobSetStateIfRunningMany, …), others by their first
+	// line (fair share's pass "WITH RECURSIVE", its advisory lock, begin
+	// and commit), those of at least 0.05 a second.
+	IdleStatementKinds map[string]float64 `json:"idle_statement_kinds"`
+	BusyStatementKinds map[string]float64 `json:"busy_statement_kinds"`
 	// Connections is the most connections a process held at once during
 	// the idle and throughput phases (the mean over processes: its
 	// PostgreSQL backends, counted by its proxy), MaxConnections the most
@@ -179,17 +186,16 @@ func Scaleout(ctx context.Context, opts Options) (ScaleoutResult, error) {
 
 // scaleMeasure is what one size of one run measured.
 type scaleMeasure struct {
-	// per process, in process order
-	idleFetches, idleStatements, busyFetches, busyStatements []float64
-	processJobs                                              []int
-	peakConns                                                []int
-	queueJobs                                                map[string]int
-	jobs                                                     int
-	window                                                   float64 // seconds, the database's clock
-	lat                                                      []float64
-	worked, left                                             int
-	reruns, unfinished                                       int
-	cpu                                                      cpuUse
+	idle, busy         wireRates
+	processJobs        []int // per process, in process order
+	peakConns          []int
+	queueJobs          map[string]int
+	jobs               int
+	window             float64 // seconds, the database's clock
+	lat                []float64
+	worked, left       int
+	reruns, unfinished int
+	cpu                cpuUse
 }
 
 // scaleoutRow is the row of size n: medians of ms over runs.
@@ -197,16 +203,22 @@ func scaleoutRow(cfg config.Worker, n int, ms []scaleMeasure) ScaleoutSize {
 	s := ScaleoutSize{Processes: n, QueueJobsPerS: map[string]float64{}}
 	var jobsPerS, idleF, idleS, busyF, busyS, perFetch, conns, p50, p95, p99, worked, left []float64
 	var machine, workers, backends, bench []float64
-	queues := map[string][]float64{}
+	queues, idleKinds, busyKinds := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 	for _, m := range ms {
 		rate := float64(m.jobs) / m.window
 		jobsPerS = append(jobsPerS, rate)
 		for q, k := range m.queueJobs {
 			queues[q] = append(queues[q], float64(k)/m.window)
 		}
-		idleF, idleS = append(idleF, mean(m.idleFetches)), append(idleS, mean(m.idleStatements))
-		busyF, busyS = append(busyF, mean(m.busyFetches)), append(busyS, mean(m.busyStatements))
-		if f := mean(m.busyFetches) * float64(n); f > 0 {
+		idleF, idleS = append(idleF, mean(m.idle.fetches)), append(idleS, mean(m.idle.statements))
+		busyF, busyS = append(busyF, mean(m.busy.fetches)), append(busyS, mean(m.busy.statements))
+		for kind, v := range m.idle.kinds {
+			idleKinds[kind] = append(idleKinds[kind], v)
+		}
+		for kind, v := range m.busy.kinds {
+			busyKinds[kind] = append(busyKinds[kind], v)
+		}
+		if f := mean(m.busy.fetches) * float64(n); f > 0 {
 			perFetch = append(perFetch, rate/f)
 		}
 		var c float64
@@ -239,6 +251,7 @@ func scaleoutRow(cfg config.Worker, n int, ms []scaleMeasure) ScaleoutSize {
 	s.SlotBoundJobsPerS, s.BoundJobsPerS = round(s.SlotBoundJobsPerS, 1), round(s.BoundJobsPerS, 1)
 	s.JobsPerS = round(median(jobsPerS), 1)
 	s.BoundRatio = round(median(jobsPerS)/s.BoundJobsPerS, 3)
+	s.IdleStatementKinds, s.BusyStatementKinds = kindRates(idleKinds, len(ms)), kindRates(busyKinds, len(ms))
 	s.IdleFetchesPerS, s.IdleStatementsPerS = round(median(idleF), 2), round(median(idleS), 2)
 	s.BusyFetchesPerS, s.BusyStatementsPerS = round(median(busyF), 1), round(median(busyS), 1)
 	if len(perFetch) > 0 {
@@ -250,6 +263,19 @@ func scaleoutRow(cfg config.Worker, n int, ms []scaleMeasure) ScaleoutSize {
 	s.MachineCores, s.WorkerCores = round(median(machine), 2), round(median(workers), 2)
 	s.BackendCores, s.BenchCores = round(median(backends), 2), round(median(bench), 2)
 	return s
+}
+
+// kindRates are the median rates over runs of each kind of statement
+// (a run that sent none counts 0), those of at least 0.05 a second.
+func kindRates(kinds map[string][]float64, runs int) map[string]float64 {
+	out := map[string]float64{}
+	for kind, rates := range kinds {
+		rates = append(rates, make([]float64, runs-len(rates))...)
+		if v := median(rates); v >= 0.05 {
+			out[kind] = round(v, 2)
+		}
+	}
+	return out
 }
 
 // mean of xs (0 for none).
@@ -286,7 +312,7 @@ func (e *env) scaleoutSize(ctx context.Context, cfg config.Worker, n int, stage 
 		if err := sleep(ctx, sz.scaleWarm); err != nil {
 			return err
 		}
-		if m.idleFetches, m.idleStatements, err = countWire(ctx, procs, sz.scaleIdle); err != nil {
+		if m.idle, err = countWire(ctx, procs, sz.scaleIdle); err != nil {
 			return err
 		}
 		if err := e.scaleoutThroughput(ctx, cfg, procs, &m); err != nil {
@@ -317,24 +343,37 @@ func (e *env) withWorkers(ctx context.Context, n int, proxied bool, f func([]*wo
 	return stop()
 }
 
-// countWire counts each process's fetches and statements per second over
-// d.
-func countWire(ctx context.Context, procs []*workerProcess, d time.Duration) (fetches, statements []float64, err error) {
+// wireRates are what the processes' proxies counted per second over a
+// phase: each process's fetches and statements, and the statements by kind
+// (statementKind) per process, the mean over processes.
+type wireRates struct {
+	fetches, statements []float64
+	kinds               map[string]float64
+}
+
+// countWire counts each process's statements per second over d.
+func countWire(ctx context.Context, procs []*workerProcess, d time.Duration) (wireRates, error) {
 	before := make([]wireCount, len(procs))
 	for i, p := range procs {
 		before[i] = p.proxy.count()
 	}
 	start := time.Now()
 	if err := sleep(ctx, d); err != nil {
-		return nil, nil, err
+		return wireRates{}, err
 	}
 	seconds := time.Since(start).Seconds()
+	r := wireRates{kinds: map[string]float64{}}
 	for i, p := range procs {
 		c := p.proxy.count()
-		fetches = append(fetches, float64(c.fetches-before[i].fetches)/seconds)
-		statements = append(statements, float64(c.statements-before[i].statements)/seconds)
+		r.fetches = append(r.fetches, float64(c.fetches-before[i].fetches)/seconds)
+		r.statements = append(r.statements, float64(c.statements-before[i].statements)/seconds)
+		for kind, n := range c.kinds {
+			if d := n - before[i].kinds[kind]; d > 0 {
+				r.kinds[kind] += float64(d) / seconds / float64(len(procs))
+			}
+		}
 	}
-	return fetches, statements, nil
+	return r, nil
 }
 
 // scaleoutPaid is the paid phase: a free backlog in the default queue of
@@ -422,7 +461,7 @@ func (e *env) scaleoutThroughput(ctx context.Context, cfg config.Worker, procs [
 	if err := e.Pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t0); err != nil {
 		return fmt.Errorf("read clock: %w", err)
 	}
-	if m.busyFetches, m.busyStatements, err = countWire(ctx, procs, sz.scaleWindow); err != nil {
+	if m.busy, err = countWire(ctx, procs, sz.scaleWindow); err != nil {
 		return err
 	}
 	if err := e.Pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t1); err != nil {

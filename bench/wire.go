@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/url"
 	"path/filepath"
@@ -40,6 +41,9 @@ type wireProxy struct {
 	statements, fetches atomic.Int64
 	open, peak          atomic.Int64 // connections open now, and the most at once
 
+	kindsMu sync.Mutex
+	kinds   map[string]int64 // statements by kind (statementKind)
+
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool
@@ -56,7 +60,7 @@ const (
 
 // fetchPrefix starts the SQL of River's fetch, JobGetAvailable: sqlc's
 // name comment, which River's driver sends with the statement.
-const fetchPrefix = "-- name: JobGetAvailable "
+const fetchPrefix = "-- name: " + fetchKind + " "
 
 // isFetch reports whether sql is River's fetch (JobGetAvailable).
 func isFetch(sql string) bool { return strings.HasPrefix(sql, fetchPrefix) }
@@ -68,7 +72,8 @@ func newWireProxy(databaseURL string) (*wireProxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse database URL: %w", err)
 	}
-	p := &wireProxy{network: "tcp", server: net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), conns: map[net.Conn]struct{}{}}
+	p := &wireProxy{network: "tcp", server: net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))),
+		conns: map[net.Conn]struct{}{}, kinds: map[string]int64{}}
 	if strings.HasPrefix(cfg.Host, "/") { // a unix socket's directory
 		p.network, p.server = "unix", filepath.Join(cfg.Host, ".s.PGSQL."+strconv.Itoa(int(cfg.Port)))
 	}
@@ -169,13 +174,48 @@ func (p *wireProxy) connected() {
 	}
 }
 
-// wireCount is what a proxy has counted so far.
+// wireCount is what a proxy has counted so far: statements, fetches among
+// them, and statements by kind.
 type wireCount struct {
 	statements, fetches int64
+	kinds               map[string]int64
 }
 
 func (p *wireProxy) count() wireCount {
-	return wireCount{statements: p.statements.Load(), fetches: p.fetches.Load()}
+	p.kindsMu.Lock()
+	defer p.kindsMu.Unlock()
+	return wireCount{statements: p.statements.Load(), fetches: p.fetches.Load(), kinds: maps.Clone(p.kinds)}
+}
+
+// counted counts one statement of kind.
+func (p *wireProxy) counted(kind string) {
+	p.statements.Add(1)
+	if kind == fetchKind {
+		p.fetches.Add(1)
+	}
+	p.kindsMu.Lock()
+	p.kinds[kind]++
+	p.kindsMu.Unlock()
+}
+
+// fetchKind is the kind of River's fetch (statementKind).
+const fetchKind = "JobGetAvailable"
+
+// statementKind names a statement for the tallies: its sqlc name (River's
+// statements: "-- name: JobGetAvailable :many" is JobGetAvailable), else
+// its first line, at most 48 bytes.
+func statementKind(sql []byte) string {
+	sql = bytes.TrimSpace(sql)
+	if rest, ok := bytes.CutPrefix(sql, []byte("-- name: ")); ok {
+		name, _, _ := bytes.Cut(rest, []byte(" "))
+		return string(name)
+	}
+	line, _, _ := bytes.Cut(sql, []byte("\n"))
+	line = bytes.TrimSpace(line)
+	if len(line) > 48 {
+		line = line[:48]
+	}
+	return string(line)
 }
 
 // forward connects client to the server and copies both ways until either
@@ -247,7 +287,7 @@ func (p *wireProxy) clientMessages(client, server net.Conn) error {
 		break
 	}
 
-	statements := map[string]bool{} // prepared statement name → is a fetch
+	statements := map[string]string{} // prepared statement name → its kind
 	for {
 		if _, err := io.ReadFull(r, head[:]); err != nil {
 			return err
@@ -264,19 +304,14 @@ func (p *wireProxy) clientMessages(client, server net.Conn) error {
 		case 'P': // Parse: statement name, query, …
 			name, rest := cstring(body)
 			query, _ := cstring(rest)
-			statements[string(name)] = bytes.HasPrefix(query, []byte(fetchPrefix))
+			statements[string(name)] = statementKind(query)
 		case 'B': // Bind: portal name, statement name, …
 			_, rest := cstring(body)
 			name, _ := cstring(rest)
-			p.statements.Add(1)
-			if statements[string(name)] {
-				p.fetches.Add(1)
-			}
+			p.counted(statements[string(name)])
 		case 'Q': // Query: the statement text
-			p.statements.Add(1)
-			if bytes.HasPrefix(body, []byte(fetchPrefix)) {
-				p.fetches.Add(1)
-			}
+			query, _ := cstring(body)
+			p.counted(statementKind(query))
 		}
 		if _, err := w.Write(head[:]); err != nil {
 			return err
