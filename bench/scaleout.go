@@ -123,7 +123,7 @@ type ScaleoutSize struct {
 	// CPU used during the throughput window, in cores (CPU seconds per
 	// second): the whole machine (everything on it, other users
 	// included), the worker processes, their PostgreSQL backends, and the
-	// bench (the proxies, the seeding and counting). 0: not measured (no
+	// bench (during the window, its proxies). 0: not measured (no
 	// Linux /proc; the backends also when the server runs elsewhere).
 	MachineCores float64 `json:"machine_cores"`
 	WorkerCores  float64 `json:"worker_cores"`
@@ -336,10 +336,16 @@ func (e *env) withWorkers(ctx context.Context, n int, proxied bool, f func([]*wo
 	if err != nil {
 		return err
 	}
+	stopped := false
+	defer func() {
+		if !stopped { // f failed or panicked: stop them anyway
+			_ = stop()
+		}
+	}()
 	if err := f(procs); err != nil {
-		_ = stop()
 		return err
 	}
+	stopped = true
 	return stop()
 }
 
