@@ -309,6 +309,9 @@ func (r Report) Rows() []Row {
 	if so := r.Scaleout; so != nil {
 		for _, z := range so.Sizes {
 			at := fmt.Sprintf("%d processes: ", z.Processes)
+			if z.Processes == 1 {
+				at = "1 process: "
+			}
 			add("scaleout", at+"jobs_per_s", z.JobsPerS, fmt.Sprintf(" (%d workers of %d ms jobs; fetch-cadence bound %g, ratio %g; slot bound %g)",
 				z.Workers, so.JobMs, z.BoundJobsPerS, z.BoundRatio, z.SlotBoundJobsPerS))
 			add("scaleout", at+"idle_fetches_per_s", z.IdleFetchesPerS, " per process")
