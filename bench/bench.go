@@ -21,6 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os/exec"
 	"slices"
 	"strings"
 	"time"
@@ -90,6 +91,19 @@ type Options struct {
 	// Required by the insert scenario; the others do not use it.
 	ProducerArgs func(run, i int) river.JobArgs
 
+	// WorkerCommand is how the scaleout scenario starts one worker process
+	// of Registry's application: an unstarted command that runs a worker
+	// deployment (worker.Run, as the application's worker main does)
+	// configured by environ alone, whose variables it must pass on as they
+	// are (DATABASE_URL, DATABASE_SCHEMA, WORKER_SERVICE,
+	// LOAD_TEST_WORKLOAD=true, LOG_FORMAT=json, WorkerEnv, …; it may add its
+	// own). The scenario sets its output, starts it, waits for its "worker
+	// started" log line, and stops it with SIGTERM. tierctl bench passes
+	// itself (its hidden bench-worker command, the reference app's worker).
+	//
+	// Required by the scaleout scenario; the others do not use it.
+	WorkerCommand func(environ []string) *exec.Cmd
+
 	tiny         bool   // the tests' sizes: every code path, no meaningful numbers
 	schemaPrefix string // the scenarios' schemas are <schemaPrefix>_<random>; "": tierq_bench
 }
@@ -145,6 +159,11 @@ type sizes struct {
 	lendStream    time.Duration // the paid trickle's length
 	realBacklog   int           // realistic: free jobs queued per phase
 	realStream    time.Duration // the paid trickle's length
+	scaleProcs    []int         // scaleout: the numbers of worker processes
+	scaleIdle     time.Duration // the idle count
+	scaleStream   time.Duration // the paid stream's length
+	scaleWarm     time.Duration // a phase starts measuring this long after its jobs are queued
+	scaleWindow   time.Duration // the throughput window
 }
 
 func (o Options) sizes() sizes {
@@ -158,21 +177,24 @@ func (o Options) sizes() sizes {
 			fairFlood: 200, fairStream: time.Second, fairBacklog: 100, fairWarm: 300 * time.Millisecond, fairWindow: 500 * time.Millisecond,
 			snooze: time.Second, snoozeJitter: 500 * time.Millisecond,
 			lendBacklog: 400, lendWarm: 300 * time.Millisecond, lendWindow: time.Second, lendStream: time.Second,
-			realBacklog: 200, realStream: time.Second}
+			realBacklog: 200, realStream: time.Second,
+			scaleProcs: []int{1, 2}, scaleIdle: time.Second, scaleStream: time.Second, scaleWarm: 300 * time.Millisecond, scaleWindow: time.Second}
 	case o.Quick:
 		return sizes{stream: 8 * time.Second, idle: 5 * time.Second, warmup: time.Second, backlog: 50_000, drainJobs: 50_000, adr: 5 * time.Second,
 			sweepSmall: 10_000, sweepLarge: 1_000_000, sweepReps: 5, dlqRows: 20_000, insertOne: 2_000, insertBatched: 20_000,
 			fairFlood: 2_500, fairStream: 10 * time.Second, fairBacklog: 500, fairWarm: time.Second, fairWindow: 5 * time.Second,
 			snooze: 30 * time.Second, snoozeJitter: 10 * time.Second,
 			lendBacklog: 3_000, lendWarm: time.Second, lendWindow: 10 * time.Second, lendStream: 10 * time.Second,
-			realBacklog: 5_000, realStream: 15 * time.Second}
+			realBacklog: 5_000, realStream: 15 * time.Second,
+			scaleProcs: []int{1, 2, 4, 8}, scaleIdle: 2 * time.Second, scaleStream: 5 * time.Second, scaleWarm: time.Second, scaleWindow: 4 * time.Second}
 	}
 	return sizes{stream: 30 * time.Second, idle: 10 * time.Second, warmup: time.Second, backlog: 50_000, drainJobs: 150_000, adr: 10 * time.Second,
 		sweepSmall: 10_000, sweepLarge: 1_000_000, sweepReps: 10, dlqRows: 100_000, insertOne: 5_000, insertBatched: 100_000,
 		fairFlood: 5_000, fairStream: 20 * time.Second, fairBacklog: 1_000, fairWarm: 2 * time.Second, fairWindow: 10 * time.Second,
 		snooze: 30 * time.Second, snoozeJitter: 10 * time.Second,
 		lendBacklog: 6_000, lendWarm: 2 * time.Second, lendWindow: 20 * time.Second, lendStream: 20 * time.Second,
-		realBacklog: 5_000, realStream: 30 * time.Second}
+		realBacklog: 5_000, realStream: 30 * time.Second,
+		scaleProcs: []int{1, 2, 4, 8}, scaleIdle: 4 * time.Second, scaleStream: 15 * time.Second, scaleWarm: 2 * time.Second, scaleWindow: 8 * time.Second}
 }
 
 // Progress is told about each stage of a scenario.

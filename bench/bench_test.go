@@ -6,15 +6,30 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
+	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/bench"
+	"github.com/tierq/tierq/internal/process"
+	"github.com/tierq/tierq/internal/proctest"
+	"github.com/tierq/tierq/internal/refapp"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
 )
+
+// The scaleout scenario's worker processes are this test binary run as the
+// reference app's worker process, as cmd/worker runs it (internal/proctest).
+func TestMain(m *testing.M) {
+	proctest.RunMain(func() {
+		process.Exit("worker", refapp.RunWorker(context.Background(), os.Environ(), os.Stdout))
+	})
+	os.Exit(m.Run())
+}
 
 // TestEveryScenarioRunsAndCleansUp runs each scenario at tiny sizes against
 // the test server: every code path (clients, seeds, sweeps, drains, replays,
@@ -236,6 +251,128 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, r.Rows())
+}
+
+// TestScaleoutRunsSeparateWorkerProcesses runs the scaleout scenario at tiny
+// sizes (1 and 2 worker processes, each this test binary re-executed as the
+// reference app's worker): the processes start, are counted and stop,
+// every job ran exactly once, the counts add up, and nothing is left
+// behind. No speed is checked. (TestEveryScenarioRunsAndCleansUp runs the
+// others.)
+func TestScaleoutRunsSeparateWorkerProcesses(t *testing.T) {
+	db := testdb.New(t)
+	ctx := context.Background()
+	prefix := schemaPrefix(t)
+	registry := testdb.Registry(t)
+	analyzer, ok := registry.Lookup(jobs.ServiceAnalyzer)
+	require.True(t, ok)
+	opts := bench.Tiny(bench.Options{
+		DatabaseURL: testdb.URL(), Service: analyzer, Registry: registry, Runs: 1,
+		WorkerCommand: func(environ []string) *exec.Cmd {
+			cmd, _ := proctest.Command(t, environ...)
+			return cmd
+		},
+	}, prefix)
+
+	var r bench.Report
+	require.NoError(t, bench.Run(ctx, "scaleout", opts, &r))
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM pg_namespace WHERE starts_with(nspname, $1)`, prefix+"_"), "the schema is dropped")
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM pg_stat_activity WHERE starts_with(application_name, $1)`, prefix+"_"),
+		"no worker process is left connected")
+
+	so := r.Scaleout
+	require.NotNil(t, so)
+	require.Equal(t, map[string]int{"analysis_priority": 5, "analysis_default": 3, "analysis_scheduled": 2}, so.QueueWorkers)
+	require.Equal(t, 10, so.WorkersPerProcess)
+	require.Equal(t, 20, so.JobMs)
+	require.Equal(t, 20, so.PaidJobs, "one paid job per 50ms for 1s")
+	require.Equal(t, 1, so.Runs)
+	require.Len(t, so.Sizes, 2)
+	for k, z := range so.Sizes {
+		n := []int{1, 2}[k]
+		require.Equal(t, n, z.Processes)
+		require.Equal(t, 10*n, z.Workers)
+		require.InDelta(t, 500*float64(n), z.SlotBoundJobsPerS, 0.01, "10 workers per process at 20 ms")
+		require.InDelta(t, 288*float64(n), z.BoundJobsPerS, 0.01, "5/20ms + 3/100ms + 2/250ms per process")
+		require.Zero(t, z.Reruns, "%d processes: every job ran once", n)
+		require.Zero(t, z.Unfinished, "%d processes: every job that started completed", n)
+
+		require.Positive(t, z.JobsPerS)
+		require.InDelta(t, z.JobsPerS/z.BoundJobsPerS, z.BoundRatio, 0.01)
+		require.Len(t, z.ProcessJobsPerS, n)
+		var byProcess, byQueue float64
+		for _, v := range z.ProcessJobsPerS {
+			require.Positive(t, v, "%d processes: every process worked", n)
+			byProcess += v
+		}
+		require.Len(t, z.QueueJobsPerS, 3)
+		for queue, v := range z.QueueJobsPerS {
+			require.Positive(t, v, "%d processes: queue %s was worked", n, queue)
+			byQueue += v
+		}
+		require.InDelta(t, z.JobsPerS, byProcess, 0.1*float64(n)+0.01, "the processes' jobs add up")
+		require.InDelta(t, z.JobsPerS, byQueue, 0.2, "the queues' jobs add up")
+
+		require.Positive(t, z.IdleFetchesPerS, "idle processes poll")
+		require.GreaterOrEqual(t, z.IdleStatementsPerS, z.IdleFetchesPerS)
+		require.Positive(t, z.BusyFetchesPerS)
+		require.GreaterOrEqual(t, z.BusyStatementsPerS, z.BusyFetchesPerS)
+		require.InDelta(t, z.JobsPerS/(z.BusyFetchesPerS*float64(n)), z.JobsPerFetch, 0.05)
+		require.InDelta(t, z.IdleFetchesPerS, z.IdleStatementKinds["JobGetAvailable"], 0.01, "the fetches are the statements of that kind")
+		require.InDelta(t, z.BusyFetchesPerS, z.BusyStatementKinds["JobGetAvailable"], 0.1)
+		var busyKinds float64
+		for _, v := range z.BusyStatementKinds {
+			busyKinds += v
+		}
+		require.InDelta(t, z.BusyStatementsPerS, busyKinds, 0.5, "every statement has a kind (those under 0.05/s left out)")
+		require.GreaterOrEqual(t, z.Connections, 2.0, "a listener and at least one other")
+		require.GreaterOrEqual(t, float64(z.MaxConnections), z.Connections)
+		require.LessOrEqual(t, z.MaxConnections, 20, "DATABASE_MAX_CONNS")
+
+		require.GreaterOrEqual(t, z.PaidP50Ms, 0.0)
+		require.GreaterOrEqual(t, z.PaidP95Ms, z.PaidP50Ms)
+		require.GreaterOrEqual(t, z.PaidP99Ms, z.PaidP95Ms)
+		samples := so.Samples[fmt.Sprintf("scaleout paid, %d processes", n)]
+		require.Len(t, samples, so.PaidJobs)
+		for _, v := range samples {
+			require.GreaterOrEqual(t, v, 0.0)
+		}
+		require.Positive(t, z.BacklogWorked, "the free backlog was worked beside the stream")
+		require.Positive(t, z.BacklogLeft, "and lasted")
+		for _, v := range []float64{z.MachineCores, z.WorkerCores, z.BackendCores, z.BenchCores} {
+			require.False(t, math.IsNaN(v))
+			require.GreaterOrEqual(t, v, 0.0)
+		}
+	}
+	if _, err := os.Stat("/proc/stat"); err == nil {
+		require.Positive(t, so.Sizes[0].MachineCores)
+		require.Positive(t, so.Sizes[0].WorkerCores)
+	}
+
+	raw, err := json.Marshal(r)
+	require.NoError(t, err)
+	var doc struct {
+		Scaleout struct {
+			Sizes []map[string]any `json:"sizes"`
+		} `json:"scaleout"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	require.Len(t, doc.Scaleout.Sizes, 2)
+	for _, k := range []string{"processes", "jobs_per_s", "slot_bound_jobs_per_s", "bound_ratio", "idle_fetches_per_s",
+		"busy_fetches_per_s", "paid_p99_ms", "connections", "machine_cores"} {
+		require.Contains(t, doc.Scaleout.Sizes[0], k)
+	}
+	require.Len(t, so.Table(), 3, "a header and a row per size")
+	require.NotEmpty(t, r.Rows())
+	require.Empty(t, r.Targets, "a model, not a goal")
+}
+
+func TestScaleoutNeedsAWorkerCommand(t *testing.T) {
+	t.Parallel()
+	var r bench.Report
+	err := bench.Run(context.Background(), "scaleout", bench.Options{DatabaseURL: testdb.URL(), Registry: testdb.Registry(t)}, &r)
+	require.ErrorContains(t, err, "needs Options.WorkerCommand")
+	require.Nil(t, r.Scaleout)
 }
 
 // TestScenariosRunForAServiceOfYourOwn runs the scenarios but the longest

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -310,7 +309,7 @@ var _ pgx.BatchTracer = (*queryCounter)(nil)
 
 func (c *queryCounter) count(sql string) {
 	c.n.Add(1)
-	if strings.HasPrefix(sql, "-- name: JobGetAvailable ") {
+	if isFetch(sql) {
 		c.fetches.Add(1)
 	}
 }
@@ -477,16 +476,25 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 			return nil, 0, 0, fmt.Errorf("count backlog: %w", err)
 		}
 	}
-	rows, err := e.Pool.Query(ctx, `SELECT extract(epoch FROM attempted_at - created_at)::float8 * 1000
-		FROM river_job WHERE id = ANY($1)`, ids)
-	if err != nil {
-		return nil, 0, 0, fmt.Errorf("read latencies: %w", err)
-	}
-	lat, err = pgx.CollectRows(rows, pgx.RowTo[float64])
-	if err != nil {
-		return nil, 0, 0, fmt.Errorf("read latencies: %w", err)
+	if lat, err = pickupLatencies(ctx, e.Pool, ids); err != nil {
+		return nil, 0, 0, err
 	}
 	return lat, worked, left, nil
+}
+
+// pickupLatencies are the insert→start latencies in ms of the jobs of ids,
+// started: attempted_at − created_at, both the database's clock.
+func pickupLatencies(ctx context.Context, pool *pgxpool.Pool, ids []int64) ([]float64, error) {
+	rows, err := pool.Query(ctx, `SELECT extract(epoch FROM attempted_at - created_at)::float8 * 1000
+		FROM river_job WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read latencies: %w", err)
+	}
+	lat, err := pgx.CollectRows(rows, pgx.RowTo[float64])
+	if err != nil {
+		return nil, fmt.Errorf("read latencies: %w", err)
+	}
+	return lat, nil
 }
 
 // insertStream inserts duration/streamInterval enterprise load-test jobs

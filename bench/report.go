@@ -1,9 +1,13 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
+	"strings"
 )
 
 // Report holds the results of the scenarios that ran; it is the JSON object
@@ -17,6 +21,7 @@ type Report struct {
 	Fairness   *FairnessResult   `json:"fairness,omitempty"`
 	Lending    *LendingResult    `json:"lending,omitempty"`
 	Realistic  *RealisticResult  `json:"realistic,omitempty"`
+	Scaleout   *ScaleoutResult   `json:"scaleout,omitempty"`
 	// Targets lists every target checked, met or not.
 	Targets []Target `json:"targets"`
 }
@@ -141,6 +146,14 @@ func Run(ctx context.Context, scenario string, opts Options, r *Report) error {
 		goal := 0.2 * res.OptionBPaidP99Ms
 		r.Targets = append(r.Targets, Target{Scenario: "realistic", Name: "paid_p99_ms", Value: res.PaidP99Ms,
 			Goal: fmt.Sprintf("<= 0.2 × option_b_paid_p99_ms (%g)", round(goal, 2)), Met: res.PaidP99Ms <= goal})
+	case "scaleout":
+		// A model, not a goal: how throughput, fetches and paid pickup
+		// change with the number of processes on this machine. No target.
+		res, err := Scaleout(ctx, opts)
+		if err != nil {
+			return err
+		}
+		r.Scaleout = &res
 	default:
 		return fmt.Errorf("unknown scenario %q", scenario)
 	}
@@ -292,6 +305,56 @@ func (r Report) Rows() []Row {
 		add("realistic", "river_defaults_paid_p50_ms", re.RiverDefaultsPaidP50Ms, " ms")
 		add("realistic", "river_defaults_paid_p99_ms", re.RiverDefaultsPaidP99Ms, " ms")
 		add("realistic", "vs_river_defaults", re.VsRiverDefaults, "")
+	}
+	if so := r.Scaleout; so != nil {
+		for _, z := range so.Sizes {
+			at := fmt.Sprintf("%d processes: ", z.Processes)
+			if z.Processes == 1 {
+				at = "1 process: "
+			}
+			add("scaleout", at+"jobs_per_s", z.JobsPerS, fmt.Sprintf(" (%d workers of %d ms jobs; fetch-cadence bound %g, ratio %g; slot bound %g)",
+				z.Workers, so.JobMs, z.BoundJobsPerS, z.BoundRatio, z.SlotBoundJobsPerS))
+			add("scaleout", at+"idle_fetches_per_s", z.IdleFetchesPerS, " per process")
+			add("scaleout", at+"busy_fetches_per_s", z.BusyFetchesPerS, fmt.Sprintf(" per process (%g jobs per fetch)", z.JobsPerFetch))
+			add("scaleout", at+"busy_statements_per_s", z.BusyStatementsPerS, " per process: "+topKinds(z.BusyStatementKinds, 4))
+			add("scaleout", at+"paid_p99_ms", z.PaidP99Ms, fmt.Sprintf(" ms (p50 %g, p95 %g; %d paid jobs beside a free backlog)", z.PaidP50Ms, z.PaidP95Ms, so.PaidJobs))
+			add("scaleout", at+"connections", z.Connections, fmt.Sprintf(" per process (most: %d)", z.MaxConnections))
+			if z.MachineCores > 0 {
+				add("scaleout", at+"machine_cores", z.MachineCores, fmt.Sprintf(" of %d busy (workers %g, their backends %g, bench %g)",
+					so.CPUs, z.WorkerCores, z.BackendCores, z.BenchCores))
+			}
+		}
+	}
+	return rows
+}
+
+// topKinds lists the n most frequent kinds of statements of kinds, with
+// their rates.
+func topKinds(kinds map[string]float64, n int) string {
+	names := slices.SortedFunc(maps.Keys(kinds), func(a, b string) int {
+		if c := cmp.Compare(kinds[b], kinds[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	for _, name := range names[:min(n, len(names))] {
+		parts = append(parts, fmt.Sprintf("%q %g", name, kinds[name]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Table is the scaleout scenario's result as a table, one row per
+// number of processes, under a header: what tierctl bench prints after
+// the result table, and docs/benchmarks.md shows.
+func (r ScaleoutResult) Table() [][]string {
+	rows := [][]string{{"PROCS", "WORKERS", "JOBS/S", "SLOT BOUND", "CADENCE BOUND", "RATIO", "IDLE FETCH/S/PROC", "BUSY FETCH/S/PROC",
+		"JOBS/FETCH", "PAID P50", "P95", "P99 (ms)", "CONNS/PROC", "CPU: MACHINE", "WORKERS", "BACKENDS", "BENCH"}}
+	g := func(v float64) string { return fmt.Sprintf("%g", v) }
+	for _, z := range r.Sizes {
+		rows = append(rows, []string{fmt.Sprint(z.Processes), fmt.Sprint(z.Workers), g(z.JobsPerS), g(z.SlotBoundJobsPerS), g(z.BoundJobsPerS),
+			g(z.BoundRatio), g(z.IdleFetchesPerS), g(z.BusyFetchesPerS), g(z.JobsPerFetch), g(z.PaidP50Ms), g(z.PaidP95Ms), g(z.PaidP99Ms),
+			fmt.Sprintf("%g (max %d)", z.Connections, z.MaxConnections), g(z.MachineCores), g(z.WorkerCores), g(z.BackendCores), g(z.BenchCores)})
 	}
 	return rows
 }

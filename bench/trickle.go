@@ -161,13 +161,8 @@ func (e *env) runTrickle(ctx context.Context, t trickle, duration time.Duration)
 	if res.lent, res.maxLent, err = e.lentStats(ctx); err != nil {
 		return res, err
 	}
-	rows, err := e.Pool.Query(ctx, `SELECT extract(epoch FROM attempted_at - created_at)::float8 * 1000
-		FROM river_job WHERE id = ANY($1)`, ids)
-	if err != nil {
-		return res, fmt.Errorf("read latencies: %w", err)
-	}
-	if res.lat, err = pgx.CollectRows(rows, pgx.RowTo[float64]); err != nil {
-		return res, fmt.Errorf("read latencies: %w", err)
+	if res.lat, err = pickupLatencies(ctx, e.Pool, ids); err != nil {
+		return res, err
 	}
 	return res, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,11 +20,12 @@ import (
 
 	"github.com/tierq/tierq/bench"
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/refapp"
 	"github.com/tierq/tierq/jobs"
 )
 
 // benchScenarios are tierctl bench's scenarios, in the order "all" runs them.
-var benchScenarios = []string{"isolation", "throughput", "sweeps", "dlq", "insert", "fairness", "lending", "realistic"}
+var benchScenarios = []string{"isolation", "throughput", "sweeps", "dlq", "insert", "fairness", "lending", "realistic", "scaleout"}
 
 func (a *app) benchCommand() *cobra.Command {
 	var (
@@ -53,6 +55,9 @@ Scenarios:
               on and off, and paid latency beside the free backlog
   realistic   paid latency beside 5,000 free jobs of 200 ms: tierq against one
               queue with River priorities (ADR-16's Option B) and River's defaults
+  scaleout    1, 2, 4 and 8 worker processes (this binary, re-executed): jobs/s
+              against the slot and fetch-cadence bounds, fetches per second per
+              process idle and busy, paid pickup beside a free backlog, CPU
 
 Each prints a table with every target met or not; --json adds one JSON object
 as the last line. See docs/benchmarks.md.`,
@@ -89,10 +94,15 @@ as the last line. See docs/benchmarks.md.`,
 			if _, err := config.LoadWorker(append([]string{"DATABASE_URL=" + cfg.URL, "WORKER_SERVICE=" + analyzer.Name()}, set...), services); err != nil {
 				return err
 			}
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find tierctl's own executable (the scaleout scenario's worker): %w", err)
+			}
 			progress := &benchProgress{app: a}
 			opts := bench.Options{
 				DatabaseURL: cfg.URL, Quick: quick, Runs: runs, WorkerEnv: set, Progress: progress,
 				Service: analyzer, Registry: services, ProducerArgs: benchAnalysis,
+				WorkerCommand: benchWorker(self),
 			}
 			report := bench.Report{}
 			var runErr error
@@ -103,10 +113,14 @@ as the last line. See docs/benchmarks.md.`,
 			}
 			progress.finish()         // nothing draws after this: the JSON stays the last line
 			a.printBenchTable(report) // what finished, even when a scenario failed
+			if report.Scaleout != nil {
+				fmt.Fprintln(a.stdout)
+				a.printTable(report.Scaleout.Table())
+			}
 			if runErr != nil {
 				return runErr
 			}
-			if samples != "" && (report.Isolation != nil || report.Fairness != nil || report.Lending != nil || report.Realistic != nil) {
+			if samples != "" && (report.Isolation != nil || report.Fairness != nil || report.Lending != nil || report.Realistic != nil || report.Scaleout != nil) {
 				all := map[string][]float64{}
 				if report.Isolation != nil {
 					maps.Copy(all, report.Isolation.Samples)
@@ -119,6 +133,9 @@ as the last line. See docs/benchmarks.md.`,
 				}
 				if report.Realistic != nil {
 					maps.Copy(all, report.Realistic.Samples) // "realistic …"
+				}
+				if report.Scaleout != nil {
+					maps.Copy(all, report.Scaleout.Samples) // "scaleout …"
 				}
 				if err := writeSamples(samples, all); err != nil {
 					return err
@@ -137,9 +154,51 @@ as the last line. See docs/benchmarks.md.`,
 	cmd.Flags().BoolVar(&quick, "quick", false, "small runs: about a minute per scenario")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object with every result as the last line")
 	cmd.Flags().IntVar(&runs, "runs", 0, "repetitions per scenario, results are medians (0: 3, or 1 with --quick)")
-	cmd.Flags().StringVar(&samples, "samples", "", "write the latencies of the isolation, fairness, lending and realistic scenarios (last run, ms per job and phase; fairness per small tenant, lending and realistic the paid jobs) to this CSV file, for scripts/plot-latency.sh")
+	cmd.Flags().StringVar(&samples, "samples", "", "write the latencies of the isolation, fairness, lending, realistic and scaleout scenarios (last run, ms per job and phase; fairness per small tenant, lending, realistic and scaleout the paid jobs) to this CSV file, for scripts/plot-latency.sh")
 	cmd.Flags().StringArrayVar(&set, "set", nil, "NAME=value for tierq's worker configuration (e.g. QUEUE_PRIORITY_FETCH_COOLDOWN=10ms), to measure other tuning")
 	return cmd
+}
+
+// benchWorkerUse is the hidden command that runs one worker process of the
+// scaleout scenario.
+const benchWorkerUse = "bench-worker"
+
+// benchWorkerCommand is the worker process tierctl bench scaleout starts,
+// up to 8 at a time: one worker deployment of the reference app, exactly as
+// cmd/worker runs it (refapp.RunWorker: worker.Run), configured by the
+// environment alone (the bench sets DATABASE_URL, DATABASE_SCHEMA,
+// WORKER_SERVICE, LOAD_TEST_WORKLOAD=true, …). Hidden: it is the bench's,
+// so that the bench needs no other binary; operators run cmd/worker.
+func (a *app) benchWorkerCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:    benchWorkerUse,
+		Short:  "Run one worker deployment of the reference app (tierctl bench scaleout's worker process)",
+		Hidden: true,
+		Args:   usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return refapp.RunWorker(cmd.Context(), a.environ, a.stdout)
+		},
+	}
+}
+
+// benchWorker is bench.Options.WorkerCommand for tierctl: the executable
+// self (tierctl) running its hidden bench-worker command with exactly the
+// bench's environment.
+func benchWorker(self string) func(environ []string) *exec.Cmd {
+	return func(environ []string) *exec.Cmd {
+		cmd := exec.Command(self, benchWorkerUse) //nolint:gosec // tierctl itself
+		cmd.Env = environ
+		return cmd
+	}
+}
+
+// printTable prints rows (the first a header) in aligned columns.
+func (a *app) printTable(rows [][]string) {
+	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	for _, row := range rows {
+		fmt.Fprintln(w, strings.Join(row, "\t"))
+	}
+	_ = w.Flush()
 }
 
 // benchAnalysis is the i-th analysis of run that the insert scenario

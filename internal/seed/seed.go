@@ -91,12 +91,24 @@ func Discarded(ctx context.Context, q db.Querier, queues []Queue, n int) ([]int6
 // them waited dueWaited instead. It is how the sweep benchmarks lay out jobs that a sweep
 // must and must not touch.
 func Available(ctx context.Context, q db.Querier, kind, queue string, priority, n int, waited time.Duration, due int, dueWaited time.Duration) error {
+	return available(ctx, q, kind, queue, "{}", priority, n, waited, due, dueWaited)
+}
+
+// AvailableArgs inserts n available jobs of kind into queue at priority (0:
+// cycling through 1..4), due now, each with args (a JSON object): work
+// that does something when worked, such as load-test jobs that sleep
+// ({"sleep_ms": 20}).
+func AvailableArgs(ctx context.Context, q db.Querier, kind, queue, args string, priority, n int) error {
+	return available(ctx, q, kind, queue, args, priority, n, 0, 0, 0)
+}
+
+func available(ctx context.Context, q db.Querier, kind, queue, args string, priority, n int, waited time.Duration, due int, dueWaited time.Duration) error {
 	_, err := q.Exec(ctx, `
 		INSERT INTO river_job (state, queue, priority, kind, args, max_attempts, scheduled_at)
-		SELECT 'available', $1, CASE WHEN $2 = 0 THEN 1 + i % 4 ELSE $2 END, $3, '{}', 10,
+		SELECT 'available', $1, CASE WHEN $2 = 0 THEN 1 + i % 4 ELSE $2 END, $3, $8::jsonb, 10,
 		       CASE WHEN i <= $5 THEN now() - make_interval(secs => $6) ELSE now() - make_interval(secs => $4) END
 		FROM generate_series(1, $7) AS i`,
-		queue, priority, kind, waited.Seconds(), due, dueWaited.Seconds(), n)
+		queue, priority, kind, waited.Seconds(), due, dueWaited.Seconds(), n, args)
 	if err != nil {
 		return fmt.Errorf("seed available jobs: %w", err)
 	}

@@ -36,6 +36,10 @@ func TestSeedsFillTheQueuesTheyAreGiven(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT args::text FROM river_job WHERE id = $1`, ids[1]).Scan(&args))
 	require.JSONEq(t, `{"to": "u2@example.com", "n": 2}`, args)
 
+	require.NoError(t, seed.AvailableArgs(ctx, db.Pool, loadtest.Kind, "mail_default", `{"sleep_ms": 20}`, 3, 4))
+	require.Equal(t, 4, db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'available' AND queue = 'mail_default'
+		AND kind = $1 AND priority = 3 AND args = '{"sleep_ms": 20}' AND scheduled_at <= now()`, loadtest.Kind))
+
 	_, err = seed.Discarded(ctx, db.Pool, nil, 1)
 	require.ErrorContains(t, err, "no queues to seed")
 	require.ErrorContains(t, seed.Finished(ctx, db.Pool, nil, 1), "no queues to seed")
