@@ -61,8 +61,9 @@ type Spec struct {
 	// Attrs are logged with "<name> started".
 	Attrs []any
 	// Background, when set, runs beside the started client until the
-	// process stops: its ctx ends with the first signal, and Run waits for
-	// it to return (after the client has stopped) before closing the pool.
+	// process stops: its ctx ends with the first signal (or when the client
+	// stopped on its own), and Run waits for it to return (after the client
+	// has stopped) before closing the pool.
 	Background func(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx])
 	// MetricsAddr, when set, is where Metrics is served at /metrics, with
 	// /healthz (liveness) and /readyz (readiness) beside it, from before
@@ -113,17 +114,30 @@ func Run(ctx context.Context, s Spec) error {
 	}
 	h.started(pool, client.Stopped())
 	background := make(chan struct{})
+	backgroundCtx, cancelBackground := context.WithCancel(ctx)
+	defer cancelBackground()
 	if s.Background != nil {
-		go func(ctx context.Context) { // its own copy: Run reassigns ctx below
+		go func() {
 			defer close(background)
-			s.Background(ctx, pool, client)
-		}(ctx)
+			s.Background(backgroundCtx, pool, client)
+		}()
 	} else {
 		close(background)
 	}
 	s.Logger.InfoContext(ctx, s.Name+" started", append([]any{slog.String("client_id", client.ID())}, s.Attrs...)...)
 
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-client.Stopped():
+		// River stopped without being asked: a process that works nothing
+		// must not look alive. Run returns an error (the process exits 1)
+		// so that its orchestrator restarts it at once, not after the
+		// liveness probe (/healthz answers 503 meanwhile) has failed.
+		s.Logger.ErrorContext(ctx, s.Name+": river client stopped without a signal")
+		cancelBackground()
+		<-background
+		return errors.New("river client stopped without a signal")
+	}
 	stop() // from here on, a second signal terminates the process at once
 	h.stopping()
 	ctx = context.WithoutCancel(ctx)
