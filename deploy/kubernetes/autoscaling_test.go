@@ -633,3 +633,38 @@ func TestSwitchingLeavesNothingBehind(t *testing.T) {
 		require.Positive(t, left, where)
 	}
 }
+
+// TestExampleNeedsKEDAsTriggerAuthentication: the thumbnail example's
+// ScaledObject authenticates with components/keda's TriggerAuthentication,
+// so with another autoscaling component it refers to nothing
+// (docs/kubernetes.md, "Adding a service").
+func TestExampleNeedsKEDAsTriggerAuthentication(t *testing.T) {
+	t.Parallel()
+
+	b := buildVariant(t, variant{name: "prod with keda-prometheus and the example", overlay: "overlays/prod", edits: map[string][2]string{
+		"overlays/prod/kustomization.yaml": {componentsLine, "components:\n  - ../../components/keda-prometheus\n  - ../../examples/thumbnail\n"},
+	}})
+	refs := 0
+	for _, s := range scalers(t, b) {
+		for _, tr := range s.keda.Spec.Triggers {
+			if tr.AuthenticationRef != nil {
+				require.Equal(t, "worker-thumbnailer", s.name)
+				require.Equal(t, "tierq-database", tr.AuthenticationRef.Name)
+				refs++
+			}
+		}
+	}
+	require.Equal(t, 4, refs)
+	for _, o := range b.objects {
+		require.NotEqual(t, "TriggerAuthentication", o.kind, "keda-prometheus has none")
+	}
+	require.Contains(t, string(readFile(t, "components/keda/triggerauthentication.yaml")), "name: tierq-database")
+}
+
+// readFile returns the file at path, under deploy/kubernetes.
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return raw
+}

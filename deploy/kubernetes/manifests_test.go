@@ -413,12 +413,12 @@ func overlayVersion(t *testing.T, overlay string) string {
 	return ""
 }
 
-// notInDNSLabel is every run of characters a DNS label cannot hold.
-var notInDNSLabel = regexp.MustCompile(`[^a-z0-9-]+`)
+// notInDNSLabel is a character a DNS label cannot hold.
+var notInDNSLabel = regexp.MustCompile(`[^a-z0-9-]`)
 
 // tagVersion is the version label docs/kubernetes.md says goes with an
-// image tag: the tag, lower-cased, with every run of characters other than
-// a letter, a digit or '-' made one '-' (0.1.0 -> 0-1-0).
+// image tag: the tag, lower-cased, with every character other than a
+// letter, a digit or '-' made '-' (0.1.0 -> 0-1-0).
 func tagVersion(tag string) string {
 	return notInDNSLabel.ReplaceAllString(strings.ToLower(tag), "-")
 }
@@ -664,13 +664,21 @@ func TestDeploymentSelectorsAreDisjoint(t *testing.T) {
 
 // TestEveryObjectIsLabelled: every object of an overlay carries
 // app.kubernetes.io/part-of=tierq, which the documented
-// `kubectl apply -l` and `kubectl get -l` rely on.
+// `kubectl apply -l` and `kubectl get -l` rely on, and the overlay's
+// version label.
 func TestEveryObjectIsLabelled(t *testing.T) {
 	t.Parallel()
 
 	for _, b := range builds(t) {
+		overlay := b.variant.overlay
+		if overlay == "overlays/prod-split" {
+			overlay = "overlays/prod"
+		}
+		version := overlayVersion(t, overlay)
+		require.NotEmpty(t, version, overlay)
 		for _, o := range b.objects {
 			require.Equal(t, "tierq", o.labels["app.kubernetes.io/part-of"], "%s: %s/%s", b.variant.name, o.kind, o.name)
+			require.Equal(t, version, o.labels[versionLabel], "%s: %s/%s", b.variant.name, o.kind, o.name)
 		}
 	}
 }

@@ -303,6 +303,26 @@ func TestKEDAQueriesOnPostgreSQL(t *testing.T) {
 	require.Equal(t, len(wantUnpaused), resumed)
 }
 
+// TestDocsShowTheQueries: the queries docs/kubernetes.md shows are the
+// analyzer's in components/keda, as the tests above run them.
+func TestDocsShowTheQueries(t *testing.T) {
+	t.Parallel()
+
+	want := "-- analysis-priority-load (target 5 per replica, at most 40 counted)\n" + loadSQL("analysis_priority", 40) +
+		"\n\n-- analysis-priority-wait (target 2 seconds, at most 16)\n" + waitSQL("analysis_priority", 16) + "\n"
+	require.Equal(t, want, docsBlock(t, "## Autoscaling", "sql"))
+	b := builtNamed(t, "prod")
+	var queries []string
+	for _, s := range scalers(t, b) {
+		for _, tr := range s.triggers {
+			if tr.queue == "analysis_priority" {
+				queries = append(queries, tr.query)
+			}
+		}
+	}
+	require.Equal(t, []string{loadSQL("analysis_priority", 40), waitSQL("analysis_priority", 16)}, queries)
+}
+
 // indexScan is an index scan node of a plan.
 var indexScan = regexp.MustCompile(`(?:Index Scan|Index Only Scan|Bitmap Index Scan)(?: Backward)? (?:using|on) (\S+)`)
 
