@@ -588,7 +588,8 @@ func TestSpreadOverNodes(t *testing.T) {
 }
 
 // TestSchedulerAndAPI: the scheduler runs two replicas (one leads, one
-// stands by) behind a PodDisruptionBudget that keeps one; the API's Service
+// stands by) behind a PodDisruptionBudget that keeps one, and reads its
+// alert webhook from the Secret only if the key is there; the API's Service
 // and PodDisruptionBudget select its pods, and the Service reaches API_ADDR's
 // port. Worker Deployments leave their replicas to the autoscaler, except
 // in dev, which has none.
@@ -599,6 +600,13 @@ func TestSchedulerAndAPI(t *testing.T) {
 		where := b.variant.name
 		schedulerDeployment := one[*appsv1.Deployment](t, b, "scheduler")
 		require.Equal(t, new(int32(2)), schedulerDeployment.Spec.Replicas, where)
+		// The webhook is optional: a Secret without the key starts a
+		// scheduler that logs its alerts only.
+		for _, e := range schedulerDeployment.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == "DLQ_ALERT_WEBHOOK_URL" {
+				require.Equal(t, new(true), e.ValueFrom.SecretKeyRef.Optional, where)
+			}
+		}
 		pdb := one[*policyv1.PodDisruptionBudget](t, b, "scheduler")
 		require.Equal(t, new(intstr.FromInt32(1)), pdb.Spec.MinAvailable, where)
 		requireSelects(t, where, pdb.Spec.Selector.MatchLabels, b, "scheduler")
