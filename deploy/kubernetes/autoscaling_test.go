@@ -3,6 +3,7 @@ package kubernetes_test
 import (
 	"encoding/json"
 	"maps"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -38,10 +39,15 @@ type scaledObject struct {
 				Behavior *autoscalingv2.HorizontalPodAutoscalerBehavior `json:"behavior"`
 			} `json:"horizontalPodAutoscalerConfig"`
 		} `json:"advanced"`
+		Fallback *struct {
+			FailureThreshold int32 `json:"failureThreshold"`
+			Replicas         int32 `json:"replicas"`
+		} `json:"fallback"`
 		Triggers []struct {
 			Type              string            `json:"type"`
 			Name              string            `json:"name"`
 			MetricType        string            `json:"metricType"`
+			UseCachedMetrics  bool              `json:"useCachedMetrics"`
 			Metadata          map[string]string `json:"metadata"`
 			AuthenticationRef *struct {
 				Name string `json:"name"`
@@ -90,13 +96,18 @@ type trigger struct {
 	query string
 	// activation is KEDA's activation threshold ("" when unset).
 	activation string
+	// bound is a PostgreSQL query's most jobs counted (load) or its cap in
+	// seconds (wait); 0 for other sources.
+	bound float64
+	// cached is the trigger's useCachedMetrics (KEDA's).
+	cached bool
 }
 
 var (
-	sqlQueue  = regexp.MustCompile(`queue = '([a-z0-9_]+)'`)
-	anyQueue  = regexp.MustCompile(`queue\s*(=|!=|=~|!~|IN|in)`)
-	sqlIsLoad = regexp.MustCompile(`^SELECT count\(\*\)::float8 FROM river_job\n`)
-	sqlIsWait = regexp.MustCompile(`^SELECT coalesce\(greatest\(0, extract\(epoch FROM now\(\) - min\(scheduled_at\)\)\), 0\)::float8 FROM river_job\n`)
+	sqlQueue = regexp.MustCompile(`queue = '([a-z0-9_]+)'`)
+	// sqlLimit and sqlCap read the bound of a load and a wait query.
+	sqlLimit = regexp.MustCompile(`\n    LIMIT ([0-9]+)\n\) AS live\n`)
+	sqlCap   = regexp.MustCompile(`, 0\), ([0-9]+)\)::float8 FROM \(\n`)
 )
 
 // scalers returns b's ScaledObjects and HPAs.
@@ -116,7 +127,9 @@ func scalers(t *testing.T, b *build) []scaler {
 				min: *so.Spec.MinReplicaCount, max: *so.Spec.MaxReplicaCount,
 				behavior: so.Spec.Advanced.HorizontalPodAutoscalerConfig.Behavior, keda: &so}
 			for _, tr := range so.Spec.Triggers {
-				s.triggers = append(s.triggers, kedaTrigger(t, where, tr.Type, tr.Name, tr.MetricType, tr.Metadata))
+				kt := kedaTrigger(t, where, tr.Type, tr.Name, tr.MetricType, tr.Metadata)
+				kt.cached = tr.UseCachedMetrics
+				s.triggers = append(s.triggers, kt)
 			}
 			out = append(out, s)
 		case o.kind == "HorizontalPodAutoscaler":
@@ -144,16 +157,20 @@ func kedaTrigger(t *testing.T, where, typ, name, metricType string, md map[strin
 	switch typ {
 	case "postgresql":
 		target = md["targetQueryValue"]
-		queues := sqlQueue.FindAllStringSubmatch(tr.query, -1)
-		require.Len(t, queues, 1, "%s: one queue = '...' per query", where)
-		require.Len(t, anyQueue.FindAllString(tr.query, -1), 1, "%s: no other condition on queue", where)
-		tr.queue = queues[0][1]
-		switch {
-		case sqlIsLoad.MatchString(tr.query):
-			tr.measure = "load"
-		case sqlIsWait.MatchString(tr.query):
-			tr.measure = "wait"
-		default:
+		queue := sqlQueue.FindStringSubmatch(tr.query)
+		require.NotNil(t, queue, "%s: names no queue:\n%s", where, tr.query)
+		tr.queue = queue[1]
+		// Exactly loadSQL's or waitSQL's text, for that queue and some bound
+		// (which TestEveryWorkerIsScaledOnItsQueues checks).
+		if m := sqlLimit.FindStringSubmatch(tr.query); m != nil {
+			limit, _ := strconv.Atoi(m[1])
+			require.Equal(t, loadSQL(tr.queue, limit), tr.query, "%s: the load query", where)
+			tr.measure, tr.bound = "load", float64(limit)
+		} else if m := sqlCap.FindStringSubmatch(tr.query); m != nil {
+			capSeconds, _ := strconv.Atoi(m[1])
+			require.Equal(t, waitSQL(tr.queue, capSeconds), tr.query, "%s: the wait query", where)
+			tr.measure, tr.bound = "wait", float64(capSeconds)
+		} else {
 			t.Fatalf("%s: a query that is neither a load nor a wait:\n%s", where, tr.query)
 		}
 	case "prometheus":
@@ -311,6 +328,14 @@ func TestEveryWorkerIsScaledOnItsQueues(t *testing.T) {
 				_, class, ok := routing.ClassOf(tr.queue)
 				require.True(t, ok, where)
 				seen = append(seen, tr.queue+" "+tr.measure)
+				if tr.source == "postgresql" {
+					// Beyond max x target the HPA asks for max replicas
+					// whatever the value: the query stops there.
+					require.Equal(t, float64(s.max)*tr.target, tr.bound, "%s: its bound is maxReplicaCount x target", where)
+				}
+				if s.keda != nil {
+					require.True(t, tr.cached, "%s: useCachedMetrics: the HPA's reads between polls cost no query", where)
+				}
 				switch tr.measure {
 				case "load":
 					require.Equal(t, "AverageValue", tr.metricType, where)
@@ -347,6 +372,45 @@ func TestEveryWorkerIsScaledOnItsQueues(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPrometheusTriggersFallBack: a Prometheus trigger's empty result is
+// an error, not a 0 (ignoreNullValues "false": the API exports every
+// served queue's gauges, empty or not, so no series means Prometheus lost
+// them, TestPrometheusQueriesOnTheAPIsMetrics), and a ScaledObject whose
+// trigger fails 3 polls in a row runs 4 replicas until it answers again.
+// PostgreSQL triggers have no fallback: without the database the workers
+// have nothing to do.
+func TestPrometheusTriggersFallBack(t *testing.T) {
+	t.Parallel()
+
+	checked := 0
+	for _, b := range builds(t) {
+		for _, s := range scalers(t, b) {
+			if s.keda == nil {
+				continue
+			}
+			where := b.variant.name + ": " + s.name
+			prometheus := 0
+			for _, tr := range s.keda.Spec.Triggers {
+				if tr.Type == "prometheus" {
+					require.Equal(t, "false", tr.Metadata["ignoreNullValues"], "%s %s", where, tr.Name)
+					prometheus++
+				}
+			}
+			if prometheus == 0 {
+				require.Nil(t, s.keda.Spec.Fallback, where)
+				continue
+			}
+			require.Len(t, s.keda.Spec.Triggers, prometheus, where)
+			require.NotNil(t, s.keda.Spec.Fallback, where)
+			require.Equal(t, int32(3), s.keda.Spec.Fallback.FailureThreshold, where)
+			require.Equal(t, int32(4), s.keda.Spec.Fallback.Replicas, where)
+			require.True(t, s.min <= 4 && 4 <= s.max, "%s: fallback within the bounds", where)
+			checked++
+		}
+	}
+	require.Equal(t, 2, checked)
 }
 
 // TestReplicaBounds are the replica bounds docs/kubernetes.md gives, the
@@ -400,26 +464,27 @@ func TestWorkerPools(t *testing.T) {
 // may hold at once (docs/kubernetes.md), by docs/scaling.md's "Connection
 // budget": every Deployment at its most replicas, each pod its
 // DATABASE_MAX_CONNS plus, for workers and the scheduler (River clients
-// that work queues), the LISTEN connection River takes out of the pool.
+// that work queues), the LISTEN connection River takes out of the pool;
+// and the same at the fewest replicas the autoscalers keep.
 func TestConnectionBudget(t *testing.T) {
 	t.Parallel()
 
-	want := map[string]int{"prod": 306, "prod-split": 304}
+	want := map[string][2]int{"prod": {154, 306}, "prod-split": {136, 304}} // {fewest, most}
 	for _, b := range builds(t) {
 		n, ok := want[b.variant.name]
 		if !ok {
 			continue
 		}
-		maxReplicas := map[string]int32{}
+		bounds := map[string][2]int32{}
 		for _, s := range scalers(t, b) {
-			maxReplicas[s.target] = s.max
+			bounds[s.target] = [2]int32{s.min, s.max}
 		}
-		total := 0
+		var total [2]int
 		for _, d := range all[*appsv1.Deployment](b) {
-			replicas, ok := maxReplicas[d.Name]
+			replicas, ok := bounds[d.Name]
 			if !ok {
 				require.NotNil(t, d.Spec.Replicas, d.Name)
-				replicas = *d.Spec.Replicas
+				replicas = [2]int32{*d.Spec.Replicas, *d.Spec.Replicas}
 			}
 			c := d.Spec.Template.Spec.Containers[0]
 			env := containerEnv(t, b, c)
@@ -430,7 +495,9 @@ func TestConnectionBudget(t *testing.T) {
 			if proc.binary == "worker" || proc.binary == "scheduler" {
 				conns++ // LISTEN
 			}
-			total += int(replicas) * conns
+			for i := range total {
+				total[i] += int(replicas[i]) * conns
+			}
 		}
 		require.Equal(t, n, total, b.variant.name)
 	}
@@ -478,4 +545,126 @@ func TestKEDAConnectsWithTheSecret(t *testing.T) {
 		}
 	}
 	require.Positive(t, checked)
+}
+
+// switches are the commands docs/kubernetes.md gives to run before applying
+// prod with another autoscaling component, or prod-split after prod:
+// `kubectl apply` deletes nothing, and what it leaves would scale the same
+// Deployments a second time (or run the Deployment the split replaces).
+var switches = []struct{ from, to, command string }{
+	{"prod", "prod with hpa", "kubectl -n tierq delete scaledobjects,triggerauthentications -l app.kubernetes.io/part-of=tierq"},
+	{"prod with keda-prometheus", "prod with hpa", "kubectl -n tierq delete scaledobjects,triggerauthentications -l app.kubernetes.io/part-of=tierq"},
+	{"prod with hpa", "prod", "kubectl -n tierq delete hpa -l app.kubernetes.io/part-of=tierq"},
+	{"prod with hpa", "prod with keda-prometheus", "kubectl -n tierq delete hpa -l app.kubernetes.io/part-of=tierq"},
+	{"prod", "prod with keda-prometheus", "kubectl -n tierq delete triggerauthentications -l app.kubernetes.io/part-of=tierq"},
+	{"prod", "prod-split", "kubectl -n tierq delete scaledobject/worker-analyzer deployment/worker-analyzer pdb/worker-analyzer"},
+}
+
+// kubectlKinds are the resource names the commands of switches use.
+var kubectlKinds = map[string]string{
+	"scaledobject": "ScaledObject", "scaledobjects": "ScaledObject",
+	"triggerauthentications": "TriggerAuthentication",
+	"hpa":                    "HorizontalPodAutoscaler",
+	"deployment":             "Deployment",
+	"pdb":                    "PodDisruptionBudget",
+}
+
+// deletes says whether `kubectl delete` as command deletes o: its kinds
+// with a label selector (which the tests' objects all carry), or kind/name
+// pairs.
+func deletes(t *testing.T, command string, o object) bool {
+	t.Helper()
+	args, ok := strings.CutPrefix(command, "kubectl -n tierq delete ")
+	require.True(t, ok, command)
+	if what, selector, ok := strings.Cut(args, " -l "); ok {
+		k, v, _ := strings.Cut(selector, "=")
+		if o.labels[k] != v {
+			return false
+		}
+		for _, kind := range strings.Split(what, ",") {
+			require.Contains(t, kubectlKinds, kind, command)
+			if kubectlKinds[kind] == o.kind {
+				return true
+			}
+		}
+		return false
+	}
+	for _, ref := range strings.Fields(args) {
+		kind, name, ok := strings.Cut(ref, "/")
+		require.True(t, ok, command)
+		require.Contains(t, kubectlKinds, kind, command)
+		if kubectlKinds[kind] == o.kind && name == o.name {
+			return true
+		}
+	}
+	return false
+}
+
+// TestSwitchingLeavesNothingBehind: for each switch docs/kubernetes.md
+// describes, its command deletes exactly the objects of the build switched
+// from that the build switched to does not have (kubectl apply leaves
+// them), and nothing the new build applies.
+func TestSwitchingLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+
+	docs, err := os.ReadFile("../../docs/kubernetes.md")
+	require.NoError(t, err)
+	byName := map[string]*build{}
+	for _, b := range builds(t) {
+		byName[b.variant.name] = b
+	}
+	for _, sw := range switches {
+		where := sw.from + " -> " + sw.to
+		require.True(t, strings.Contains(string(docs), sw.command), "%s: docs/kubernetes.md gives %q", where, sw.command)
+		from, to := byName[sw.from], byName[sw.to]
+		kept := map[string]bool{}
+		for _, o := range to.objects {
+			kept[o.kind+"/"+o.name] = true
+			require.False(t, deletes(t, sw.command, o), "%s: deletes %s/%s, which %s applies", where, o.kind, o.name, sw.to)
+		}
+		left := 0
+		for _, o := range from.objects {
+			if kept[o.kind+"/"+o.name] {
+				continue
+			}
+			require.True(t, deletes(t, sw.command, o), "%s: %s/%s is left behind", where, o.kind, o.name)
+			left++
+		}
+		require.Positive(t, left, where)
+	}
+}
+
+// TestExampleNeedsKEDAsTriggerAuthentication: the thumbnail example's
+// ScaledObject authenticates with components/keda's TriggerAuthentication,
+// so with another autoscaling component it refers to nothing
+// (docs/kubernetes.md, "Adding a service").
+func TestExampleNeedsKEDAsTriggerAuthentication(t *testing.T) {
+	t.Parallel()
+
+	b := buildVariant(t, variant{name: "prod with keda-prometheus and the example", overlay: "overlays/prod", edits: map[string][2]string{
+		"overlays/prod/kustomization.yaml": {componentsLine, "components:\n  - ../../components/keda-prometheus\n  - ../../examples/thumbnail\n"},
+	}})
+	refs := 0
+	for _, s := range scalers(t, b) {
+		for _, tr := range s.keda.Spec.Triggers {
+			if tr.AuthenticationRef != nil {
+				require.Equal(t, "worker-thumbnailer", s.name)
+				require.Equal(t, "tierq-database", tr.AuthenticationRef.Name)
+				refs++
+			}
+		}
+	}
+	require.Equal(t, 4, refs)
+	for _, o := range b.objects {
+		require.NotEqual(t, "TriggerAuthentication", o.kind, "keda-prometheus has none")
+	}
+	require.Contains(t, string(readFile(t, "components/keda/triggerauthentication.yaml")), "name: tierq-database")
+}
+
+// readFile returns the file at path, under deploy/kubernetes.
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return raw
 }

@@ -248,3 +248,15 @@ func builds(t *testing.T) []*build {
 	}
 	return out
 }
+
+// builtNamed returns the variant called name, built once per test binary.
+func builtNamed(t *testing.T, name string) *build {
+	t.Helper()
+	for _, b := range builds(t) {
+		if b.variant.name == name {
+			return b
+		}
+	}
+	t.Fatalf("no variant %q", name)
+	return nil
+}

@@ -268,3 +268,22 @@ func TestContainerEnvironmentsLoad(t *testing.T) {
 		"thumbnail-worker": true, "thumbnail-scheduler": true, "thumbnail-api": true,
 	}, seen)
 }
+
+// TestRescueStuckJobsAfter: in the cluster a job whose worker died (an OOM
+// kill, a lost node) is retried after 5 minutes, not the default hour;
+// that stays above every job kind's timeout (the longest is 1m) and
+// JOB_TIMEOUT, which the scheduler checks at start (loadProcess runs the
+// check, so every build's scheduler passes it).
+func TestRescueStuckJobsAfter(t *testing.T) {
+	t.Parallel()
+
+	timeouts := jobs.Timeouts()
+	maps.Copy(timeouts, thumbnail.Timeouts())
+	maps.Copy(timeouts, scheduler.Timeouts())
+	require.Equal(t, time.Minute, slices.Max(slices.Collect(maps.Values(timeouts))), "the longest job kind's timeout")
+	eachTierqContainer(t, func(t *testing.T, b *build, p pod, c corev1.Container, proc process) {
+		env := containerEnv(t, b, c)
+		require.Equal(t, "5m", env["RESCUE_STUCK_JOBS_AFTER"], "%s: %s", b.variant.name, p.owner)
+		require.Equal(t, "1m", env["JOB_TIMEOUT"], "%s: %s", b.variant.name, p.owner)
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"path"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,7 +25,9 @@ import (
 
 	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/config"
+	tierqprocess "github.com/tierq/tierq/internal/process"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/routing"
 )
 
 // envExampleVars are the variables .env.example sets (its NAME= lines).
@@ -126,7 +129,8 @@ func TestConfigurationKeysAreEnvExample(t *testing.T) {
 // its process serves: liveness on /healthz and readiness on /readyz, on the
 // port of METRICS_ADDR (workers, the scheduler) or API_ADDR (the API) in
 // its own environment, which is the container port the probes name and the
-// port its prometheus.io annotations give.
+// port its prometheus.io annotations give; each probe waits longer than
+// the process takes to answer it.
 func TestProbesAndPorts(t *testing.T) {
 	t.Parallel()
 
@@ -148,6 +152,14 @@ func TestProbesAndPorts(t *testing.T) {
 			require.NotNil(t, probe.probe.HTTPGet, where)
 			require.Equal(t, probe.path, probe.probe.HTTPGet.Path, where)
 			require.Equal(t, port, containerPort(t, c, probe.probe.HTTPGet.Port), "%s: %s probe's port", where, probe.path)
+			// Longer than what the process takes to answer when the
+			// database is slow: a probe that gives up first fails a pod
+			// whose process would have answered.
+			answersWithin := tierqprocess.ReadyzPingTimeout
+			if probe.path == "/readyz" && strings.HasSuffix(proc.binary, "api") {
+				answersWithin = apiReadyzTimeout
+			}
+			require.Greater(t, time.Duration(probe.probe.TimeoutSeconds)*time.Second, answersWithin, "%s: %s probe's timeout", where, probe.path)
 		}
 		require.Equal(t, "true", p.meta["prometheus.io/scrape"], where)
 		require.Equal(t, "/metrics", p.meta["prometheus.io/path"], where)
@@ -156,6 +168,10 @@ func TestProbesAndPorts(t *testing.T) {
 	})
 	require.Positive(t, probed)
 }
+
+// apiReadyzTimeout bounds the API's /readyz (the database ping and the
+// migration check: api/health.go's readyz).
+const apiReadyzTimeout = 3 * time.Second
 
 // containerPort resolves a probe's or a Service's port (a number, or the
 // name of one of c's ports).
@@ -373,11 +389,57 @@ func TestAnalysisTargetsAreVolumes(t *testing.T) {
 	require.Positive(t, analyzers)
 }
 
-// TestMigrateJob: one Job runs tierctl migrate, named after the image tag
-// so that a new version is a new Job (its template cannot change), and
-// deleted 10 minutes after it finishes; its label picks it alone.
+// versionLabel is the label an overlay sets, next to its image pin, to the
+// release the image is; it names the migrate Job.
+const versionLabel = "app.kubernetes.io/version"
+
+// overlayVersion is the version label an overlay's kustomization.yaml sets
+// (its `labels` entries).
+func overlayVersion(t *testing.T, overlay string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(overlay, "kustomization.yaml"))
+	require.NoError(t, err)
+	var k struct {
+		Labels []struct {
+			Pairs map[string]string `json:"pairs"`
+		} `json:"labels"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &k))
+	for _, l := range k.Labels {
+		if v, ok := l.Pairs[versionLabel]; ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// notInDNSLabel is a character a DNS label cannot hold.
+var notInDNSLabel = regexp.MustCompile(`[^a-z0-9-]`)
+
+// tagVersion is the version label docs/kubernetes.md says goes with an
+// image tag: the tag, lower-cased, with every character other than a
+// letter, a digit or '-' made '-' (0.1.0 -> 0-1-0).
+func tagVersion(tag string) string {
+	return notInDNSLabel.ReplaceAllString(strings.ToLower(tag), "-")
+}
+
+// upgradeSelector is what the documented upgrade applies before the
+// migrate Job has run: the Job and the configuration it reads.
+const upgradeSelector = "app.kubernetes.io/component in (migrate,config)"
+
+// TestMigrateJob: one Job runs tierctl migrate, named after the overlay's
+// version label (the release its image pin is, a DNS label) so that a new
+// version is a new Job (its template cannot change), and deleted 10
+// minutes after it finishes. The documented upgrade's selection is the Job
+// and every ConfigMap and Secret it reads, and nothing else.
 func TestMigrateJob(t *testing.T) {
 	t.Parallel()
+
+	docs, err := os.ReadFile("../../docs/kubernetes.md")
+	require.NoError(t, err)
+	require.True(t, strings.Contains(string(docs), "-l '"+upgradeSelector+"'"), "docs/kubernetes.md's upgrade selects %q", upgradeSelector)
+	selector, err := labels.Parse(upgradeSelector) // as kubectl parses -l
+	require.NoError(t, err)
 
 	for _, b := range builds(t) {
 		jobsOf := all[*batchv1.Job](b)
@@ -387,28 +449,147 @@ func TestMigrateJob(t *testing.T) {
 		if overlay == "overlays/prod-split" {
 			overlay = "overlays/prod"
 		}
-		require.Equal(t, "tierq-migrate-"+overlayTag(t, overlay), job.Name, b.variant.name)
-		require.Empty(t, validation.IsDNS1123Subdomain(job.Name), b.variant.name)
-		require.LessOrEqual(t, len(job.Name), validation.LabelValueMaxLength, "%s: the Job's name is its pods' job-name label", b.variant.name)
+		version := overlayVersion(t, overlay)
+		require.Equal(t, tagVersion(overlayTag(t, overlay)), version, "%s: %s is the tag's", overlay, versionLabel)
+		require.Equal(t, version, job.Labels[versionLabel], b.variant.name)
+		require.Equal(t, "tierq-migrate-"+version, job.Name, b.variant.name)
+		requireJobName(t, b.variant.name, job.Name)
 		require.Equal(t, new(int32(600)), job.Spec.TTLSecondsAfterFinished, b.variant.name)
 		require.Equal(t, corev1.RestartPolicyNever, job.Spec.Template.Spec.RestartPolicy, b.variant.name)
 		require.NotNil(t, job.Spec.BackoffLimit, b.variant.name)
 		require.Equal(t, []string{"/usr/local/bin/tierctl", "migrate"}, job.Spec.Template.Spec.Containers[0].Command, b.variant.name)
 
-		// `kubectl apply -k … -l app.kubernetes.io/component=migrate`
-		// (docs/kubernetes.md, "Upgrades") applies the Job alone.
-		var selected []string
+		// `kubectl apply -k … -l '<upgradeSelector>'` (docs/kubernetes.md,
+		// "Upgrades") applies the Job and what it reads: without them the
+		// new Job's pod would wait on ConfigMap or Secret names not applied yet.
+		var selected, wanted []string
 		for _, o := range b.objects {
-			if o.labels["app.kubernetes.io/component"] == "migrate" {
+			if selector.Matches(labels.Set(o.labels)) {
 				selected = append(selected, o.kind+"/"+o.name)
 			}
 		}
-		require.Equal(t, []string{"Job/" + job.Name}, selected, b.variant.name)
+		wanted = append(wanted, "Job/"+job.Name)
+		for _, c := range job.Spec.Template.Spec.Containers {
+			for _, from := range c.EnvFrom {
+				if from.ConfigMapRef != nil {
+					wanted = append(wanted, "ConfigMap/"+from.ConfigMapRef.Name)
+				}
+				if from.SecretRef != nil {
+					wanted = append(wanted, "Secret/"+from.SecretRef.Name)
+				}
+			}
+			for _, e := range c.Env {
+				switch {
+				case e.ValueFrom == nil:
+				case e.ValueFrom.ConfigMapKeyRef != nil:
+					wanted = append(wanted, "ConfigMap/"+e.ValueFrom.ConfigMapKeyRef.Name)
+				case e.ValueFrom.SecretKeyRef != nil:
+					wanted = append(wanted, "Secret/"+e.ValueFrom.SecretKeyRef.Name)
+				}
+			}
+		}
+		slices.Sort(wanted)
+		slices.Sort(selected)
+		require.Equal(t, slices.Compact(wanted), selected, b.variant.name)
+	}
+}
+
+// requireJobName fails unless name is a valid Job name that also follows
+// the stricter rule Kubernetes recommends for them: a DNS label (its pods'
+// names and hostnames, its job-name label), so at most 63 characters.
+func requireJobName(t *testing.T, where, name string) {
+	t.Helper()
+	require.Empty(t, validation.IsDNS1123Label(name), "%s: %q is not a DNS label", where, name)
+	require.LessOrEqual(t, len(name), validation.DNS1123LabelMaxLength, where)
+}
+
+// TestMigrateJobNameFollowsTheVersion: the Job's name never depends on how
+// the image is named: pinned by digest, from a registry with a port, it is
+// still tierq-migrate-<version>. A version that is not a DNS label (the
+// tag as written) is caught.
+func TestMigrateJobNameFollowsTheVersion(t *testing.T) {
+	t.Parallel()
+
+	const digest = "sha256:4f2d1a0b9c8e7d6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f"
+	b := buildVariant(t, variant{name: "prod by digest", overlay: "overlays/prod", edits: map[string][2]string{
+		"overlays/prod/kustomization.yaml": {
+			"  - name: ghcr.io/tierq/tierq\n    newTag: \"0.1.0\"\n",
+			"  - name: ghcr.io/tierq/tierq\n    newName: registry.example.com:5000/team_a/tierq\n    digest: " + digest + "\n",
+		},
+	}})
+	job := all[*batchv1.Job](b)[0]
+	require.Equal(t, "tierq-migrate-0-1-0", job.Name)
+	requireJobName(t, b.variant.name, job.Name)
+	require.Equal(t, "registry.example.com:5000/team_a/tierq@"+digest, job.Spec.Template.Spec.Containers[0].Image)
+
+	b = buildVariant(t, variant{name: "prod, version as the tag", overlay: "overlays/prod", edits: map[string][2]string{
+		"overlays/prod/kustomization.yaml": {"app.kubernetes.io/version: 0-1-0\n", "app.kubernetes.io/version: \"0.1.0\"\n"},
+	}})
+	job = all[*batchv1.Job](b)[0]
+	require.Equal(t, "tierq-migrate-0.1.0", job.Name)
+	require.NotEmpty(t, validation.IsDNS1123Label(job.Name), "the check catches a dotted version")
+}
+
+// TestDisruptionBudgets: every worker Deployment (each serves a priority
+// queue, but the split's default and scheduled ones, which have one too)
+// has a PodDisruptionBudget that lets drains take one pod at a time and
+// selects exactly its pods; every budget selects the pods of one
+// Deployment; and every budget lets a drain evict a pod that is not ready
+// (a database outage makes every pod so: it must not block drains).
+func TestDisruptionBudgets(t *testing.T) {
+	t.Parallel()
+
+	for _, b := range builds(t) {
+		budgets := all[*policyv1.PodDisruptionBudget](b)
+		for _, pdb := range budgets {
+			where := b.variant.name + ": PodDisruptionBudget/" + pdb.Name
+			require.Equal(t, new(policyv1.AlwaysAllow), pdb.Spec.UnhealthyPodEvictionPolicy, where)
+			require.NotNil(t, one[*appsv1.Deployment](t, b, pdb.Name), where)
+			requireSelects(t, where, pdb.Spec.Selector.MatchLabels, b, pdb.Name)
+		}
+		for name, queues := range workerQueues(t, b) {
+			where := b.variant.name + ": Deployment/" + name
+			servesPriority := false
+			for queue := range queues {
+				if _, class, _ := routing.ClassOf(queue); class == routing.Priority {
+					servesPriority = true
+				}
+			}
+			i := slices.IndexFunc(budgets, func(p *policyv1.PodDisruptionBudget) bool { return p.Name == name })
+			if !servesPriority && i < 0 {
+				continue
+			}
+			require.GreaterOrEqual(t, i, 0, "%s: serves a priority queue: no PodDisruptionBudget", where)
+			require.Equal(t, new(intstr.FromInt32(1)), budgets[i].Spec.MaxUnavailable, where)
+		}
+	}
+}
+
+// TestSpreadOverNodes: the scheduler's and every worker Deployment's pods
+// spread over nodes where they can (hostname, ScheduleAnyway, a skew of
+// 1), counting exactly their own Deployment's pods.
+func TestSpreadOverNodes(t *testing.T) {
+	t.Parallel()
+
+	for _, b := range builds(t) {
+		for _, d := range all[*appsv1.Deployment](b) {
+			if d.Name != "scheduler" && !strings.HasPrefix(d.Name, "worker-") {
+				continue
+			}
+			where := b.variant.name + ": Deployment/" + d.Name
+			spread := d.Spec.Template.Spec.TopologySpreadConstraints
+			require.Len(t, spread, 1, where)
+			require.Equal(t, int32(1), spread[0].MaxSkew, where)
+			require.Equal(t, "kubernetes.io/hostname", spread[0].TopologyKey, where)
+			require.Equal(t, corev1.ScheduleAnyway, spread[0].WhenUnsatisfiable, where)
+			requireSelects(t, where, spread[0].LabelSelector.MatchLabels, b, d.Name)
+		}
 	}
 }
 
 // TestSchedulerAndAPI: the scheduler runs two replicas (one leads, one
-// stands by) behind a PodDisruptionBudget that keeps one; the API's Service
+// stands by) behind a PodDisruptionBudget that keeps one, and reads its
+// alert webhook from the Secret only if the key is there; the API's Service
 // and PodDisruptionBudget select its pods, and the Service reaches API_ADDR's
 // port. Worker Deployments leave their replicas to the autoscaler, except
 // in dev, which has none.
@@ -419,6 +600,13 @@ func TestSchedulerAndAPI(t *testing.T) {
 		where := b.variant.name
 		schedulerDeployment := one[*appsv1.Deployment](t, b, "scheduler")
 		require.Equal(t, new(int32(2)), schedulerDeployment.Spec.Replicas, where)
+		// The webhook is optional: a Secret without the key starts a
+		// scheduler that logs its alerts only.
+		for _, e := range schedulerDeployment.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == "DLQ_ALERT_WEBHOOK_URL" {
+				require.Equal(t, new(true), e.ValueFrom.SecretKeyRef.Optional, where)
+			}
+		}
 		pdb := one[*policyv1.PodDisruptionBudget](t, b, "scheduler")
 		require.Equal(t, new(intstr.FromInt32(1)), pdb.Spec.MinAvailable, where)
 		requireSelects(t, where, pdb.Spec.Selector.MatchLabels, b, "scheduler")
@@ -484,13 +672,21 @@ func TestDeploymentSelectorsAreDisjoint(t *testing.T) {
 
 // TestEveryObjectIsLabelled: every object of an overlay carries
 // app.kubernetes.io/part-of=tierq, which the documented
-// `kubectl apply -l` and `kubectl get -l` rely on.
+// `kubectl apply -l` and `kubectl get -l` rely on, and the overlay's
+// version label.
 func TestEveryObjectIsLabelled(t *testing.T) {
 	t.Parallel()
 
 	for _, b := range builds(t) {
+		overlay := b.variant.overlay
+		if overlay == "overlays/prod-split" {
+			overlay = "overlays/prod"
+		}
+		version := overlayVersion(t, overlay)
+		require.NotEmpty(t, version, overlay)
 		for _, o := range b.objects {
 			require.Equal(t, "tierq", o.labels["app.kubernetes.io/part-of"], "%s: %s/%s", b.variant.name, o.kind, o.name)
+			require.Equal(t, version, o.labels[versionLabel], "%s: %s/%s", b.variant.name, o.kind, o.name)
 		}
 	}
 }
