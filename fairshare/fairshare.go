@@ -69,13 +69,6 @@ import (
 // Defaults of Config.
 const (
 	DefaultPassInterval = 2 * time.Millisecond
-
-	// maxMissBackoff caps the doubling of the wait after passes that found
-	// another process's lock, in a row: at most 2^4 = 16 PassIntervals
-	// (32 ms at the default), so that a contended queue served by 100
-	// replicas costs each of them at most about 30 attempts a second
-	// instead of 500.
-	maxMissBackoff = 4
 	DefaultTick         = 2 * time.Second
 	DefaultHeartbeat    = 5 * time.Second
 )
@@ -265,6 +258,12 @@ const loneMargin = 100 * time.Millisecond
 // fullPassTicks: every how many Ticks a queue's loop runs a full pass even
 // when a look finds nothing to do.
 const fullPassTicks = 5
+
+// maxMissBackoff caps the doubling of the wait after passes that found
+// another process's lock, in a row: at most 2^4 = 16 PassIntervals (32 ms
+// at the default), so that a contended queue served by 100 replicas costs
+// each of them at most about 30 attempts a second instead of 500.
+const maxMissBackoff = 4
 
 // loneCheckInterval is the shortest time between two lone checks of a
 // queue in one process: how long a newcomer may wait, when a tenant alone

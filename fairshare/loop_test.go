@@ -40,6 +40,36 @@ func (c *statementCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, data 
 
 func (*statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
+// contendedLoop sets up a queue of two tenants (5 jobs each, capacity 2:
+// contended) and an Admitter over it whose pool counts the executions of
+// sql, ticking once an hour (only wake-ups and retries run passes).
+func contendedLoop(t *testing.T, sql string) (*testdb.DB, *Admitter, *statementCounter) {
+	t.Helper()
+	db := testdb.New(t)
+	counter := &statementCounter{sql: sql}
+	config := db.Pool.Config().Copy()
+	config.ConnConfig.Tracer = counter
+	a, err := New(testdb.PoolFor(t, config), &Config{Queues: map[string]Queue{loopQueue: {Workers: 2, Fair: true}}, Tick: time.Hour})
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(context.Background(), `
+		INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
+		SELECT 'fair_test', '{}', $1, 2, 'available', 25, jsonb_build_object('tierq:tenant', t)
+		FROM generate_series(1, 5), unnest(ARRAY['a', 'b']) AS t`, loopQueue)
+	require.NoError(t, err)
+	return db, a, counter
+}
+
+// runLoop runs a's loop over loopQueue until the test ends.
+func runLoop(t *testing.T, a *Admitter) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.loop(ctx, a.queues[loopQueue]) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+const loopQueue = "fair_priority"
+
 // TestLockMissesBackOff: while another process holds a queue's pass lock,
 // this process tries again after a PassInterval, then twice as late after
 // each further miss, up to 16 PassIntervals: with many replicas most
@@ -48,19 +78,8 @@ func (*statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatc
 func TestLockMissesBackOff(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
-	const queue = "fair_priority"
-	attempts := &statementCounter{sql: lockSQL}
-	config := db.Pool.Config().Copy()
-	config.ConnConfig.Tracer = attempts
-	pool := testdb.PoolFor(t, config)
-	a, err := New(pool, &Config{Queues: map[string]Queue{queue: {Workers: 2, Fair: true}}, Tick: time.Hour})
-	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `
-		INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
-		SELECT 'fair_test', '{}', $1, 2, 'available', 25, jsonb_build_object('tierq:tenant', t)
-		FROM generate_series(1, 5), unnest(ARRAY['a', 'b']) AS t`, queue)
-	require.NoError(t, err)
+	db, a, attempts := contendedLoop(t, lockSQL)
+	const queue = loopQueue
 
 	// Another process's pass, holding the lock.
 	other, err := db.Pool.Begin(ctx)
@@ -70,10 +89,7 @@ func TestLockMissesBackOff(t *testing.T) {
 	require.NoError(t, other.QueryRow(ctx, lockSQL, queue).Scan(&locked))
 	require.True(t, locked)
 
-	loopCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); a.loop(loopCtx, a.queues[queue]) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runLoop(t, a)
 	started := time.Now()
 	testdb.WaitFor(t, 10*time.Second, "a first attempt", func() bool { return attempts.n.Load() >= 1 })
 	time.Sleep(500 * time.Millisecond)
@@ -98,22 +114,9 @@ func TestLockMissesBackOff(t *testing.T) {
 func TestAPausedQueueWaitsForItsTick(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
-	const queue = "fair_priority"
-	passes := &statementCounter{sql: passSQL}
-	config := db.Pool.Config().Copy()
-	config.ConnConfig.Tracer = passes
-	pool := testdb.PoolFor(t, config)
-	a, err := New(pool, &Config{Queues: map[string]Queue{queue: {Workers: 2, Fair: true}}, Tick: time.Hour})
-	require.NoError(t, err)
-	// Two tenants, so that the queue is contended (one alone is only
-	// looked at).
-	_, err = db.Pool.Exec(ctx, `
-		INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
-		SELECT 'fair_test', '{}', $1, 2, 'available', 25, jsonb_build_object('tierq:tenant', t)
-		FROM generate_series(1, 5), unnest(ARRAY['a', 'b']) AS t`, queue)
-	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `INSERT INTO river_queue (name, paused_at, updated_at) VALUES ($1, now(), now())`, queue)
+	db, a, passes := contendedLoop(t, passSQL)
+	const queue = loopQueue
+	_, err := db.Pool.Exec(ctx, `INSERT INTO river_queue (name, paused_at, updated_at) VALUES ($1, now(), now())`, queue)
 	require.NoError(t, err)
 
 	p, err := a.Pass(ctx, queue)
@@ -121,10 +124,7 @@ func TestAPausedQueueWaitsForItsTick(t *testing.T) {
 	require.Equal(t, Pass{Paused: true, Capacity: 2}, p)
 	require.Equal(t, 5, db.Count(t, `SELECT count(*) FROM river_job WHERE metadata->>'tierq:tenant' = 'a' AND state = 'available'`), "nothing held")
 
-	loopCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); a.loop(loopCtx, a.queues[queue]) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runLoop(t, a)
 	testdb.WaitFor(t, 10*time.Second, "the loop's first pass", func() bool { return passes.n.Load() >= 2 })
 	time.Sleep(200 * time.Millisecond) // 100 PassIntervals: a retrying loop would run about 100 passes
 	require.Equal(t, int64(2), passes.n.Load(), "the loop tried again while the queue was paused")
