@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -18,16 +16,20 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // wireProxy is a PostgreSQL wire-protocol proxy in front of one worker
 // process of the scaleout scenario: the process connects to it as to its
-// database (wireURL), and it forwards every byte both ways unchanged while
-// it counts what the process sends: the statements it runs, the fetches
+// database (wireURL), and it forwards every message both ways unchanged
+// while it counts what the process sends: the statements it runs, the fetches
 // among them (isFetch: River's JobGetAvailable), and the connections it
 // holds. It is how the bench counts the statements of a process that is not
 // its own (the isolation scenario counts its own worker's with a pgx
-// tracer); the process runs as it would against the server.
+// tracer); the process runs as it would against the server. The client's
+// messages are decoded and re-encoded by pgproto3, which gives back the
+// bytes they came as (but for the order of the startup message's
+// parameters).
 //
 // A statement is a Bind (an execution of a prepared or unnamed statement:
 // pgx sends one per query, batched or not) or a simple Query message. The
@@ -49,14 +51,6 @@ type wireProxy struct {
 	closed bool
 	wg     sync.WaitGroup
 }
-
-// Codes of the untagged messages a client may send before its startup
-// message (PostgreSQL's protocol, "Message Formats").
-const (
-	sslRequestCode    = 80877103
-	gssencRequestCode = 80877104
-	cancelRequestCode = 80877102
-)
 
 // fetchPrefix starts the SQL of River's fetch, JobGetAvailable: sqlc's
 // name comment, which River's driver sends with the statement.
@@ -243,106 +237,89 @@ func (p *wireProxy) forward(client net.Conn) {
 	<-done
 }
 
-// clientMessages copies the client's messages to server: the untagged ones
-// before the startup message (TLS and GSSAPI requests refused), the startup
-// message, then tagged messages, counting statements and fetches. It
-// returns when either side closes.
+// clientMessages copies the client's messages to server, decoded by
+// pgproto3 and re-encoded as they came: the untagged ones before the startup
+// message (TLS and GSSAPI requests refused), the startup message, then
+// tagged messages, counting statements and fetches. It returns when either
+// side closes.
 func (p *wireProxy) clientMessages(client, server net.Conn) error {
-	r := bufio.NewReaderSize(client, 32<<10)
-	w := bufio.NewWriterSize(server, 32<<10)
-	var head [5]byte
-	var body []byte
+	b := pgproto3.NewBackend(client, client)
+	var buf []byte // the message being forwarded, reused
 	for {
-		if _, err := io.ReadFull(r, head[:4]); err != nil {
+		msg, err := b.ReceiveStartupMessage()
+		if err != nil {
 			return err
 		}
-		n := int(binary.BigEndian.Uint32(head[:4])) - 4
-		if n < 4 || n > 10_000 {
-			return errors.New("wire proxy: bad startup message")
-		}
-		body = grow(body, n)
-		if _, err := io.ReadFull(r, body); err != nil {
-			return err
-		}
-		switch binary.BigEndian.Uint32(body[:4]) {
-		case sslRequestCode, gssencRequestCode:
+		switch msg.(type) {
+		case *pgproto3.SSLRequest, *pgproto3.GSSEncRequest:
 			if _, err := client.Write([]byte{'N'}); err != nil {
 				return err
 			}
 			continue
 		}
-		if _, err := w.Write(head[:4]); err != nil {
+		if buf, err = msg.Encode(buf[:0]); err != nil {
 			return err
 		}
-		if _, err := w.Write(body); err != nil {
+		if _, err := server.Write(buf); err != nil {
 			return err
 		}
-		if err := w.Flush(); err != nil {
-			return err
-		}
-		if binary.BigEndian.Uint32(body[:4]) == cancelRequestCode {
-			_, err := io.Copy(server, r)
+		if _, ok := msg.(*pgproto3.CancelRequest); ok {
+			// The server closes the connection once it has read the
+			// request, and a client sends nothing after it: b has read
+			// nothing more that this copy would miss.
+			_, err := io.Copy(server, client)
 			return err
 		}
 		break
 	}
 
+	// Every authentication response (password, SASL, GSSAPI) has the tag
+	// 'p', which pgproto3 tells apart by the server's last authentication
+	// request (SetAuthType); the proxy does not read the server's messages,
+	// and the default, PasswordMessage, keeps the body only up to its first
+	// NUL, which would cut a SASLInitialResponse short. With SASLContinue
+	// every 'p' decodes as a SASLResponse, whose data is the body as sent,
+	// and re-encodes byte for byte whatever it is.
+	if err := b.SetAuthType(pgproto3.AuthTypeSASLContinue); err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(server, 32<<10)
 	statements := map[string]string{} // prepared statement name → its kind
 	for {
-		if _, err := io.ReadFull(r, head[:]); err != nil {
+		msg, err := b.Receive()
+		if err != nil {
 			return err
 		}
-		n := int(binary.BigEndian.Uint32(head[1:])) - 4
-		if n < 0 {
-			return errors.New("wire proxy: bad message length")
+		switch msg := msg.(type) {
+		case *pgproto3.Parse:
+			statements[msg.Name] = statementKind([]byte(msg.Query))
+		case *pgproto3.Bind:
+			p.counted(statements[msg.PreparedStatement])
+		case *pgproto3.Query:
+			p.counted(statementKind([]byte(msg.String)))
 		}
-		body = grow(body, n)
-		if _, err := io.ReadFull(r, body); err != nil {
+		if buf, err = msg.Encode(buf[:0]); err != nil {
 			return err
 		}
-		switch head[0] {
-		case 'P': // Parse: statement name, query, …
-			name, rest := cstring(body)
-			query, _ := cstring(rest)
-			statements[string(name)] = statementKind(query)
-		case 'B': // Bind: portal name, statement name, …
-			_, rest := cstring(body)
-			name, _ := cstring(rest)
-			p.counted(statements[string(name)])
-		case 'Q': // Query: the statement text
-			query, _ := cstring(body)
-			p.counted(statementKind(query))
-		}
-		if _, err := w.Write(head[:]); err != nil {
+		if _, err := w.Write(buf); err != nil {
 			return err
 		}
-		if _, err := w.Write(body); err != nil {
-			return err
-		}
-		// A client sends each message whole without waiting for the
-		// server: flush once what it sent so far has been read.
-		if r.Buffered() == 0 {
+		// A client waits for the server only after a message that asks for
+		// an answer now. The server holds what it answers to Parse, Bind,
+		// Describe, Execute and Close until a Sync or a Flush, which a
+		// client therefore sends before it waits (a pgx query, prepare or
+		// batch is such a run ending in one): those stay buffered, and a
+		// batch reaches the server in one write. Everything else (Sync,
+		// Flush, Query, FunctionCall, a password, CopyData, which a
+		// replication client's status replies are, CopyDone, CopyFail,
+		// Terminate) is flushed at once.
+		switch msg.(type) {
+		case *pgproto3.Parse, *pgproto3.Bind, *pgproto3.Describe, *pgproto3.Execute, *pgproto3.Close:
+			// held for the Sync or Flush that follows
+		default:
 			if err := w.Flush(); err != nil {
 				return err
 			}
 		}
 	}
-}
-
-// grow is buf with length n, reusing its array when large enough.
-func grow(buf []byte, n int) []byte {
-	if cap(buf) < n {
-		return make([]byte, n)
-	}
-	return buf[:n]
-}
-
-// cstring splits b at its first NUL: the string before it and the bytes
-// after.
-func cstring(b []byte) (str, rest []byte) {
-	i := bytes.IndexByte(b, 0)
-	if i < 0 {
-		return b, nil
-	}
-	return b[:i], b[i+1:]
 }
