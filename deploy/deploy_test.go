@@ -12,62 +12,27 @@ import (
 	"testing"
 	"text/template"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/internal/promtest"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/tiers"
-)
-
-// recorder is a Registerer that keeps what is registered on it.
-type recorder struct{ collectors []prometheus.Collector }
-
-func (r *recorder) Register(c prometheus.Collector) error {
-	r.collectors = append(r.collectors, c)
-	return nil
-}
-
-func (r *recorder) MustRegister(cs ...prometheus.Collector) {
-	r.collectors = append(r.collectors, cs...)
-}
-
-func (r *recorder) Unregister(prometheus.Collector) bool { return false }
-
-var (
-	descName   = regexp.MustCompile(`fqName: "([^"]+)"`)
-	descLabels = regexp.MustCompile(`variableLabels: \{([^}]*)\}\}$`)
 )
 
 // exported is every tierq_* metric the processes export (api, worker,
 // scheduler), with its label names, read from the collectors' descriptions.
 func exported(t *testing.T) map[string][]string {
 	t.Helper()
-	rec := &recorder{}
+	rec := &promtest.Recorder{}
 	metrics.NewJobs(rec)
 	metrics.NewScheduler(rec, testdb.Registry(t).Queues())
 	metrics.NewFairShare(rec, testdb.Registry(t).Queues())
-	descs := make(chan *prometheus.Desc, 100)
-	api.NewMetrics(nil, nil, nil).Describe(descs)
-	for _, c := range rec.collectors {
-		c.Describe(descs)
-	}
-	close(descs)
-	out := map[string][]string{}
-	for d := range descs {
-		name := descName.FindStringSubmatch(d.String())
-		labels := descLabels.FindStringSubmatch(d.String())
-		require.NotNil(t, name, d.String())
-		require.NotNil(t, labels, d.String())
-		out[name[1]] = nil
-		if labels[1] != "" {
-			out[name[1]] = strings.Split(labels[1], ",")
-		}
-	}
+	out := rec.Described(t, api.NewMetrics(nil, nil, nil))
 	require.Contains(t, out, "tierq_job_wait_seconds")
 	return out
 }

@@ -2,88 +2,32 @@ package kubernetes_test
 
 import (
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/internal/promtest"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/metrics"
 )
-
-// recorder is a prometheus.Registerer that keeps what is registered on it,
-// so that the tests can ask each collector to describe itself.
-type recorder struct{ collectors []prometheus.Collector }
-
-func (r *recorder) Register(c prometheus.Collector) error {
-	r.collectors = append(r.collectors, c)
-	return nil
-}
-
-func (r *recorder) MustRegister(cs ...prometheus.Collector) {
-	r.collectors = append(r.collectors, cs...)
-}
-
-func (r *recorder) Unregister(prometheus.Collector) bool { return false }
-
-var (
-	descName   = regexp.MustCompile(`fqName: "([^"]+)"`)
-	descLabels = regexp.MustCompile(`variableLabels: \{([^}]*)\}\}$`)
-)
-
-// describe reads the metric names and label names of descs.
-func describe(t *testing.T, descs []*prometheus.Desc) map[string][]string {
-	t.Helper()
-	out := map[string][]string{}
-	for _, d := range descs {
-		name := descName.FindStringSubmatch(d.String())
-		labels := descLabels.FindStringSubmatch(d.String())
-		require.NotNil(t, name, d.String())
-		require.NotNil(t, labels, d.String())
-		out[name[1]] = nil
-		if labels[1] != "" {
-			out[name[1]] = strings.Split(labels[1], ",")
-		}
-	}
-	return out
-}
 
 // exportedMetrics are the metric families the processes export, with their
 // labels: the workers' and the scheduler's (package metrics) and the API's,
 // read from their collectors' own descriptions. apiOwn are the API's.
 func exportedMetrics(t *testing.T) (all, apiOwn map[string][]string) {
 	t.Helper()
-	rec := &recorder{}
+	rec := &promtest.Recorder{}
 	queues := testdb.Registry(t).Queues()
 	metrics.NewJobs(rec)
 	metrics.NewScheduler(rec, queues)
 	metrics.NewFairShare(rec, queues)
-	ch := make(chan *prometheus.Desc, 200)
-	for _, c := range rec.collectors {
-		c.Describe(ch)
-	}
-	api.NewMetrics(nil, nil, nil).Describe(ch)
-	close(ch)
-	var descs []*prometheus.Desc
-	for d := range ch {
-		descs = append(descs, d)
-	}
-	all = describe(t, descs)
-
-	ch = make(chan *prometheus.Desc, 200)
-	api.NewMetrics(nil, nil, nil).Describe(ch)
-	close(ch)
-	descs = nil
-	for d := range ch {
-		descs = append(descs, d)
-	}
-	apiOwn = describe(t, descs)
+	all = rec.Described(t, api.NewMetrics(nil, nil, nil))
+	apiOwn = (&promtest.Recorder{}).Described(t, api.NewMetrics(nil, nil, nil))
 	require.Contains(t, all, "tierq_job_wait_seconds")
 	require.Contains(t, apiOwn, "tierq_queue_depth")
 	return all, apiOwn

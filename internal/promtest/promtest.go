@@ -4,6 +4,7 @@ package promtest
 
 import (
 	"maps"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -64,4 +65,61 @@ func Text(t testing.TB, body, prefix string) map[string]float64 {
 // gathered is a Gather function returning families as they are.
 func gathered[F any](families F) func() (F, error) {
 	return func() (F, error) { return families, nil }
+}
+
+// Recorder is a prometheus.Registerer that keeps what is registered on it,
+// so that a test can ask each collector to describe itself (Described).
+type Recorder struct{ Collectors []prometheus.Collector }
+
+func (r *Recorder) Register(c prometheus.Collector) error {
+	r.Collectors = append(r.Collectors, c)
+	return nil
+}
+
+func (r *Recorder) MustRegister(cs ...prometheus.Collector) {
+	r.Collectors = append(r.Collectors, cs...)
+}
+
+func (r *Recorder) Unregister(prometheus.Collector) bool { return false }
+
+var (
+	descName   = regexp.MustCompile(`fqName: "([^"]+)"`)
+	descLabels = regexp.MustCompile(`variableLabels: \{([^}]*)\}\}$`)
+)
+
+// Describer is what describes metrics: a prometheus.Collector, or a type
+// with only a Describe method (the API's metrics).
+type Describer interface{ Describe(chan<- *prometheus.Desc) }
+
+// Described returns the metric families described by what was registered
+// on r and by more, each with its label names, read from their own
+// descriptions (prometheus.Desc has no getters: its String form is parsed).
+func (r *Recorder) Described(t testing.TB, more ...Describer) map[string][]string {
+	t.Helper()
+	all := make([]Describer, 0, len(r.Collectors)+len(more))
+	for _, c := range r.Collectors {
+		all = append(all, c)
+	}
+	all = append(all, more...)
+	descs := make(chan *prometheus.Desc)
+	go func() {
+		defer close(descs)
+		for _, d := range all {
+			d.Describe(descs)
+		}
+	}()
+	out := map[string][]string{}
+	for d := range descs {
+		name := descName.FindStringSubmatch(d.String())
+		labels := descLabels.FindStringSubmatch(d.String())
+		if name == nil || labels == nil {
+			t.Errorf("unreadable metric description: %s", d)
+			continue
+		}
+		out[name[1]] = nil
+		if labels[1] != "" {
+			out[name[1]] = strings.Split(labels[1], ",")
+		}
+	}
+	return out
 }
