@@ -51,11 +51,8 @@ func contendedLoop(t *testing.T, sql string) (*testdb.DB, *Admitter, *statementC
 	config.ConnConfig.Tracer = counter
 	a, err := New(testdb.PoolFor(t, config), &Config{Queues: map[string]Queue{loopQueue: {Workers: 2, Fair: true}}, Tick: time.Hour})
 	require.NoError(t, err)
-	_, err = db.Pool.Exec(context.Background(), `
-		INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
-		SELECT 'fair_test', '{}', $1, 2, 'available', 25, jsonb_build_object('tierq:tenant', t)
-		FROM generate_series(1, 5), unnest(ARRAY['a', 'b']) AS t`, loopQueue)
-	require.NoError(t, err)
+	insertAvailable(t, db, loopQueue, "a", 5)
+	insertAvailable(t, db, loopQueue, "b", 5)
 	return db, a, counter
 }
 

@@ -22,16 +22,9 @@ func TestAPassThatStartsHoldingLooksAgain(t *testing.T) {
 	const queue = "fair_priority"
 	a, err := New(db.Pool, &Config{Queues: map[string]Queue{queue: {Workers: 2, Fair: true}}})
 	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `
-		INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
-		SELECT 'fair_test', '{}', $1, 2, 'available', 25, '{"tierq:tenant": "a"}'
-		FROM generate_series(1, 10)`, queue)
-	require.NoError(t, err)
+	insertAvailable(t, db, queue, "a", 10)
 	// A second tenant: a tenant alone is never held back.
-	_, err = db.Pool.Exec(ctx, `
-		INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
-		VALUES ('fair_test', '{}', $1, 2, 'available', 25, '{"tierq:tenant": "b"}')`, queue)
-	require.NoError(t, err)
+	insertAvailable(t, db, queue, "b", 1)
 	q := a.queues[queue]
 	woken := func() bool {
 		select {
@@ -83,13 +76,7 @@ func TestATenantAloneIsNotHeld(t *testing.T) {
 	const queue = "fair_priority"
 	a, err := New(db.Pool, &Config{Queues: map[string]Queue{queue: {Workers: 2, Fair: true}}})
 	require.NoError(t, err)
-	insert := func(tenant string, n int) {
-		_, err := db.Pool.Exec(ctx, `
-			INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
-			SELECT 'fair_test', '{}', $1, 2, 'available', 25, jsonb_build_object('tierq:tenant', $2::text)
-			FROM generate_series(1, $3)`, queue, tenant, n)
-		require.NoError(t, err)
-	}
+	insert := func(tenant string, n int) { insertAvailable(t, db, queue, tenant, n) }
 	q := a.queues[queue]
 	insert("a", 50)
 
@@ -140,10 +127,7 @@ func TestJobsIntoAnEmptyQueueAreLookedAt(t *testing.T) {
 	require.Equal(t, Pass{Ran: true, Capacity: 2, Lone: true}, p, "empty")
 	require.Nil(t, q.loneName)
 
-	_, err = db.Pool.Exec(ctx, `
-		INSERT INTO river_job (kind, args, queue, priority, state, max_attempts)
-		SELECT 'fair_test', '{}', $1, 2, 'available', 25 FROM generate_series(1, 20)`, queue)
-	require.NoError(t, err)
+	insertAvailable(t, db, queue, "", 20)
 	p, err = a.pass(ctx, q, false)
 	require.NoError(t, err)
 	require.Equal(t, Pass{Ran: true, Lone: true, Checked: true}, p, "a look, not a pass")
@@ -153,11 +137,20 @@ func TestJobsIntoAnEmptyQueueAreLookedAt(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, p.Checked, "still a look")
 
-	_, err = db.Pool.Exec(ctx, `
-		INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
-		VALUES ('fair_test', '{}', $1, 2, 'available', 25, '{"tierq:tenant": "b"}')`, queue)
-	require.NoError(t, err)
+	insertAvailable(t, db, queue, "b", 1)
 	p, err = a.pass(ctx, q, false)
 	require.NoError(t, err)
 	require.Equal(t, Pass{Ran: true, Held: 19, Tenants: 2, Capacity: 2}, p, "the newcomer: the tenantless backlog held back to its window")
+}
+
+// insertAvailable inserts n available jobs of tenant into queue at
+// priority 2; tenant "" records none (a load test's jobs).
+func insertAvailable(t *testing.T, db *testdb.DB, queue, tenant string, n int) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), `
+		INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
+		SELECT 'fair_test', '{}', $1, 2, 'available', 25,
+		       CASE WHEN $2 = '' THEN '{}'::jsonb ELSE jsonb_build_object('tierq:tenant', $2::text) END
+		FROM generate_series(1, $3)`, queue, tenant, n)
+	require.NoError(t, err)
 }
