@@ -261,8 +261,22 @@ func (e *env) close() {
 
 // pool opens another pool on the schema, as a separate process would have.
 func (e *env) pool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	return e.newPool(ctx, maxConns, true)
+}
+
+// unflushedPool is pool, its connections committing without waiting for
+// the WAL flush (synchronous_commit off): the isolation scenario's
+// diagnostic phases, never a deployment's setting.
+func (e *env) unflushedPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	return e.newPool(ctx, maxConns, false)
+}
+
+func (e *env) newPool(ctx context.Context, maxConns int32, flush bool) (*pgxpool.Pool, error) {
 	cfg := e.PoolConfig.Copy()
 	cfg.MaxConns = maxConns
+	if !flush {
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)

@@ -19,7 +19,12 @@ import (
 // created_at, both the database's now(), as the isolation phases measure
 // River jobs. Nothing else runs: no pool, no debouncing, no cooldown. What
 // tierq's pickup adds to this floor is River's and tierq's own cost.
-func (e *env) floorStream(ctx context.Context, duration time.Duration) ([]float64, error) {
+//
+// With flush false the producer's transactions commit without waiting for
+// the WAL flush (synchronous_commit off on its connection only): the same
+// chain without the disk's share, a diagnostic of how much of the floor's
+// tail is the disk. Nothing tierq deploys commits that way.
+func (e *env) floorStream(ctx context.Context, duration time.Duration, flush bool) ([]float64, error) {
 	channel := "tierq_floor_" + e.Name
 	if _, err := e.Pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS floor_job (
 			id bigserial PRIMARY KEY,
@@ -48,6 +53,11 @@ func (e *env) floorStream(ctx context.Context, duration time.Duration) ([]float6
 		conns[i] = conn
 	}
 	producer, listener, worker := conns[0], conns[1], conns[2]
+	if !flush {
+		if _, err := producer.Exec(ctx, `SET synchronous_commit = off`); err != nil {
+			return nil, fmt.Errorf("floor producer: %w", err)
+		}
+	}
 	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}

@@ -78,6 +78,16 @@ type IsolationResult struct {
 	FloorP50Ms float64 `json:"floor_p50_ms"`
 	FloorP95Ms float64 `json:"floor_p95_ms"`
 	FloorP99Ms float64 `json:"floor_p99_ms"`
+	// Unflushed* are diagnostics, not targets: the floor and the idle
+	// phase again, their producer committing without waiting for the WAL
+	// flush (synchronous_commit off on the producer's connections only;
+	// nothing tierq deploys commits that way). Their difference to the
+	// flushed phases is the disk's share of the latency, commit included.
+	FloorUnflushedP50Ms float64 `json:"floor_unflushed_p50_ms"`
+	FloorUnflushedP99Ms float64 `json:"floor_unflushed_p99_ms"`
+	IdleUnflushedP50Ms  float64 `json:"idle_unflushed_p50_ms"`
+	IdleUnflushedP95Ms  float64 `json:"idle_unflushed_p95_ms"`
+	IdleUnflushedP99Ms  float64 `json:"idle_unflushed_p99_ms"`
 	// Concurrent* are the stream from ConcurrentProducers producers at once
 	// (each one job per streamInterval, sharing one producer client as an
 	// API replica's request handlers do) on tierq's worker with the
@@ -139,6 +149,7 @@ const saturatedJobMs = 20
 type isolationPhase struct {
 	name      string
 	backlog   bool
+	unflushed bool // the producer commits without waiting for the WAL flush
 	producers int           // concurrent producers; 0 means 1
 	args      loadtest.Args // the stream's jobs
 	share     int           // the phase streams for duration/share; 0 means 1
@@ -193,6 +204,7 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	riverProducer := func(schema string) *river.Config { return &river.Config{Schema: schema, Logger: opts.logger()} }
 	phases := []isolationPhase{
 		{name: "tierq idle", producer: tierqProducer, worker: tierq},
+		{name: "tierq idle without WAL flush", unflushed: true, producer: tierqProducer, worker: tierq},
 		{name: "tierq backlog", backlog: true, producer: tierqProducer, worker: tierq},
 		{name: "river defaults backlog", backlog: true, producer: riverProducer, worker: riverWorker},
 		{name: "tierq with a river-default producer", backlog: true, producer: riverProducer, worker: tierq},
@@ -207,16 +219,21 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	p50 := map[string][]float64{}
 	var worked, left, heavyWorked []float64
 	for run := range res.Runs {
-		opts.progress().Stage(fmt.Sprintf("isolation run %d/%d: floor (no River)", run+1, res.Runs), res.Jobs)
-		lat, err := e.floorStream(ctx, duration)
-		if err != nil {
-			return res, fmt.Errorf("isolation floor: %w", err)
+		for _, floor := range []struct {
+			name  string
+			flush bool
+		}{{"floor (no River)", true}, {"floor without WAL flush", false}} {
+			opts.progress().Stage(fmt.Sprintf("isolation run %d/%d: %s", run+1, res.Runs, floor.name), res.Jobs)
+			lat, err := e.floorStream(ctx, duration, floor.flush)
+			if err != nil {
+				return res, fmt.Errorf("isolation %s: %w", floor.name, err)
+			}
+			slices.Sort(lat)
+			p50[floor.name] = append(p50[floor.name], percentile(lat, 50))
+			p95[floor.name] = append(p95[floor.name], percentile(lat, 95))
+			p99[floor.name] = append(p99[floor.name], percentile(lat, 99))
+			res.Samples[floor.name] = lat
 		}
-		slices.Sort(lat)
-		p50["floor"] = append(p50["floor"], percentile(lat, 50))
-		p95["floor"] = append(p95["floor"], percentile(lat, 95))
-		p99["floor"] = append(p99["floor"], percentile(lat, 99))
-		res.Samples["floor (no River)"] = lat
 		for _, ph := range phases {
 			opts.progress().Stage(fmt.Sprintf("isolation run %d/%d: %s", run+1, res.Runs, ph.name), res.Jobs*max(ph.producers, 1)/max(ph.share, 1))
 			n := 0
@@ -243,7 +260,7 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	}
 	res.P50Ms, res.P95Ms, res.P99Ms = round(median(p50["tierq backlog"]), 2), round(median(p95["tierq backlog"]), 2), round(median(p99["tierq backlog"]), 2)
 	res.P50IdleMs, res.P95IdleMs, res.P99IdleMs = round(median(p50["tierq idle"]), 2), round(median(p95["tierq idle"]), 2), round(median(p99["tierq idle"]), 2)
-	res.RiverProducerP50Ms, res.RiverProducerP99Ms = round(median(p50[phases[3].name]), 2), round(median(p99[phases[3].name]), 2)
+	res.RiverProducerP50Ms, res.RiverProducerP99Ms = round(median(p50[phases[4].name]), 2), round(median(p99[phases[4].name]), 2)
 	res.RiverDefaultsP50Ms, res.RiverDefaultsP99Ms = round(median(p50["river defaults backlog"]), 2), round(median(p99["river defaults backlog"]), 2)
 	res.Ratio = round(res.P99Ms/res.P99IdleMs, 3)
 	res.GapMs = round(res.P99Ms-res.P99IdleMs, 2)
@@ -253,7 +270,11 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	res.P99HeavyMs = round(median(p99["tierq heavy backlog"]), 2)
 	res.HeavyRatio = round(res.P99HeavyMs/res.P99IdleMs, 3)
 	res.HeavyBacklogWorked = median(heavyWorked)
-	res.FloorP50Ms, res.FloorP95Ms, res.FloorP99Ms = round(median(p50["floor"]), 2), round(median(p95["floor"]), 2), round(median(p99["floor"]), 2)
+	res.FloorP50Ms, res.FloorP95Ms, res.FloorP99Ms = round(median(p50["floor (no River)"]), 2), round(median(p95["floor (no River)"]), 2), round(median(p99["floor (no River)"]), 2)
+	res.FloorUnflushedP50Ms, res.FloorUnflushedP99Ms = round(median(p50["floor without WAL flush"]), 2), round(median(p99["floor without WAL flush"]), 2)
+	res.IdleUnflushedP50Ms = round(median(p50["tierq idle without WAL flush"]), 2)
+	res.IdleUnflushedP95Ms = round(median(p95["tierq idle without WAL flush"]), 2)
+	res.IdleUnflushedP99Ms = round(median(p99["tierq idle without WAL flush"]), 2)
 	res.ConcurrentP50Ms = round(median(p50["tierq concurrent producers"]), 2)
 	res.ConcurrentP95Ms = round(median(p95["tierq concurrent producers"]), 2)
 	res.ConcurrentP99Ms = round(median(p99["tierq concurrent producers"]), 2)
@@ -267,7 +288,7 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	res.SaturatedCapacityPerS = round(float64(cfg.Workers.Of(routing.Priority))*1000/saturatedJobMs, 1)
 
 	idleFor := opts.sizes().idle
-	for _, ph := range []isolationPhase{phases[0], phases[2]} {
+	for _, ph := range []isolationPhase{phases[0], phases[3]} {
 		opts.progress().Stage(fmt.Sprintf("isolation: idle %s for %s", ph.name, idleFor), 0)
 		count, err := e.countQueries(ctx, ph, 0, idleFor)
 		if err != nil {
@@ -449,6 +470,9 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 	defer stop()
 
 	producerPool, err := e.pool(ctx, 4)
+	if ph.unflushed {
+		producerPool, err = e.unflushedPool(ctx, 4)
+	}
 	if err != nil {
 		return nil, 0, 0, err
 	}

@@ -2,6 +2,7 @@ package fairshare
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,7 +62,7 @@ func runLoop(t *testing.T, a *Admitter) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); a.loop(ctx, a.queues[loopQueue]) }()
+	go func() { defer close(done); a.loop(ctx, a.queues[loopQueue], 0) }()
 	t.Cleanup(func() { cancel(); <-done })
 }
 
@@ -132,4 +133,57 @@ func TestAPausedQueueWaitsForItsTick(t *testing.T) {
 	testdb.WaitFor(t, 10*time.Second, "a pass after the resume", func() bool {
 		return db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'pending'`) == 8
 	})
+}
+
+// checkTimes records when each queue's lone check starts, by queue.
+type checkTimes struct {
+	mu    sync.Mutex
+	first map[string][]time.Time
+}
+
+func (c *checkTimes) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if data.SQL == loneCheckSQL {
+		c.mu.Lock()
+		queue, _ := data.Args[0].(string)
+		c.first[queue] = append(c.first[queue], time.Now())
+		c.mu.Unlock()
+	}
+	return ctx
+}
+
+func (*checkTimes) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestQueueLoopsTickApart: the loops of a process's queues tick at even
+// intervals of a Tick, not at once: with Tick 400ms and two queues, their
+// first ticked looks are about 200ms apart (before, they came within a
+// millisecond of each other, and so did their full passes, every fifth
+// Tick).
+func TestQueueLoopsTickApart(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	times := &checkTimes{first: map[string][]time.Time{}}
+	config := db.Pool.Config().Copy()
+	config.ConnConfig.Tracer = times
+	a, err := New(testdb.PoolFor(t, config), &Config{
+		Queues: map[string]Queue{"fair_priority": {Workers: 2, Fair: true}, "fair_default": {Workers: 2, Fair: true}},
+		Tick:   400 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	firstLook := func() (time.Time, time.Time, bool) {
+		times.mu.Lock()
+		defer times.mu.Unlock()
+		p, d := times.first["fair_priority"], times.first["fair_default"]
+		if len(p) == 0 || len(d) == 0 {
+			return time.Time{}, time.Time{}, false
+		}
+		return p[0], d[0], true
+	}
+	require.Eventually(t, func() bool { _, _, ok := firstLook(); return ok }, 5*time.Second, 10*time.Millisecond)
+	p, d, _ := firstLook()
+	require.GreaterOrEqual(t, max(p.Sub(d), d.Sub(p)), 100*time.Millisecond, "first looks at %s and %s", p, d)
 }
