@@ -149,7 +149,7 @@ const saturatedJobMs = 20
 type isolationPhase struct {
 	name      string
 	backlog   bool
-	unflushed bool // the producer commits without waiting for the WAL flush
+	unflushed bool          // the producer commits without waiting for the WAL flush
 	producers int           // concurrent producers; 0 means 1
 	args      loadtest.Args // the stream's jobs
 	share     int           // the phase streams for duration/share; 0 means 1
