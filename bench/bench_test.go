@@ -91,13 +91,15 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 		}
 		require.Positive(t, samples[0], phase)
 	}
-	require.Len(t, i.Samples, 10)
+	require.Len(t, i.Samples, 11)
 	require.Positive(t, i.FloorP50Ms)
 	require.GreaterOrEqual(t, i.FloorP99Ms, i.FloorP50Ms)
 	require.Positive(t, i.FloorUnflushedP50Ms)
 	require.GreaterOrEqual(t, i.FloorUnflushedP99Ms, i.FloorUnflushedP50Ms)
 	require.Positive(t, i.IdleUnflushedP50Ms)
 	require.GreaterOrEqual(t, i.IdleUnflushedP99Ms, i.IdleUnflushedP50Ms)
+	require.Positive(t, i.IdleNoAdmitterP50Ms)
+	require.GreaterOrEqual(t, i.IdleNoAdmitterP99Ms, i.IdleNoAdmitterP50Ms)
 	require.Positive(t, i.ConcurrentP50Ms)
 	require.GreaterOrEqual(t, i.ConcurrentP99Ms, i.ConcurrentP50Ms)
 	require.Positive(t, i.SaturatedP50Ms)

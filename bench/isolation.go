@@ -88,6 +88,12 @@ type IsolationResult struct {
 	IdleUnflushedP50Ms  float64 `json:"idle_unflushed_p50_ms"`
 	IdleUnflushedP95Ms  float64 `json:"idle_unflushed_p95_ms"`
 	IdleUnflushedP99Ms  float64 `json:"idle_unflushed_p99_ms"`
+	// IdleNoAdmitter* are the idle phase again on tierq's worker without
+	// fair share's admitter beside its River client (its passes, looks and
+	// heartbeats): a diagnostic of what the admitter costs paid pickup.
+	IdleNoAdmitterP50Ms float64 `json:"idle_no_admitter_p50_ms"`
+	IdleNoAdmitterP95Ms float64 `json:"idle_no_admitter_p95_ms"`
+	IdleNoAdmitterP99Ms float64 `json:"idle_no_admitter_p99_ms"`
 	// Concurrent* are the stream from ConcurrentProducers producers at once
 	// (each one job per streamInterval, sharing one producer client as an
 	// API replica's request handlers do) on tierq's worker with the
@@ -182,6 +188,16 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 		}
 		return tierqDeployment(cfg, pool, opts)
 	}
+	// The same worker without fair share's admitter beside its client (the
+	// hook stays, idle): a diagnostic of what the admitter costs pickup.
+	tierqNoAdmitter := func(pool *pgxpool.Pool) (*deployment, error) {
+		d, err := tierq(pool)
+		if err != nil {
+			return nil, err
+		}
+		d.admitter = nil
+		return d, nil
+	}
 	// The same worker, but the free queue drained as hard as the machine
 	// allows: 50 workers fetching every 10ms.
 	tierqHeavy := func(pool *pgxpool.Pool) (*deployment, error) {
@@ -205,6 +221,7 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	phases := []isolationPhase{
 		{name: "tierq idle", producer: tierqProducer, worker: tierq},
 		{name: "tierq idle without WAL flush", unflushed: true, producer: tierqProducer, worker: tierq},
+		{name: "tierq idle without the admitter", producer: tierqProducer, worker: tierqNoAdmitter},
 		{name: "tierq backlog", backlog: true, producer: tierqProducer, worker: tierq},
 		{name: "river defaults backlog", backlog: true, producer: riverProducer, worker: riverWorker},
 		{name: "tierq with a river-default producer", backlog: true, producer: riverProducer, worker: tierq},
@@ -260,7 +277,8 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	}
 	res.P50Ms, res.P95Ms, res.P99Ms = round(median(p50["tierq backlog"]), 2), round(median(p95["tierq backlog"]), 2), round(median(p99["tierq backlog"]), 2)
 	res.P50IdleMs, res.P95IdleMs, res.P99IdleMs = round(median(p50["tierq idle"]), 2), round(median(p95["tierq idle"]), 2), round(median(p99["tierq idle"]), 2)
-	res.RiverProducerP50Ms, res.RiverProducerP99Ms = round(median(p50[phases[4].name]), 2), round(median(p99[phases[4].name]), 2)
+	res.RiverProducerP50Ms = round(median(p50["tierq with a river-default producer"]), 2)
+	res.RiverProducerP99Ms = round(median(p99["tierq with a river-default producer"]), 2)
 	res.RiverDefaultsP50Ms, res.RiverDefaultsP99Ms = round(median(p50["river defaults backlog"]), 2), round(median(p99["river defaults backlog"]), 2)
 	res.Ratio = round(res.P99Ms/res.P99IdleMs, 3)
 	res.GapMs = round(res.P99Ms-res.P99IdleMs, 2)
@@ -275,6 +293,9 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	res.IdleUnflushedP50Ms = round(median(p50["tierq idle without WAL flush"]), 2)
 	res.IdleUnflushedP95Ms = round(median(p95["tierq idle without WAL flush"]), 2)
 	res.IdleUnflushedP99Ms = round(median(p99["tierq idle without WAL flush"]), 2)
+	res.IdleNoAdmitterP50Ms = round(median(p50["tierq idle without the admitter"]), 2)
+	res.IdleNoAdmitterP95Ms = round(median(p95["tierq idle without the admitter"]), 2)
+	res.IdleNoAdmitterP99Ms = round(median(p99["tierq idle without the admitter"]), 2)
 	res.ConcurrentP50Ms = round(median(p50["tierq concurrent producers"]), 2)
 	res.ConcurrentP95Ms = round(median(p95["tierq concurrent producers"]), 2)
 	res.ConcurrentP99Ms = round(median(p99["tierq concurrent producers"]), 2)
@@ -288,20 +309,21 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	res.SaturatedCapacityPerS = round(float64(cfg.Workers.Of(routing.Priority))*1000/saturatedJobMs, 1)
 
 	idleFor := opts.sizes().idle
-	for _, ph := range []isolationPhase{phases[0], phases[3]} {
+	idle, riverDefaults := phases[0], phases[slices.IndexFunc(phases, func(ph isolationPhase) bool { return ph.name == "river defaults backlog" })]
+	for _, ph := range []isolationPhase{idle, riverDefaults} {
 		opts.progress().Stage(fmt.Sprintf("isolation: idle %s for %s", ph.name, idleFor), 0)
 		count, err := e.countQueries(ctx, ph, 0, idleFor)
 		if err != nil {
 			return res, fmt.Errorf("isolation idle %s: %w", ph.name, err)
 		}
-		if ph.name == phases[0].name {
+		if ph.name == idle.name {
 			res.IdleQueriesPerS, res.IdleFetchesPerS = round(count.queriesPerS, 2), round(count.fetchesPerS, 2)
 		} else {
 			res.RiverDefaultsIdleQueriesPerS = round(count.queriesPerS, 2)
 		}
 	}
 	opts.progress().Stage(fmt.Sprintf("isolation: busy priority queue for %s", idleFor), 0)
-	count, err := e.countQueries(ctx, phases[0], busyJobs(opts), idleFor)
+	count, err := e.countQueries(ctx, idle, busyJobs(opts), idleFor)
 	if err != nil {
 		return res, fmt.Errorf("isolation busy: %w", err)
 	}
