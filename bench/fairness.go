@@ -356,7 +356,7 @@ func (e *env) fairStream(ctx context.Context, newWorker fairnessWorker, flood in
 			return nil, err
 		}
 	}
-	byTenant, err := e.insertStreams(ctx, client, smallTenants, fairnessInterval, fairnessArgs, duration)
+	byTenant, err := e.insertStreams(ctx, streamInserter{client: client}, smallTenants, fairnessInterval, fairnessArgs, duration)
 	if err != nil {
 		return nil, err
 	}

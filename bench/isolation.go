@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/tierq/tierq/loadtest"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -157,6 +159,7 @@ type isolationPhase struct {
 	backlog   bool
 	unflushed bool          // the producer commits without waiting for the WAL flush
 	producers int           // concurrent producers; 0 means 1
+	raw       bool          // the producer inserts with River's Client.Insert, not producer.Insert
 	args      loadtest.Args // the stream's jobs
 	share     int           // the phase streams for duration/share; 0 means 1
 	producer  func(schema string) *river.Config
@@ -223,8 +226,8 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 		{name: "tierq idle without WAL flush", unflushed: true, producer: tierqProducer, worker: tierq},
 		{name: "tierq idle without the admitter", producer: tierqProducer, worker: tierqNoAdmitter},
 		{name: "tierq backlog", backlog: true, producer: tierqProducer, worker: tierq},
-		{name: "river defaults backlog", backlog: true, producer: riverProducer, worker: riverWorker},
-		{name: "tierq with a river-default producer", backlog: true, producer: riverProducer, worker: tierq},
+		{name: "river defaults backlog", backlog: true, raw: true, producer: riverProducer, worker: riverWorker},
+		{name: "tierq with a river-default producer", backlog: true, raw: true, producer: riverProducer, worker: tierq},
 		{name: "tierq heavy backlog", backlog: true, producer: tierqProducer, worker: tierqHeavy},
 		{name: "tierq concurrent producers", backlog: true, producers: ConcurrentProducers, producer: tierqProducer, worker: tierq},
 		{name: "tierq paid saturated", producers: ConcurrentProducers, args: loadtest.Args{SleepMS: saturatedJobMs}, share: 3,
@@ -507,7 +510,11 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 	if err := sleep(ctx, e.opts.sizes().warmup); err != nil { // the worker's producers and listener are up
 		return nil, 0, 0, err
 	}
-	ids, err := e.insertStream(ctx, producerClient, max(ph.producers, 1), ph.args, duration)
+	ins := streamInserter{client: producerClient}
+	if !ph.raw {
+		ins.pool = producerPool
+	}
+	ids, err := e.insertStream(ctx, ins, max(ph.producers, 1), ph.args, duration)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -543,29 +550,72 @@ func pickupLatencies(ctx context.Context, pool *pgxpool.Pool, ids []int64) ([]fl
 	return lat, nil
 }
 
+// streamInserter inserts the jobs of a stream.
+type streamInserter struct {
+	client *river.Client[pgx.Tx]
+	// pool is where each job's transaction runs when it is inserted through
+	// producer.Insert, as an API replica's request does (the tier in the
+	// job's metadata, unique options, River's insert notification sent for
+	// every job). Nil: with River's Client.Insert, as a producer that does
+	// not use package producer does.
+	pool *pgxpool.Pool
+}
+
+// insert inserts one enterprise job of args for tenant ("": none), routed by
+// svc's InsertOpts, or into queue when not "" (raw only).
+func (s streamInserter) insert(ctx context.Context, svc *service.Service, args loadtest.Args, tenant, queue string) (int64, error) {
+	if s.pool == nil {
+		opts := svc.InsertOpts(tiers.Enterprise, tenant, false)
+		if queue != "" {
+			opts.Queue = queue
+		}
+		res, err := s.client.Insert(ctx, args, opts)
+		if err != nil {
+			return 0, fmt.Errorf("insert: %w", err)
+		}
+		return res.Job.ID, nil
+	}
+	if queue != "" {
+		return 0, errors.New("insert: producer.Insert routes by tier, not to a queue")
+	}
+	var id int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		res, err := producer.Insert(ctx, s.client, tx, producer.Job{Args: args, Service: svc, Tier: tiers.Enterprise, Tenant: tenant})
+		if err != nil {
+			return err
+		}
+		if res.Duplicate {
+			return fmt.Errorf("insert: job %d has the same args (ref %q)", res.Job.ID, args.Ref)
+		}
+		id = res.Job.ID
+		return nil
+	})
+	return id, err
+}
+
 // insertStream inserts duration/streamInterval enterprise load-test jobs
-// (args) from each of producers goroutines sharing client, each one job
-// per streamInterval, their starts spread over the first interval, routed by
-// the InsertOpts of the service under test as a producer does.
-func (e *env) insertStream(ctx context.Context, client *river.Client[pgx.Tx], producers int, args loadtest.Args, duration time.Duration) ([]int64, error) {
-	ids, err := e.insertStreams(ctx, client, make([]string, producers), streamInterval, args, duration)
+// (args) from each of producers goroutines sharing ins, each one job per
+// streamInterval, their starts spread over the first interval, routed by
+// the InsertOpts of the service under test.
+func (e *env) insertStream(ctx context.Context, ins streamInserter, producers int, args loadtest.Args, duration time.Duration) ([]int64, error) {
+	ids, err := e.insertStreams(ctx, ins, make([]string, producers), streamInterval, args, duration)
 	return ids[""], err
 }
 
 // insertStreams inserts duration/interval enterprise load-test jobs (args)
-// from one goroutine per entry of tenants, sharing client, each one job per
+// from one goroutine per entry of tenants, sharing ins, each one job per
 // interval on behalf of its tenant ("": none), their starts spread over the
-// first interval, routed by the InsertOpts of the service under test as a
-// producer does. It returns the jobs' ids by tenant.
-func (e *env) insertStreams(ctx context.Context, client *river.Client[pgx.Tx], tenants []string, interval time.Duration, args loadtest.Args, duration time.Duration) (map[string][]int64, error) {
-	return e.insertStreamsTo(ctx, client, "", tenants, interval, args, duration)
+// first interval, routed by the InsertOpts of the service under test. It
+// returns the jobs' ids by tenant.
+func (e *env) insertStreams(ctx context.Context, ins streamInserter, tenants []string, interval time.Duration, args loadtest.Args, duration time.Duration) (map[string][]int64, error) {
+	return e.insertStreamsTo(ctx, ins, "", tenants, interval, args, duration)
 }
 
 // insertStreamsTo is insertStreams, with every job in queue instead of the
-// queue InsertOpts routes it to ("": that one): the one queue of a
-// deployment that does not split work by tier (the realistic scenario's
-// Option B). The priority stays InsertOpts'.
-func (e *env) insertStreamsTo(ctx context.Context, client *river.Client[pgx.Tx], queue string, tenants []string, interval time.Duration, args loadtest.Args, duration time.Duration) (map[string][]int64, error) {
+// queue InsertOpts routes it to ("": that one; ins must be raw): the one
+// queue of a deployment that does not split work by tier (the realistic
+// scenario's Option B). The priority stays InsertOpts'.
+func (e *env) insertStreamsTo(ctx context.Context, ins streamInserter, queue string, tenants []string, interval time.Duration, args loadtest.Args, duration time.Duration) (map[string][]int64, error) {
 	var (
 		mu  sync.Mutex
 		ids = map[string][]int64{}
@@ -578,17 +628,15 @@ func (e *env) insertStreamsTo(ctx context.Context, client *river.Client[pgx.Tx],
 			}
 			ticker := time.NewTicker(interval)
 			defer ticker.Stop()
-			for range int(duration / interval) {
-				opts := e.opts.Service.InsertOpts(tiers.Enterprise, tenant, false)
-				if queue != "" {
-					opts.Queue = queue
-				}
-				res, err := client.Insert(ctx, args, opts)
+			for i := range int(duration / interval) {
+				args := args
+				args.Ref = fmt.Sprintf("%d.%d", p, i)
+				id, err := ins.insert(ctx, e.opts.Service, args, tenant, queue)
 				if err != nil {
-					return fmt.Errorf("insert: %w", err)
+					return err
 				}
 				mu.Lock()
-				ids[tenant] = append(ids[tenant], res.Job.ID)
+				ids[tenant] = append(ids[tenant], id)
 				mu.Unlock()
 				e.opts.progress().Add(1)
 				select {

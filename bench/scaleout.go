@@ -406,7 +406,7 @@ func (e *env) scaleoutPaid(ctx context.Context, cfg config.Worker, n int, m *sca
 	if err := sleep(ctx, sz.scaleWarm); err != nil { // the free workers busy
 		return err
 	}
-	ids, err := e.insertStream(ctx, client, 1, scaleoutArgs, sz.scaleStream)
+	ids, err := e.insertStream(ctx, streamInserter{client: client}, 1, scaleoutArgs, sz.scaleStream)
 	if err != nil {
 		return err
 	}

@@ -140,7 +140,7 @@ func (e *env) runTrickle(ctx context.Context, t trickle, duration time.Duration)
 	if err := sleep(ctx, e.opts.sizes().warmup); err != nil { // the worker's producers and listener are up, and its workers busy
 		return res, err
 	}
-	byTenant, err := e.insertStreamsTo(ctx, client, t.queue, []string{""}, trickleInterval, trickleArgs, duration)
+	byTenant, err := e.insertStreamsTo(ctx, streamInserter{client: client}, t.queue, []string{""}, trickleInterval, trickleArgs, duration)
 	if err != nil {
 		return res, err
 	}

@@ -462,11 +462,22 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, full bool) (Pass, er
 // jit_above_cost PostgreSQL compiles it with LLVM at every execution, for
 // far longer than it runs (tierctl bench throughput, 20,000 queued no-op
 // jobs: 1.3–1.8 s a pass, against 4–30 ms without JIT).
+//
+// It also plans the pass once per connection (a generic plan): by default
+// PostgreSQL plans a prepared statement afresh at each of a connection's
+// first five executions before it settles on the generic plan, and a
+// pass's statement is large: 2–11 ms of server CPU each (the server's
+// statement log), taken from the workers' fetches on a small machine at
+// every new connection of the pool. The generic plan is the one
+// PostgreSQL picks from the sixth execution on anyway: the passes'
+// parameters (a queue, a worker count, a switch) never make one plan
+// better than another (TestPassIsPlannedOnce).
 func (a *Admitter) locked(ctx context.Context, key string, pass func(tx pgx.Tx) error) (bool, error) {
 	var ok bool
 	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
 		batch.Queue(`SET LOCAL jit = off`)
+		batch.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
 		batch.Queue(lockSQL, key).QueryRow(func(row pgx.Row) error { return row.Scan(&ok) })
 		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 			return err

@@ -187,3 +187,27 @@ func TestQueueLoopsTickApart(t *testing.T) {
 	p, d, _ := firstLook()
 	require.GreaterOrEqual(t, max(p.Sub(d), d.Sub(p)), 100*time.Millisecond, "first looks at %s and %s", p, d)
 }
+
+// TestPassIsPlannedOnce: a connection plans a pass's statement once (a
+// generic plan), not afresh at each of its first five executions.
+func TestPassIsPlannedOnce(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	config := db.Pool.Config().Copy()
+	config.MaxConns = 1 // every pass, and the count, on one connection
+	pool := testdb.PoolFor(t, config)
+	a, err := New(pool, &Config{Queues: map[string]Queue{loopQueue: {Workers: 2, Fair: true}}, Tick: time.Hour})
+	require.NoError(t, err)
+	insertAvailable(t, db, loopQueue, "a", 5)
+	insertAvailable(t, db, loopQueue, "b", 5)
+	ctx := context.Background()
+	for range 7 {
+		p, err := a.Pass(ctx, loopQueue)
+		require.NoError(t, err)
+		require.True(t, p.Ran)
+	}
+	var generic, custom int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`, passSQL).
+		Scan(&generic, &custom))
+	require.Equal(t, []int64{7, 0}, []int64{generic, custom}, "generic plans, custom plans")
+}

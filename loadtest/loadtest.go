@@ -43,6 +43,10 @@ type Args struct {
 	// (tierctl demo does): the worker ignores it; the metrics hook, the API
 	// and tierctl watch read it as they read any job's (jobmeta.TierOf).
 	Tier string `json:"tier,omitempty"`
+	// Ref tells jobs of equal args apart, for inserts through
+	// producer.Insert, whose unique options make equal args one job
+	// (tierctl bench numbers its streams' jobs): the worker ignores it.
+	Ref string `json:"ref,omitempty"`
 
 	decodeErr error
 }

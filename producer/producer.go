@@ -130,6 +130,11 @@ func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Jo
 		return Inserted{}, fmt.Errorf("insert %s job: %w", job.Args.Kind(), err)
 	}
 	if !res.UniqueSkippedAsDuplicate {
+		if res.Job.State == rivertype.JobStateAvailable {
+			if err := NotifyInsert(ctx, tx, res.Job.Queue); err != nil {
+				return Inserted{}, err
+			}
+		}
 		return Inserted{Job: res.Job}, nil
 	}
 
@@ -174,6 +179,35 @@ func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Jo
 	}
 	out.Job.Queue, out.Job.Priority = moved.ToQueue, moved.ToPriority
 	return out, nil
+}
+
+// notifySQL sends River's insert notification for a queue: the channel
+// and payload ($1) River's driver sends (riverpgxv5's PGNotifyMany), so that
+// PostgreSQL, which delivers equal notifications of one transaction once,
+// delivers one when River's limiter let its own through in the same
+// transaction.
+const notifySQL = `SELECT pg_notify(current_schema() || '.river_insert', $1)`
+
+// NotifyInsert sends River's insert notification for queue in tx: when tx
+// commits, the workers of queue that listen fetch at once.
+//
+// River sends one itself on insert, but rate-limited per client and queue
+// (the client's FetchCooldown, NotifyCooldown here): an insert less than a
+// cooldown after the client's previous notification of its queue sends
+// none, and nothing is sent for it later. Its transaction may then commit
+// after the fetch the earlier notification caused, and its job waits for
+// the next insert's notification, or for the queue's poll (250 ms on the
+// priority queues) after the last insert of a burst. Insert calls
+// NotifyInsert for every job it inserts available, so a job inserted
+// through it never waits for that (TestEveryInsertNotifies; the isolation
+// benchmark's concurrent phase, docs/benchmarks.md). Teams that insert
+// with their own River client and care about pickup latency call it after
+// InsertTx the same way.
+func NotifyInsert(ctx context.Context, tx pgx.Tx, queue string) error {
+	if _, err := tx.Exec(ctx, notifySQL, fmt.Sprintf(`{"queue": %q}`, queue)); err != nil {
+		return fmt.Errorf("notify insert into %s: %w", queue, err)
+	}
+	return nil
 }
 
 // classRank orders classes by how soon their work runs.

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/fairshare"
@@ -168,4 +171,61 @@ func TestDuplicateOfAHeldJob(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, p.Admitted)
 	require.Equal(t, "available", db.Jobs(t, "id = $1", paid.Job.ID)[0].State)
+}
+
+// TestEveryInsertNotifies: River's insert notification is rate-limited per
+// client and queue and sends nothing later for an insert it silenced;
+// Insert notifies every job it inserts available, once per transaction. The
+// client here limits to one notification an hour, so River's own goes out
+// for the first insert only.
+func TestEveryInsertNotifies(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := producer.ClientConfig(db.Schema, nil)
+	cfg.FetchCooldown, cfg.FetchPollInterval = time.Hour, time.Hour
+	client, err := river.NewClient(riverpgxv5.New(db.Pool), cfg)
+	require.NoError(t, err)
+	analyzer := testdb.Service(t, "analyzer")
+
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `LISTEN `+pgx.Identifier{db.Schema + ".river_insert"}.Sanitize())
+	require.NoError(t, err)
+
+	insert := func(tier tiers.Tier, target string, scheduled bool) {
+		t.Helper()
+		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			_, err := producer.Insert(ctx, client, tx, producer.Job{
+				Args: jobs.AnalysisArgs{Target: target}, Service: analyzer, Tier: tier, Scheduled: scheduled,
+			})
+			return err
+		}))
+	}
+	insert(tiers.Enterprise, "/srv/a", false) // River's and Insert's: delivered once
+	insert(tiers.Enterprise, "/srv/b", false) // River silent, Insert's
+	insert(tiers.Free, "/srv/c", false)
+	insert(tiers.Enterprise, "/srv/cron", true) // the scheduled queue's first: River's and Insert's
+	insert(tiers.Enterprise, "/srv/b", false)   // a duplicate, not moved: nothing new
+	// A marker sent last: every notification before it has been delivered.
+	_, err = db.Pool.Exec(ctx, `SELECT pg_notify(current_schema() || '.river_insert', 'end')`)
+	require.NoError(t, err)
+
+	var got []string
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		require.NoError(t, err)
+		if n.Payload == "end" {
+			break
+		}
+		got = append(got, n.Payload)
+	}
+	require.Equal(t, []string{
+		`{"queue": "analysis_priority"}`,
+		`{"queue": "analysis_priority"}`,
+		`{"queue": "analysis_default"}`,
+		`{"queue": "analysis_scheduled"}`,
+	}, got)
 }
