@@ -82,7 +82,7 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 	require.Equal(t, 20, i.Jobs, "one job per 50ms for 1s")
 	for phase, samples := range i.Samples {
 		switch phase {
-		case "tierq concurrent producers":
+		case "tierq concurrent producers", "floor concurrent producers":
 			require.Len(t, samples, 16*i.Jobs, phase)
 		case "tierq paid saturated": // a third of the stream's duration
 			require.Len(t, samples, 16*(i.Jobs/3), phase)
@@ -91,9 +91,11 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 		}
 		require.Positive(t, samples[0], phase)
 	}
-	require.Len(t, i.Samples, 11)
+	require.Len(t, i.Samples, 12)
 	require.Positive(t, i.FloorP50Ms)
 	require.GreaterOrEqual(t, i.FloorP99Ms, i.FloorP50Ms)
+	require.Positive(t, i.FloorConcurrentP50Ms)
+	require.GreaterOrEqual(t, i.FloorConcurrentP99Ms, i.FloorConcurrentP50Ms)
 	require.Positive(t, i.FloorUnflushedP50Ms)
 	require.GreaterOrEqual(t, i.FloorUnflushedP99Ms, i.FloorUnflushedP50Ms)
 	require.Positive(t, i.IdleUnflushedP50Ms)
@@ -102,6 +104,8 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 	require.GreaterOrEqual(t, i.IdleNoAdmitterP99Ms, i.IdleNoAdmitterP50Ms)
 	require.Positive(t, i.ConcurrentP50Ms)
 	require.GreaterOrEqual(t, i.ConcurrentP99Ms, i.ConcurrentP50Ms)
+	require.GreaterOrEqual(t, i.ConcurrentP999Ms, i.ConcurrentP99Ms)
+	require.GreaterOrEqual(t, i.ConcurrentMaxMs, i.ConcurrentP999Ms)
 	require.Positive(t, i.SaturatedP50Ms)
 	require.Equal(t, 20, i.SaturatedJobMs)
 	require.InDelta(t, 320, i.SaturatedArrivalPerS, 0.01, "16 producers, one job per 50ms each")

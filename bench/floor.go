@@ -7,24 +7,28 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 )
 
 // floorStream measures the floor of insert→start latency on this machine and
 // database: the hops every LISTEN/NOTIFY-driven queue pays, without River.
-// One job per streamInterval for duration: a producer connection inserts a
-// row and notifies in one transaction (River's insert does the same: the
-// row, then pg_notify, then commit); a listener connection waits for the
-// notification; a worker connection then claims the row with one UPDATE
-// (River's fetch is one statement too). The latency is attempted_at −
-// created_at, both the database's now(), as the isolation phases measure
-// River jobs. Nothing else runs: no pool, no debouncing, no cooldown. What
-// tierq's pickup adds to this floor is River's and tierq's own cost.
+// One job per streamInterval for duration from each of producers
+// goroutines (sharing a pool of 4 connections, as the isolation phases'
+// producer client does, their starts spread over the first interval): a
+// producer inserts a row and notifies in one transaction (River's insert
+// does the same: the row, then pg_notify, then commit); a listener
+// connection waits for the notifications; a worker connection claims the
+// unclaimed rows with one UPDATE per notification (River's fetch is one
+// statement too). The latency is attempted_at − created_at, both the
+// database's now(), as the isolation phases measure River jobs. Nothing
+// else runs: no debouncing, no cooldown. What tierq's pickup adds to this
+// floor is River's and tierq's own cost.
 //
-// With flush false the producer's transactions commit without waiting for
-// the WAL flush (synchronous_commit off on its connection only): the same
-// chain without the disk's share, a diagnostic of how much of the floor's
-// tail is the disk. Nothing tierq deploys commits that way.
-func (e *env) floorStream(ctx context.Context, duration time.Duration, flush bool) ([]float64, error) {
+// With flush false the producers' transactions commit without waiting for
+// the WAL flush (synchronous_commit off on their connections only): the
+// same chain without the disk's share, a diagnostic of how much of the
+// floor's tail is the disk. Nothing tierq deploys commits that way.
+func (e *env) floorStream(ctx context.Context, duration time.Duration, flush bool, producers int) ([]float64, error) {
 	channel := "tierq_floor_" + e.Name
 	if _, err := e.Pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS floor_job (
 			id bigserial PRIMARY KEY,
@@ -43,7 +47,7 @@ func (e *env) floorStream(ctx context.Context, duration time.Duration, flush boo
 		}
 		return conn, nil
 	}
-	var conns [3]*pgx.Conn
+	var conns [2]*pgx.Conn
 	for i := range conns {
 		conn, err := connect()
 		if err != nil {
@@ -52,12 +56,12 @@ func (e *env) floorStream(ctx context.Context, duration time.Duration, flush boo
 		defer conn.Close(context.WithoutCancel(ctx))
 		conns[i] = conn
 	}
-	producer, listener, worker := conns[0], conns[1], conns[2]
-	if !flush {
-		if _, err := producer.Exec(ctx, `SET synchronous_commit = off`); err != nil {
-			return nil, fmt.Errorf("floor producer: %w", err)
-		}
+	listener, worker := conns[0], conns[1]
+	pool, err := e.newPool(ctx, 4, flush)
+	if err != nil {
+		return nil, err
 	}
+	defer pool.Close()
 	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
@@ -65,7 +69,7 @@ func (e *env) floorStream(ctx context.Context, duration time.Duration, flush boo
 	n := int(duration / streamInterval)
 	claimed := make(chan error, 1)
 	go func() {
-		for range n {
+		for range n * producers {
 			if _, err := listener.WaitForNotification(ctx); err != nil {
 				claimed <- fmt.Errorf("wait for notification: %w", err)
 				return
@@ -78,25 +82,37 @@ func (e *env) floorStream(ctx context.Context, duration time.Duration, flush boo
 		claimed <- nil
 	}()
 
-	ticker := time.NewTicker(streamInterval)
-	defer ticker.Stop()
-	for range n {
-		err := pgx.BeginFunc(ctx, producer, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `INSERT INTO floor_job DEFAULT VALUES`); err != nil {
+	g, gctx := errgroup.WithContext(ctx)
+	for p := range producers {
+		g.Go(func() error {
+			if err := sleep(gctx, streamInterval*time.Duration(p)/time.Duration(producers)); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, channel)
-			return err
+			ticker := time.NewTicker(streamInterval)
+			defer ticker.Stop()
+			for range n {
+				err := pgx.BeginFunc(gctx, pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(gctx, `INSERT INTO floor_job DEFAULT VALUES`); err != nil {
+						return err
+					}
+					_, err := tx.Exec(gctx, `SELECT pg_notify($1, '')`, channel)
+					return err
+				})
+				if err != nil {
+					return fmt.Errorf("floor insert: %w", err)
+				}
+				e.opts.progress().Add(1)
+				select {
+				case <-gctx.Done():
+					return gctx.Err()
+				case <-ticker.C:
+				}
+			}
+			return nil
 		})
-		if err != nil {
-			return nil, fmt.Errorf("floor insert: %w", err)
-		}
-		e.opts.progress().Add(1)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-ticker.C:
-		}
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	select {
 	case err := <-claimed:

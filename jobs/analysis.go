@@ -11,9 +11,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/jobs/scan"
+	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/tiers"
 )
@@ -133,8 +135,16 @@ func (w *AnalysisWorker) Work(ctx context.Context, job *river.Job[AnalysisArgs])
 		default:
 			client := river.ClientFromContext[pgx.Tx](ctx)
 			opts := specViewInsertOpts(job.Queue, tier, args.UserID)
-			if _, err := client.InsertTx(ctx, tx, SpecViewArgs{AnalysisResultID: resultID, Tier: tierName}, opts); err != nil {
+			chained, err := client.InsertTx(ctx, tx, SpecViewArgs{AnalysisResultID: resultID, Tier: tierName}, opts)
+			if err != nil {
 				return fmt.Errorf("chain specview job: %w", err)
+			}
+			// River's own wake-up is rate-limited per client and queue: a
+			// spec chained just after another would wait for a poll.
+			if chained.Job.State == rivertype.JobStateAvailable {
+				if err := producer.NotifyInsert(ctx, tx, chained.Job.Queue); err != nil {
+					return fmt.Errorf("chain specview job: %w", err)
+				}
 			}
 		}
 		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {

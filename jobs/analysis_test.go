@@ -51,6 +51,10 @@ func setupAnalysis(t *testing.T) *analysisBundle {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, jobs.NewAnalysisWorker(b.db.Pool, logger, b.root))
 	b.db.Start(t, &river.Config{
+		// River's own insert notification of the chained specview job once
+		// an hour: the analyses' own notify each (TestAnalysisRunsForTheTierInItsMetadata).
+		FetchCooldown:       time.Hour,
+		FetchPollInterval:   time.Hour,
 		Logger:              logger,
 		Queues:              map[string]river.QueueConfig{"analysis_default": {MaxWorkers: 2, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}},
 		Schema:              b.db.Schema,
@@ -145,6 +149,11 @@ func TestAnalysisRunsForTheTierInItsMetadata(t *testing.T) {
 	t.Parallel()
 	b := setupAnalysis(t)
 	ctx := context.Background()
+	conn, err := b.db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `LISTEN `+pgx.Identifier{b.db.Schema + ".river_insert"}.Sanitize())
+	require.NoError(t, err)
 	for _, args := range []jobs.AnalysisArgs{
 		{Target: b.inside, UserID: "u_meta"},
 		{Target: b.inside + "/.", UserID: "u_meta", Tier: "free"},
@@ -175,4 +184,23 @@ func TestAnalysisRunsForTheTierInItsMetadata(t *testing.T) {
 		require.NoError(t, json.Unmarshal(specArgs, &spec))
 		require.Equal(t, "enterprise", spec.Tier)
 	}
+
+	// Each chained spec woke its queue's workers, though River's limit let
+	// through only the first of its own notifications.
+	_, err = b.db.Pool.Exec(ctx, `SELECT pg_notify(current_schema() || '.river_insert', 'end')`)
+	require.NoError(t, err)
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	specs := 0
+	for {
+		n, err := conn.Conn().WaitForNotification(waitCtx)
+		require.NoError(t, err)
+		if n.Payload == "end" {
+			break
+		}
+		if n.Payload == `{"queue": "specview_default"}` {
+			specs++
+		}
+	}
+	require.Equal(t, 2, specs)
 }

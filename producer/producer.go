@@ -56,7 +56,9 @@ func UniqueOpts() river.UniqueOpts {
 // job (docs/benchmarks.md: the isolation scenario's concurrent phase), at
 // the cost of up to 1,000 notifications per second per queue and producer;
 // PostgreSQL serialises the commits of transactions that notify, which the
-// insert benchmark measures with 16 concurrent producers.
+// insert benchmark measures with 16 concurrent producers. Insert notifies
+// every job it inserts whatever the limit (NotifyInsert); the limit is what
+// the client's other inserts (InsertTx and InsertMany called directly) get.
 const NotifyCooldown = time.Millisecond
 
 // ClientConfig is the River configuration of an insert-only producer client
@@ -112,7 +114,9 @@ type TierFields interface {
 // job.Tenant when set: it now runs at this insert's tier, so in this
 // tenant's fair share (package fairshare), even when it was held in
 // another tenant's line. A duplicate that does not move the job gets it as
-// it is, held or not, in its own tenant's line. The caller commits.
+// it is, held or not, in its own tenant's line. A new job available at once
+// is announced to the queue's workers with River's insert notification
+// whatever the client's rate limit (NotifyInsert). The caller commits.
 func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Job) (Inserted, error) {
 	if job.Service == nil {
 		return Inserted{}, fmt.Errorf("insert %s job: no service", job.Args.Kind())
