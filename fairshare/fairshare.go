@@ -378,7 +378,7 @@ type Pass struct {
 	Yielded int
 	// Lone is true when one tenant alone (or none) was active and nothing
 	// was held: nothing needs holding, and the next passes only look for
-	// a newcomer. Checked is true for such a look (no pass ran).
+	// a newcomer. Checked is true for such a look or check (no pass ran).
 	Lone, Checked bool
 }
 
@@ -388,26 +388,52 @@ func (a *Admitter) Pass(ctx context.Context, queue string) (Pass, error) {
 	if !ok {
 		return Pass{}, fmt.Errorf("fair share: queue %q is not one of this admitter's", queue)
 	}
-	return a.pass(ctx, q, true)
+	return a.pass(ctx, q, full)
 }
 
-// pass runs a pass over q; when full is false and the last pass found a
-// tenant alone, only a lone check, unless it finds a newcomer or held work.
-func (a *Admitter) pass(ctx context.Context, q *queueState, full bool) (Pass, error) {
+// passKind is what a call of pass runs over a queue whose last pass found
+// a tenant alone (or whose fair share is off): a pass (full), or first a
+// look or a check, and a pass only when that finds something to do. Over
+// any other queue every kind runs a pass.
+type passKind int
+
+const (
+	// look is the lone check (loneCheckSQL): the jobs made available since
+	// the last look, through River's fetching index.
+	look passKind = iota
+	// check reads every available job of the queue (checkSQL), and stops
+	// at the first a pass would act on: a large backlog of one tenant
+	// costs a scan, not a pass's ranking of all of it.
+	check
+	full
+)
+
+// pass runs a pass over q, or, when the last pass found a tenant alone
+// (or fair share is off), only the look or the check of kind, unless it
+// finds a newcomer or held work.
+func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !full && (q.lone || !q.cfg.Fair) {
+	if kind != full && (q.lone || !q.cfg.Fair) {
 		var (
-			now            time.Time
-			held, newcomer bool
-			alone          *string
+			now       time.Time
+			held, act bool
+			alone     = q.loneName
+			err       error
 		)
-		if err := a.pool.QueryRow(ctx, loneCheckSQL, q.name, q.watermark, q.loneName).Scan(&now, &held, &newcomer, &alone); err != nil {
+		if kind == look {
+			var newcomer bool
+			err = a.pool.QueryRow(ctx, loneCheckSQL, q.name, q.watermark, q.loneName).Scan(&now, &held, &newcomer, &alone)
+			// Without fair share only held work (left from when it was
+			// on) needs a pass: to release it.
+			act = newcomer && q.cfg.Fair
+		} else {
+			err = a.pool.QueryRow(ctx, checkSQL, q.name, q.loneName, q.cfg.Fair).Scan(&now, &held, &act)
+		}
+		if err != nil {
 			return Pass{}, fmt.Errorf("fair share check of %s: %w", q.name, err)
 		}
-		// Without fair share only held work (left from when it was on)
-		// needs a pass: to release it.
-		if !held && (!newcomer || !q.cfg.Fair) {
+		if !held && !act {
 			q.watermark, q.loneName = now.Add(-loneMargin), alone
 			return Pass{Ran: true, Lone: true, Checked: true}, nil
 		}
@@ -545,8 +571,10 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 	ticks, first := 0, true
 	misses := 0 // lock misses in a row
 	for {
-		full := first // the first: nothing known yet
-		first = false
+		kind := look
+		if first { // nothing known yet
+			kind, first = full, false
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -557,12 +585,14 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 				offsetDone = true
 			}
 			// A tick looks (a newcomer, held work); every fullPassTicks-th
-			// runs a full pass: what a look misses, a job made available
-			// with an old scheduled_at.
+			// checks the whole queue: what a look misses, a job made
+			// available with an old scheduled_at.
 			ticks++
-			full = full || ticks%fullPassTicks == 0
+			if kind == look && ticks%fullPassTicks == 0 {
+				kind = check
+			}
 		}
-		p, err := a.pass(ctx, q, full)
+		p, err := a.pass(ctx, q, kind)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return

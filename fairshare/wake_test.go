@@ -83,17 +83,17 @@ func TestATenantAloneIsNotHeld(t *testing.T) {
 	p, err := a.Pass(ctx, queue)
 	require.NoError(t, err)
 	require.Equal(t, Pass{Ran: true, Tenants: 1, Capacity: 2, Lone: true}, p)
-	p, err = a.pass(ctx, q, false)
+	p, err = a.pass(ctx, q, look)
 	require.NoError(t, err)
 	require.Equal(t, Pass{Ran: true, Lone: true, Checked: true}, p, "a look, not a pass")
 	insert("a", 10)
-	p, err = a.pass(ctx, q, false)
+	p, err = a.pass(ctx, q, look)
 	require.NoError(t, err)
 	require.True(t, p.Checked, "more of the same tenant: still a look")
 	require.Zero(t, db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'pending'`))
 
 	insert("b", 1)
-	p, err = a.pass(ctx, q, false)
+	p, err = a.pass(ctx, q, look)
 	require.NoError(t, err)
 	require.Equal(t, Pass{Ran: true, Held: 59, Tenants: 2, Capacity: 2}, p, "the newcomer: a's backlog held back to its window")
 
@@ -102,7 +102,7 @@ func TestATenantAloneIsNotHeld(t *testing.T) {
 	_, err = db.Pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempted_at = now(), attempt = 1
 		WHERE metadata->>'tierq:tenant' = 'b'`)
 	require.NoError(t, err)
-	p, err = a.pass(ctx, q, false)
+	p, err = a.pass(ctx, q, look)
 	require.NoError(t, err)
 	require.Equal(t, Pass{Ran: true, Admitted: 1, Tenants: 1, HeldTenants: 1, Capacity: 2}, p)
 	require.Equal(t, 58, db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'pending'`))
@@ -128,19 +128,69 @@ func TestJobsIntoAnEmptyQueueAreLookedAt(t *testing.T) {
 	require.Nil(t, q.loneName)
 
 	insertAvailable(t, db, queue, "", 20)
-	p, err = a.pass(ctx, q, false)
+	p, err = a.pass(ctx, q, look)
 	require.NoError(t, err)
 	require.Equal(t, Pass{Ran: true, Lone: true, Checked: true}, p, "a look, not a pass")
 	require.NotNil(t, q.loneName)
 	require.Empty(t, *q.loneName, "jobs without a tenant: the tenant ''")
-	p, err = a.pass(ctx, q, false)
+	p, err = a.pass(ctx, q, look)
 	require.NoError(t, err)
 	require.True(t, p.Checked, "still a look")
 
 	insertAvailable(t, db, queue, "b", 1)
-	p, err = a.pass(ctx, q, false)
+	p, err = a.pass(ctx, q, look)
 	require.NoError(t, err)
 	require.Equal(t, Pass{Ran: true, Held: 19, Tenants: 2, Capacity: 2}, p, "the newcomer: the tenantless backlog held back to its window")
+}
+
+// TestATickChecksATenantAlone: every fifth tick over a tenant alone is a
+// check of the whole queue, not a pass: a pass ranks every available job,
+// a check stops at the first one a pass would act on. It finds what a look
+// misses, a job of another tenant made available with an old scheduled_at,
+// and a job still marked held; without fair share only the second, and
+// held jobs.
+func TestATickChecksATenantAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	a, err := New(db.Pool, &Config{Queues: map[string]Queue{
+		"fair_priority": {Workers: 2, Fair: true}, "fair_default": {Workers: 2},
+	}})
+	require.NoError(t, err)
+	fair, off := a.queues["fair_priority"], a.queues["fair_default"]
+	insertAvailable(t, db, "fair_priority", "a", 50)
+	p, err := a.Pass(ctx, "fair_priority")
+	require.NoError(t, err)
+	require.Equal(t, Pass{Ran: true, Tenants: 1, Capacity: 2, Lone: true}, p)
+	p, err = a.pass(ctx, fair, check)
+	require.NoError(t, err)
+	require.Equal(t, Pass{Ran: true, Lone: true, Checked: true}, p, "a check, not a pass")
+
+	insertAvailable(t, db, "fair_priority", "b", 1)
+	_, err = db.Pool.Exec(ctx, `UPDATE river_job SET scheduled_at = now() - interval '1 hour' WHERE metadata->>'tierq:tenant' = 'b'`)
+	require.NoError(t, err)
+	p, err = a.pass(ctx, fair, look)
+	require.NoError(t, err)
+	require.True(t, p.Checked, "a look misses a newcomer made available with an old scheduled_at")
+	p, err = a.pass(ctx, fair, check)
+	require.NoError(t, err)
+	require.Equal(t, Pass{Ran: true, Held: 49, Tenants: 2, Capacity: 2}, p, "the check found it: a pass held a's backlog back")
+
+	insertAvailable(t, db, "fair_default", "a", 3)
+	insertAvailable(t, db, "fair_default", "b", 3)
+	p, err = a.Pass(ctx, "fair_default")
+	require.NoError(t, err)
+	require.Equal(t, Pass{Ran: true, Tenants: 2, Capacity: 2}, p, "fair share off: nothing held")
+	p, err = a.pass(ctx, off, check)
+	require.NoError(t, err)
+	require.True(t, p.Checked, "two tenants, fair share off: nothing to do")
+	_, err = db.Pool.Exec(ctx, `UPDATE river_job SET metadata = metadata || '{"tierq:held_at": "2026-11-26T00:00:00Z"}'
+		WHERE id = (SELECT min(id) FROM river_job WHERE queue = 'fair_default')`)
+	require.NoError(t, err)
+	p, err = a.pass(ctx, off, check)
+	require.NoError(t, err)
+	require.False(t, p.Checked, "a job still marked held: a pass")
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM river_job WHERE metadata ? 'tierq:held_at' AND state = 'available'`), "the pass cleared the mark")
 }
 
 // insertAvailable inserts n available jobs of tenant into queue at
