@@ -82,7 +82,7 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 	require.Equal(t, 20, i.Jobs, "one job per 50ms for 1s")
 	for phase, samples := range i.Samples {
 		switch phase {
-		case "tierq concurrent producers", "floor concurrent producers":
+		case "tierq concurrent producers", "floor concurrent producers", "tierq concurrent producers, River's insert":
 			require.Len(t, samples, 16*i.Jobs, phase)
 		case "tierq paid saturated": // a third of the stream's duration
 			require.Len(t, samples, 16*(i.Jobs/3), phase)
@@ -91,7 +91,7 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 		}
 		require.Positive(t, samples[0], phase)
 	}
-	require.Len(t, i.Samples, 12)
+	require.Len(t, i.Samples, 13)
 	require.Positive(t, i.FloorP50Ms)
 	require.GreaterOrEqual(t, i.FloorP99Ms, i.FloorP50Ms)
 	require.Positive(t, i.FloorConcurrentP50Ms)
@@ -106,6 +106,10 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 	require.GreaterOrEqual(t, i.ConcurrentP99Ms, i.ConcurrentP50Ms)
 	require.GreaterOrEqual(t, i.ConcurrentP999Ms, i.ConcurrentP99Ms)
 	require.GreaterOrEqual(t, i.ConcurrentMaxMs, i.ConcurrentP999Ms)
+	require.Positive(t, i.ConcurrentRiverInsertP50Ms)
+	require.GreaterOrEqual(t, i.ConcurrentRiverInsertP99Ms, i.ConcurrentRiverInsertP50Ms)
+	require.GreaterOrEqual(t, i.ConcurrentRiverInsertP999Ms, i.ConcurrentRiverInsertP99Ms)
+	require.GreaterOrEqual(t, i.ConcurrentRiverInsertMaxMs, i.ConcurrentRiverInsertP999Ms)
 	require.Positive(t, i.SaturatedP50Ms)
 	require.Equal(t, 20, i.SaturatedJobMs)
 	require.InDelta(t, 320, i.SaturatedArrivalPerS, 0.01, "16 producers, one job per 50ms each")

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"golang.org/x/sync/errgroup"
 )
 
 // floorStream measures the floor of insert→start latency on this machine and
@@ -82,36 +81,20 @@ func (e *env) floorStream(ctx context.Context, duration time.Duration, flush boo
 		claimed <- nil
 	}()
 
-	g, gctx := errgroup.WithContext(ctx)
-	for p := range producers {
-		g.Go(func() error {
-			if err := sleep(gctx, streamInterval*time.Duration(p)/time.Duration(producers)); err != nil {
+	err = e.paced(ctx, producers, streamInterval, n, func(ctx context.Context, _, _ int) error {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO floor_job DEFAULT VALUES`); err != nil {
 				return err
 			}
-			ticker := time.NewTicker(streamInterval)
-			defer ticker.Stop()
-			for range n {
-				err := pgx.BeginFunc(gctx, pool, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(gctx, `INSERT INTO floor_job DEFAULT VALUES`); err != nil {
-						return err
-					}
-					_, err := tx.Exec(gctx, `SELECT pg_notify($1, '')`, channel)
-					return err
-				})
-				if err != nil {
-					return fmt.Errorf("floor insert: %w", err)
-				}
-				e.opts.progress().Add(1)
-				select {
-				case <-gctx.Done():
-					return gctx.Err()
-				case <-ticker.C:
-				}
-			}
-			return nil
+			_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, channel)
+			return err
 		})
-	}
-	if err := g.Wait(); err != nil {
+		if err != nil {
+			return fmt.Errorf("floor insert: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	select {

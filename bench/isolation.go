@@ -115,6 +115,15 @@ type IsolationResult struct {
 	// the tail shows before p99 does.
 	ConcurrentP999Ms float64 `json:"concurrent_p999_ms"`
 	ConcurrentMaxMs  float64 `json:"concurrent_max_ms"`
+	// ConcurrentRiverInsert* are the concurrent phase again, its jobs
+	// inserted with River's Client.Insert on producer.ClientConfig instead
+	// of producer.Insert: River's insert notification alone, rate-limited
+	// per client and queue, without producer.NotifyInsert's for the inserts
+	// it silences. A diagnostic, side by side with the concurrent phase.
+	ConcurrentRiverInsertP50Ms  float64 `json:"concurrent_river_insert_p50_ms"`
+	ConcurrentRiverInsertP99Ms  float64 `json:"concurrent_river_insert_p99_ms"`
+	ConcurrentRiverInsertP999Ms float64 `json:"concurrent_river_insert_p999_ms"`
+	ConcurrentRiverInsertMaxMs  float64 `json:"concurrent_river_insert_max_ms"`
 	// Saturated* are paid jobs of SaturatedJobMs each from the same
 	// producers, more than the priority queue's workers can do
 	// (SaturatedArrivalPerS against SaturatedCapacityPerS, for a third of
@@ -241,6 +250,7 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 		{name: "tierq with a river-default producer", backlog: true, raw: true, producer: riverProducer, worker: tierq},
 		{name: "tierq heavy backlog", backlog: true, producer: tierqProducer, worker: tierqHeavy},
 		{name: "tierq concurrent producers", backlog: true, producers: ConcurrentProducers, producer: tierqProducer, worker: tierq},
+		{name: "tierq concurrent producers, River's insert", backlog: true, raw: true, producers: ConcurrentProducers, producer: tierqProducer, worker: tierq},
 		{name: "tierq paid saturated", producers: ConcurrentProducers, args: loadtest.Args{SleepMS: saturatedJobMs}, share: 3,
 			producer: tierqProducer, worker: tierq},
 	}
@@ -248,7 +258,9 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	p99 := map[string][]float64{}
 	p95 := map[string][]float64{}
 	p50 := map[string][]float64{}
-	var worked, left, heavyWorked, p999, slowest []float64
+	p999 := map[string][]float64{}
+	slowest := map[string][]float64{}
+	var worked, left, heavyWorked []float64
 	for run := range res.Runs {
 		for _, floor := range []struct {
 			name      string
@@ -281,10 +293,9 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 			p95[ph.name] = append(p95[ph.name], percentile(lat, 95))
 			p99[ph.name] = append(p99[ph.name], percentile(lat, 99))
 			res.Samples[ph.name] = lat
+			p999[ph.name] = append(p999[ph.name], percentile(lat, 99.9))
+			slowest[ph.name] = append(slowest[ph.name], lat[len(lat)-1])
 			switch ph.name {
-			case "tierq concurrent producers":
-				p999 = append(p999, percentile(lat, 99.9))
-				slowest = append(slowest, lat[len(lat)-1])
 			case "tierq backlog":
 				worked = append(worked, float64(done))
 				left = append(left, float64(remaining))
@@ -320,7 +331,13 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	res.ConcurrentP50Ms = round(median(p50["tierq concurrent producers"]), 2)
 	res.ConcurrentP95Ms = round(median(p95["tierq concurrent producers"]), 2)
 	res.ConcurrentP99Ms = round(median(p99["tierq concurrent producers"]), 2)
-	res.ConcurrentP999Ms, res.ConcurrentMaxMs = round(median(p999), 2), round(median(slowest), 2)
+	res.ConcurrentP999Ms = round(median(p999["tierq concurrent producers"]), 2)
+	res.ConcurrentMaxMs = round(median(slowest["tierq concurrent producers"]), 2)
+	const riverInsert = "tierq concurrent producers, River's insert"
+	res.ConcurrentRiverInsertP50Ms = round(median(p50[riverInsert]), 2)
+	res.ConcurrentRiverInsertP99Ms = round(median(p99[riverInsert]), 2)
+	res.ConcurrentRiverInsertP999Ms = round(median(p999[riverInsert]), 2)
+	res.ConcurrentRiverInsertMaxMs = round(median(slowest[riverInsert]), 2)
 	res.SaturatedP50Ms = round(median(p50["tierq paid saturated"]), 2)
 	res.SaturatedP99Ms = round(median(p99["tierq paid saturated"]), 2)
 	res.SaturatedArrivalPerS = float64(ConcurrentProducers) * float64(time.Second/streamInterval)
@@ -639,24 +656,41 @@ func (e *env) insertStreamsTo(ctx context.Context, ins streamInserter, queue str
 		mu  sync.Mutex
 		ids = map[string][]int64{}
 	)
+	err := e.paced(ctx, len(tenants), interval, int(duration/interval), func(ctx context.Context, p, i int) error {
+		args := args
+		args.Ref = fmt.Sprintf("%d.%d", p, i)
+		id, err := ins.insert(ctx, e.opts.Service, args, tenants[p], queue)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		ids[tenants[p]] = append(ids[tenants[p]], id)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// paced calls each(ctx, p, i) for i from 0 to n−1, once per interval, from
+// each of producers goroutines p, their starts spread evenly over the first
+// interval, counting each call in the progress bar. It returns the first
+// error, having stopped the others.
+func (e *env) paced(ctx context.Context, producers int, interval time.Duration, n int, each func(ctx context.Context, p, i int) error) error {
 	g, ctx := errgroup.WithContext(ctx)
-	for p, tenant := range tenants {
+	for p := range producers {
 		g.Go(func() error {
-			if err := sleep(ctx, interval*time.Duration(p)/time.Duration(len(tenants))); err != nil {
+			if err := sleep(ctx, interval*time.Duration(p)/time.Duration(producers)); err != nil {
 				return err
 			}
 			ticker := time.NewTicker(interval)
 			defer ticker.Stop()
-			for i := range int(duration / interval) {
-				args := args
-				args.Ref = fmt.Sprintf("%d.%d", p, i)
-				id, err := ins.insert(ctx, e.opts.Service, args, tenant, queue)
-				if err != nil {
+			for i := range n {
+				if err := each(ctx, p, i); err != nil {
 					return err
 				}
-				mu.Lock()
-				ids[tenant] = append(ids[tenant], id)
-				mu.Unlock()
 				e.opts.progress().Add(1)
 				select {
 				case <-ctx.Done():
@@ -667,10 +701,7 @@ func (e *env) insertStreamsTo(ctx context.Context, ins streamInserter, queue str
 			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	return ids, nil
+	return g.Wait()
 }
 
 // waitStarted waits until every job of ids has started.

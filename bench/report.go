@@ -213,6 +213,10 @@ func (r Report) Rows() []Row {
 		add("isolation", "concurrent_p99_ms", i.ConcurrentP99Ms, p99)
 		add("isolation", "concurrent_p999_ms", i.ConcurrentP999Ms, " ms")
 		add("isolation", "concurrent_max_ms", i.ConcurrentMaxMs, " ms (its slowest job)")
+		add("isolation", "concurrent_river_insert_p50_ms", i.ConcurrentRiverInsertP50Ms, " ms (diagnostic: the same through River's Client.Insert)")
+		add("isolation", "concurrent_river_insert_p99_ms", i.ConcurrentRiverInsertP99Ms, p99)
+		add("isolation", "concurrent_river_insert_p999_ms", i.ConcurrentRiverInsertP999Ms, " ms")
+		add("isolation", "concurrent_river_insert_max_ms", i.ConcurrentRiverInsertMaxMs, " ms")
 		add("isolation", "saturated_p50_ms", i.SaturatedP50Ms, " ms")
 		add("isolation", "saturated_p99_ms", i.SaturatedP99Ms, fmt.Sprintf(" ms (%g jobs/s of %d ms jobs, capacity %g/s)",
 			i.SaturatedArrivalPerS, i.SaturatedJobMs, i.SaturatedCapacityPerS))
