@@ -82,7 +82,7 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 	require.Equal(t, 20, i.Jobs, "one job per 50ms for 1s")
 	for phase, samples := range i.Samples {
 		switch phase {
-		case "tierq concurrent producers", "floor concurrent producers", "tierq concurrent producers, River's insert":
+		case "tierq concurrent producers", "floor concurrent producers", "tierq concurrent producers via Client.Insert":
 			require.Len(t, samples, 16*i.Jobs, phase)
 		case "tierq paid saturated": // a third of the stream's duration
 			require.Len(t, samples, 16*(i.Jobs/3), phase)

@@ -250,7 +250,7 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 		{name: "tierq with a river-default producer", backlog: true, raw: true, producer: riverProducer, worker: tierq},
 		{name: "tierq heavy backlog", backlog: true, producer: tierqProducer, worker: tierqHeavy},
 		{name: "tierq concurrent producers", backlog: true, producers: ConcurrentProducers, producer: tierqProducer, worker: tierq},
-		{name: "tierq concurrent producers, River's insert", backlog: true, raw: true, producers: ConcurrentProducers, producer: tierqProducer, worker: tierq},
+		{name: "tierq concurrent producers via Client.Insert", backlog: true, raw: true, producers: ConcurrentProducers, producer: tierqProducer, worker: tierq},
 		{name: "tierq paid saturated", producers: ConcurrentProducers, args: loadtest.Args{SleepMS: saturatedJobMs}, share: 3,
 			producer: tierqProducer, worker: tierq},
 	}
@@ -333,7 +333,7 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	res.ConcurrentP99Ms = round(median(p99["tierq concurrent producers"]), 2)
 	res.ConcurrentP999Ms = round(median(p999["tierq concurrent producers"]), 2)
 	res.ConcurrentMaxMs = round(median(slowest["tierq concurrent producers"]), 2)
-	const riverInsert = "tierq concurrent producers, River's insert"
+	const riverInsert = "tierq concurrent producers via Client.Insert"
 	res.ConcurrentRiverInsertP50Ms = round(median(p50[riverInsert]), 2)
 	res.ConcurrentRiverInsertP99Ms = round(median(p99[riverInsert]), 2)
 	res.ConcurrentRiverInsertP999Ms = round(median(p999[riverInsert]), 2)

@@ -19,7 +19,8 @@ while IFS= read -r phase; do
   i=$((i + 1))
   awk -F, -v p="$phase" 'NR > 1 && $1 == p { print $2 }' "$samples" | sort -g |
     awk '{ v[NR] = $1 } END { for (k = 1; k <= NR; k++) print v[k], k / NR }' > "$tmp/$i.dat"
-  plots+=("'$tmp/$i.dat' using 1:2 with steps lw 2 title '$phase'")
+  title=${phase//\'/\'\'} # a quote inside gnuplot's single quotes is doubled
+  plots+=("'$tmp/$i.dat' using 1:2 with steps lw 2 title '$title'")
 done < <(awk -F, -v p="$prefix" 'NR > 1 && index($1, p) == 1 { print $1 }' "$samples" | sort -u)
 [ ${#plots[@]} -gt 0 ] || { echo "$0: no phase in $samples starts with '$prefix'" >&2; exit 1; }
 
