@@ -203,10 +203,12 @@ const notifySQL = `SELECT pg_notify(current_schema() || '.river_insert', $1)`
 // the next insert's notification, or for the queue's poll (250 ms on the
 // priority queues) after the last insert of a burst. Insert calls
 // NotifyInsert for every job it inserts available, so a job inserted
-// through it never waits for that (TestEveryInsertNotifies; the isolation
-// benchmark's concurrent phase, docs/benchmarks.md). Teams that insert
-// with their own River client and care about pickup latency call it after
-// InsertTx the same way.
+// through it never waits for that (TestEveryInsertNotifies). The price:
+// one statement per insert, and every insert's commit takes PostgreSQL's
+// notification lock, which serialises the commits of notifying
+// transactions (measured with 16 concurrent producers: docs/benchmarks.md,
+// isolation). Teams that insert with their own River client and care
+// about pickup latency call it after InsertTx the same way.
 func NotifyInsert(ctx context.Context, tx pgx.Tx, queue string) error {
 	if _, err := tx.Exec(ctx, notifySQL, fmt.Sprintf(`{"queue": %q}`, queue)); err != nil {
 		return fmt.Errorf("notify insert into %s: %w", queue, err)
