@@ -316,8 +316,9 @@ SELECT now(),
 // with fair share on, one of another tenant, whenever and however it
 // became available (a look sees only the jobs made available since the
 // last). It reads every available job of the queue, and stops at the first
-// it finds: a backlog of one tenant costs a scan (18 ms for 50,000 jobs on
-// the development machine), where a pass ranks all of it (150 ms).
+// it finds: a backlog of one tenant costs a scan (16.5 ms for 50,000 jobs on
+// the development machine), where a pass ranks all of it (158 ms;
+// BenchmarkLoneBacklog).
 var checkSQL = `
 SELECT now(),
        EXISTS (SELECT 1 FROM river_job AS j WHERE ` + heldSQL("j") + ` AND j.queue = $1),
