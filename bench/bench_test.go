@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/riverqueue/river"
@@ -89,7 +90,15 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 		default:
 			require.Len(t, samples, i.Jobs, phase)
 		}
-		require.Positive(t, samples[0], phase)
+		if strings.HasPrefix(phase, "floor") {
+			// The floor stamps a claim after the row's commit (floor.go).
+			require.Positive(t, samples[0], phase)
+		}
+		// River stamps attempted_at with its fetch statement's start, which
+		// can precede the commit of a job that statement claims, so one
+		// sample of many producers can come out slightly negative; the
+		// phase's median cannot.
+		require.Positive(t, samples[len(samples)/2], phase)
 	}
 	require.Len(t, i.Samples, 13)
 	require.Positive(t, i.FloorP50Ms)
