@@ -101,6 +101,13 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 		require.Positive(t, samples[len(samples)/2], phase)
 	}
 	require.Len(t, i.Samples, 13)
+	require.Len(t, i.Splits, 10, "every phase but the floors")
+	for phase, sp := range i.Splits {
+		// The commit part spans at least the insert statement and the
+		// commit's round trips, on one clock.
+		require.Positive(t, sp.CommitP99Ms, phase)
+		require.Positive(t, sp.TailCommitMs, phase)
+	}
 	require.Positive(t, i.FloorP50Ms)
 	require.GreaterOrEqual(t, i.FloorP99Ms, i.FloorP50Ms)
 	require.Positive(t, i.FloorConcurrentP50Ms)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -151,6 +152,9 @@ type IsolationResult struct {
 	BusyFetchesPerS  float64 `json:"busy_fetches_per_s"`
 	BusyJobsPerS     float64 `json:"busy_jobs_per_s"`
 	BusyJobsPerFetch float64 `json:"busy_jobs_per_fetch"`
+	// Splits are each River phase's LatencySplit, by phase name: where
+	// its latency and its tail are spent, before or after the commit.
+	Splits map[string]LatencySplit `json:"splits"`
 	// Quick is true for a --quick run: its phases are too short for a
 	// stable p99 (160 jobs: the 99th percentile is the second slowest
 	// job), so its targets are read at p95 and its p99s are shown for what
@@ -260,6 +264,7 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	p50 := map[string][]float64{}
 	p999 := map[string][]float64{}
 	slowest := map[string][]float64{}
+	splits := map[string][]LatencySplit{}
 	var worked, left, heavyWorked []float64
 	for run := range res.Runs {
 		for _, floor := range []struct {
@@ -284,7 +289,7 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 			if ph.backlog {
 				n = backlog
 			}
-			lat, done, remaining, err := e.stream(ctx, ph, n, duration/time.Duration(max(ph.share, 1)))
+			lat, split, done, remaining, err := e.stream(ctx, ph, n, duration/time.Duration(max(ph.share, 1)))
 			if err != nil {
 				return res, fmt.Errorf("isolation %s: %w", ph.name, err)
 			}
@@ -295,6 +300,7 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 			res.Samples[ph.name] = lat
 			p999[ph.name] = append(p999[ph.name], percentile(lat, 99.9))
 			slowest[ph.name] = append(slowest[ph.name], lat[len(lat)-1])
+			splits[ph.name] = append(splits[ph.name], split)
 			switch ph.name {
 			case "tierq backlog":
 				worked = append(worked, float64(done))
@@ -338,6 +344,22 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 	res.ConcurrentRiverInsertP99Ms = round(median(p99[riverInsert]), 2)
 	res.ConcurrentRiverInsertP999Ms = round(median(p999[riverInsert]), 2)
 	res.ConcurrentRiverInsertMaxMs = round(median(slowest[riverInsert]), 2)
+	res.Splits = map[string]LatencySplit{}
+	for name, runs := range splits {
+		of := func(f func(LatencySplit) float64) float64 {
+			v := make([]float64, len(runs))
+			for i, r := range runs {
+				v[i] = f(r)
+			}
+			return round(median(v), 2)
+		}
+		res.Splits[name] = LatencySplit{
+			CommitP99Ms:  of(func(s LatencySplit) float64 { return s.CommitP99Ms }),
+			WakeP99Ms:    of(func(s LatencySplit) float64 { return s.WakeP99Ms }),
+			TailCommitMs: of(func(s LatencySplit) float64 { return s.TailCommitMs }),
+			TailWakeMs:   of(func(s LatencySplit) float64 { return s.TailWakeMs }),
+		}
+	}
 	res.SaturatedP50Ms = round(median(p50["tierq paid saturated"]), 2)
 	res.SaturatedP99Ms = round(median(p99["tierq paid saturated"]), 2)
 	res.SaturatedArrivalPerS = float64(ConcurrentProducers) * float64(time.Second/streamInterval)
@@ -500,33 +522,34 @@ func (e *env) workerConfig(env ...string) (config.Worker, error) {
 // the default queue of the service under test if asked), the phase's worker
 // started, then one enterprise job every streamInterval for duration through
 // the phase's producer. It returns the stream's insert→start latencies in ms (created_at
-// to attempted_at, both the database's clock), and how many backlog jobs were
-// worked during the phase and how many were left.
-func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, duration time.Duration) (lat []float64, worked, left int, err error) {
+// to attempted_at, both the database's clock), their split at the commit,
+// and how many backlog jobs were worked during the phase and how many were
+// left.
+func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, duration time.Duration) (lat []float64, split LatencySplit, worked, left int, err error) {
 	if err := e.reset(ctx); err != nil {
-		return nil, 0, 0, err
+		return nil, LatencySplit{}, 0, 0, err
 	}
 	if backlog > 0 {
 		if err := seed.Available(ctx, e.Pool, loadtest.Kind, e.opts.Service.Queue(routing.Default), routing.StartingPriority(tiers.Free), backlog, 0, 0, 0); err != nil {
-			return nil, 0, 0, err
+			return nil, LatencySplit{}, 0, 0, err
 		}
 		if err := seed.Analyze(ctx, e.Pool); err != nil {
-			return nil, 0, 0, err
+			return nil, LatencySplit{}, 0, 0, err
 		}
 	}
 
 	workerPool, err := e.pool(ctx, 10)
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, LatencySplit{}, 0, 0, err
 	}
 	defer workerPool.Close()
 	d, err := ph.worker(workerPool)
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, LatencySplit{}, 0, 0, err
 	}
 	stop, err := d.start(ctx)
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, LatencySplit{}, 0, 0, err
 	}
 	defer stop()
 
@@ -535,40 +558,109 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 		producerPool, err = e.unflushedPool(ctx, 4)
 	}
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, LatencySplit{}, 0, 0, err
 	}
 	defer producerPool.Close()
 	producerClient, err := river.NewClient(riverpgxv5.New(producerPool), ph.producer(e.Name))
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("producer client: %w", err)
+		return nil, LatencySplit{}, 0, 0, fmt.Errorf("producer client: %w", err)
 	}
 
 	if err := sleep(ctx, e.opts.sizes().warmup); err != nil { // the worker's producers and listener are up
-		return nil, 0, 0, err
+		return nil, LatencySplit{}, 0, 0, err
 	}
-	ins := streamInserter{client: producerClient}
+	ins := streamInserter{client: producerClient, acks: &commitAcks{}}
 	if !ph.raw {
 		ins.pool = producerPool
 	}
 	ids, err := e.insertStream(ctx, ins, max(ph.producers, 1), ph.args, duration)
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, LatencySplit{}, 0, 0, err
 	}
 	if err := waitStarted(ctx, e.Pool, ids, 60*time.Second); err != nil {
-		return nil, 0, 0, err
+		return nil, LatencySplit{}, 0, 0, err
 	}
 	if backlog > 0 {
 		// A job fair share holds back (pending) is still queued, not worked.
 		if err := e.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state NOT IN ('available', 'pending')),
 				count(*) FILTER (WHERE state IN ('available', 'pending'))
 			FROM river_job WHERE queue = $1`, e.opts.Service.Queue(routing.Default)).Scan(&worked, &left); err != nil {
-			return nil, 0, 0, fmt.Errorf("count backlog: %w", err)
+			return nil, LatencySplit{}, 0, 0, fmt.Errorf("count backlog: %w", err)
 		}
 	}
 	if lat, err = pickupLatencies(ctx, e.Pool, ids); err != nil {
-		return nil, 0, 0, err
+		return nil, LatencySplit{}, 0, 0, err
 	}
-	return lat, worked, left, nil
+	if split, err = splitLatencies(ctx, e.Pool, ins.acks); err != nil {
+		return nil, LatencySplit{}, 0, 0, err
+	}
+	return lat, split, worked, left, nil
+}
+
+// LatencySplit divides a phase's insert→start latency where the producer
+// saw the insert committed (its clock; the database runs on the same
+// machine, so the two clocks are one): Commit is from the transaction's
+// start (created_at) to then, the insert, its notification and the commit
+// with its WAL flush; Wake from then to the fetch that started the job
+// (attempted_at): the notification's delivery, the worker's wake-up and
+// its fetch. The commit acknowledgement and the notification leave the
+// server together, so a wake can be slightly negative. A diagnostic of
+// where a phase's tail is, not a target. Medians over runs.
+type LatencySplit struct {
+	// CommitP99Ms and WakeP99Ms are each part's own 99th percentile.
+	CommitP99Ms float64 `json:"commit_p99_ms"`
+	WakeP99Ms   float64 `json:"wake_p99_ms"`
+	// TailCommitMs and TailWakeMs are the parts' means over the phase's
+	// slowest 1% of jobs (at least one): which part made them slow.
+	TailCommitMs float64 `json:"tail_commit_ms"`
+	TailWakeMs   float64 `json:"tail_wake_ms"`
+}
+
+// splitLatencies is the LatencySplit of the jobs acks recorded, started.
+func splitLatencies(ctx context.Context, pool *pgxpool.Pool, acks *commitAcks) (LatencySplit, error) {
+	ids := make([]int64, 0, len(acks.at))
+	for id := range acks.at {
+		ids = append(ids, id)
+	}
+	rows, err := pool.Query(ctx, `SELECT id, extract(epoch FROM created_at)::float8 * 1000, extract(epoch FROM attempted_at)::float8 * 1000
+		FROM river_job WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return LatencySplit{}, fmt.Errorf("read latencies: %w", err)
+	}
+	type job struct{ commit, wake float64 }
+	var jobs []job
+	var id int64
+	var created, attempted float64
+	_, err = pgx.ForEachRow(rows, []any{&id, &created, &attempted}, func() error {
+		ack := float64(acks.at[id].UnixMicro()) / 1000
+		jobs = append(jobs, job{commit: ack - created, wake: attempted - ack})
+		return nil
+	})
+	if err != nil {
+		return LatencySplit{}, fmt.Errorf("read latencies: %w", err)
+	}
+	if len(jobs) == 0 {
+		return LatencySplit{}, nil
+	}
+	part := func(f func(job) float64) []float64 {
+		v := make([]float64, len(jobs))
+		for i, j := range jobs {
+			v[i] = f(j)
+		}
+		slices.Sort(v)
+		return v
+	}
+	split := LatencySplit{
+		CommitP99Ms: percentile(part(func(j job) float64 { return j.commit }), 99),
+		WakeP99Ms:   percentile(part(func(j job) float64 { return j.wake }), 99),
+	}
+	slices.SortFunc(jobs, func(a, b job) int { return cmp.Compare(b.commit+b.wake, a.commit+a.wake) })
+	tail := jobs[:max(1, len(jobs)/100)]
+	for _, j := range tail {
+		split.TailCommitMs += j.commit / float64(len(tail))
+		split.TailWakeMs += j.wake / float64(len(tail))
+	}
+	return split, nil
 }
 
 // pickupLatencies are the insert→start latencies in ms of the jobs of ids,
@@ -595,6 +687,27 @@ type streamInserter struct {
 	// every job). Nil: with River's Client.Insert, as a producer that does
 	// not use package producer does.
 	pool *pgxpool.Pool
+	// acks, when not nil, records when each job's insert came back
+	// committed, by the producer's clock (splitLatencies).
+	acks *commitAcks
+}
+
+// commitAcks are the times the producer saw each job's insert committed.
+type commitAcks struct {
+	mu sync.Mutex
+	at map[int64]time.Time
+}
+
+func (a *commitAcks) record(id int64, at time.Time) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.at == nil {
+		a.at = map[int64]time.Time{}
+	}
+	a.at[id] = at
 }
 
 // insert inserts one enterprise job of args for tenant ("": none), routed by
@@ -609,6 +722,7 @@ func (s streamInserter) insert(ctx context.Context, svc *service.Service, args l
 		if err != nil {
 			return 0, fmt.Errorf("insert: %w", err)
 		}
+		s.acks.record(res.Job.ID, time.Now())
 		return res.Job.ID, nil
 	}
 	if queue != "" {
@@ -626,6 +740,9 @@ func (s streamInserter) insert(ctx context.Context, svc *service.Service, args l
 		id = res.Job.ID
 		return nil
 	})
+	if err == nil {
+		s.acks.record(id, time.Now())
+	}
 	return id, err
 }
 

@@ -235,6 +235,11 @@ func (r Report) Rows() []Row {
 		add("isolation", "busy_fetches_per_s", i.BusyFetchesPerS, "")
 		add("isolation", "busy_jobs_per_s", i.BusyJobsPerS, "")
 		add("isolation", "busy_jobs_per_fetch", i.BusyJobsPerFetch, "")
+		for _, name := range slices.Sorted(maps.Keys(i.Splits)) {
+			sp := i.Splits[name]
+			rows = append(rows, Row{Scenario: "isolation", Measure: "split: " + name, Value: fmt.Sprintf(
+				"commit p99 %g ms, wake p99 %g ms; slowest 1%%: %g ms commit + %g ms wake", sp.CommitP99Ms, sp.WakeP99Ms, sp.TailCommitMs, sp.TailWakeMs)})
+		}
 	}
 	if t := r.Throughput; t != nil {
 		add("throughput", "drain_bound_jobs_per_s", t.DrainBoundJobsPerS, "")

@@ -421,14 +421,20 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 			alone     = q.loneName
 			err       error
 		)
+		// Both are planned for their queue at each execution (pgx's
+		// unnamed statement, never a cached generic plan): generic, the
+		// look's EXISTS over the jobs made available since the watermark
+		// was costed as finding one early, and read every job of every
+		// queue instead of the queue's few through River's fetching index
+		// (TestLooksArePlannedForTheirQueue).
 		if kind == look {
 			var newcomer bool
-			err = a.pool.QueryRow(ctx, loneCheckSQL, q.name, q.watermark, q.loneName).Scan(&now, &held, &newcomer, &alone)
+			err = a.pool.QueryRow(ctx, loneCheckSQL, pgx.QueryExecModeCacheDescribe, q.name, q.watermark, q.loneName).Scan(&now, &held, &newcomer, &alone)
 			// Without fair share only held work (left from when it was
 			// on) needs a pass: to release it.
 			act = newcomer && q.cfg.Fair
 		} else {
-			err = a.pool.QueryRow(ctx, checkSQL, q.name, q.loneName, q.cfg.Fair).Scan(&now, &held, &act)
+			err = a.pool.QueryRow(ctx, checkSQL, pgx.QueryExecModeCacheDescribe, q.name, q.loneName, q.cfg.Fair).Scan(&now, &held, &act)
 		}
 		if err != nil {
 			return Pass{}, fmt.Errorf("fair share check of %s: %w", q.name, err)
