@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
@@ -185,4 +186,29 @@ func TestSweepAgesTheQueuesItIsGiven(t *testing.T) {
 	require.Equal(t, map[string]int{"mailer_default": 1}, res.Promoted)
 	require.Equal(t, 2, db.Jobs(t, "id = $1", mail)[0].Priority)
 	require.Equal(t, 4, db.Jobs(t, "id = $1", analysis)[0].Priority)
+}
+
+// TestSweepsArePlannedForTheirArguments: a sweep's statements (the batches
+// of both ranges and the skipped-jobs query) are planned for their
+// arguments at every execution, never with a cached generic plan, which
+// PostgreSQL picks after five executions of a prepared statement when its
+// estimate is no worse: over a large backlog the generic plans read the
+// whole table (FindSkipped, sweepRange).
+func TestSweepsArePlannedForTheirArguments(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	config := db.Pool.Config().Copy()
+	config.MaxConns = 1 // every sweep, and the count, on one connection
+	pool := testdb.PoolFor(t, config)
+	insertWaiting(t, db, "analysis_default", 4, 10*time.Minute)
+	for range 7 {
+		_, err := aging.Sweep(ctx, pool, aging.Settings{Step: time.Hour, MaxPriority: 2, Queues: []string{"analysis_default"}})
+		require.NoError(t, err)
+	}
+	rows, err := pool.Query(ctx, `SELECT statement FROM pg_prepared_statements WHERE generic_plans > 0 AND cardinality(parameter_types) > 0`)
+	require.NoError(t, err)
+	generic, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Empty(t, generic, "statements with parameters and generic plans")
 }

@@ -5,3 +5,6 @@ var PassSQL = passSQL
 
 // CheckSQL is a tick's check of a queue of one tenant, for benchmarks.
 var CheckSQL = checkSQL
+
+// LoneCheckSQL is a look at a queue of one tenant, for benchmarks.
+var LoneCheckSQL = loneCheckSQL

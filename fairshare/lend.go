@@ -94,7 +94,7 @@ func (a *Admitter) LendPass(ctx context.Context) (LendPass, error) {
 		p        LendPass
 		notified int
 	)
-	locked, err := a.locked(ctx, "lend:"+l.cfg.Queue, func(tx pgx.Tx) error {
+	locked, err := a.locked(ctx, "lend:"+l.cfg.Queue, false, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, lendSQL, l.cfg.Queue, l.cfg.From, a.queues[l.cfg.Queue].cfg.Workers, l.cfg.Floor,
 			l.recent(time.Now()), routing.PriorityLowest).Scan(&p.Ran, &p.Lent, &p.Returned, &p.PaidWaiting, &notified)
 	})

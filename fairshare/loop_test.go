@@ -247,3 +247,32 @@ func TestLooksArePlannedForTheirQueue(t *testing.T) {
 		[]string{loneCheckSQL, checkSQL}).Scan(&generic))
 	require.Zero(t, generic, "generic plans of the look and the check")
 }
+
+// TestLendingIsPlannedForItsQueues: a lending pass's statement is not
+// forced onto a generic plan as a fair-share pass's is (locked). Generic,
+// its EXISTS over the paid work waiting was costed as finding a row early
+// and read every job of every queue.
+func TestLendingIsPlannedForItsQueues(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	config := db.Pool.Config().Copy()
+	config.MaxConns = 1 // every pass, and the count, on one connection
+	pool := testdb.PoolFor(t, config)
+	a, err := New(pool, &Config{
+		Queues: map[string]Queue{"fair_priority": {Workers: 5, Fair: true}, "fair_default": {Workers: 3, Fair: true}},
+		Lend:   &Lend{Queue: "fair_priority", From: "fair_default", Floor: 1},
+		Tick:   time.Hour,
+	})
+	require.NoError(t, err)
+	insertAvailable(t, db, "fair_default", "f", 20)
+	ctx := context.Background()
+	for range 3 {
+		p, err := a.LendPass(ctx)
+		require.NoError(t, err)
+		require.True(t, p.Ran)
+	}
+	require.Equal(t, 4, db.Count(t, `SELECT count(*) FROM river_job WHERE metadata ? 'tierq:lent_from'`), "capacity 5 less the floor")
+	var generic int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0) FROM pg_prepared_statements WHERE statement = $1`, lendSQL).Scan(&generic))
+	require.Zero(t, generic, "generic plans of the lending pass")
+}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/fairshare"
@@ -64,7 +65,11 @@ func BenchmarkPass(b *testing.B) {
 // BenchmarkLoneBacklog times what a tick every 10 s costs over a queue of
 // one tenant with 50,000 available jobs: a full pass (it ranks them all)
 // against the check that replaces it there (it stops at the first job a
-// pass would act on, here none).
+// pass would act on, here none); and what a look costs (every 2 s, and up
+// to every 10 ms while jobs start and end) at another queue, empty, beside
+// that backlog: planned for its queue as tierq runs it, and as a cached
+// prepared statement, whose generic plan (chosen after five executions)
+// read the whole table.
 //
 //	go test -run '^$' -bench LoneBacklog -benchtime 20x ./fairshare/
 func BenchmarkLoneBacklog(b *testing.B) {
@@ -89,8 +94,33 @@ func BenchmarkLoneBacklog(b *testing.B) {
 		for range b.N {
 			var now time.Time
 			var held, act bool
-			require.NoError(b, db.Pool.QueryRow(ctx, fairshare.CheckSQL, queue, "", true).Scan(&now, &held, &act))
+			require.NoError(b, db.Pool.QueryRow(ctx, fairshare.CheckSQL, pgx.QueryExecModeCacheDescribe, queue, "", true).Scan(&now, &held, &act))
 			require.False(b, held || act)
 		}
 	})
+	for _, look := range []struct {
+		name string
+		mode pgx.QueryExecMode
+	}{{"look", pgx.QueryExecModeCacheDescribe}, {"look as a cached statement", pgx.QueryExecModeCacheStatement}} {
+		b.Run(look.name, func(b *testing.B) {
+			conn, err := db.Pool.Acquire(ctx) // one connection: its cached statement goes generic
+			require.NoError(b, err)
+			defer conn.Release()
+			run := func() {
+				var now time.Time
+				var held, newcomer bool
+				var alone *string
+				require.NoError(b, conn.QueryRow(ctx, fairshare.LoneCheckSQL, look.mode, "fair_other", time.Now().Add(-time.Second), nil).
+					Scan(&now, &held, &newcomer, &alone))
+				require.False(b, held || newcomer)
+			}
+			for range 6 { // past PostgreSQL's five custom plans
+				run()
+			}
+			b.ResetTimer()
+			for range b.N {
+				run()
+			}
+		})
+	}
 }

@@ -218,8 +218,14 @@ type Skipped struct {
 // FindSkipped runs sql, a query returning (id, reason) rows ordered by id
 // whose last parameter is a limit, and groups them by reason, in the order
 // the reasons first appear.
+//
+// The query is planned for its arguments at every execution (pgx's unnamed
+// statement), never with a cached generic plan: generic, ORDER BY id LIMIT
+// over "the available jobs of these queues" read river_job in id order,
+// all of it when nothing is skipped (14–34 ms over a 50,000-job backlog,
+// against 0.05–0.16 ms; aging's TestSweepsArePlannedForTheirArguments).
 func FindSkipped(ctx context.Context, q Querier, sql string, args ...any) ([]Skipped, error) {
-	rows, err := q.Query(ctx, sql, append(args, maxSkippedCount)...)
+	rows, err := q.Query(ctx, sql, append([]any{pgx.QueryExecModeCacheDescribe}, append(args, maxSkippedCount)...)...)
 	if err != nil {
 		return nil, err
 	}
