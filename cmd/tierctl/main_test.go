@@ -40,8 +40,8 @@ func TestMigrateFreshSchemaThenIdempotent(t *testing.T) {
 
 	out, err := runTierctl(t, environ, "migrate")
 	require.NoError(t, err, out)
-	require.Contains(t, out, "tierq migrations applied: [1 2 3 4 5 6 7]")
-	require.Contains(t, out, "tierq schema version: 7")
+	require.Contains(t, out, "tierq migrations applied: [1 2 3 4 5 6 7 8]")
+	require.Contains(t, out, "tierq schema version: 8")
 
 	out, err = runTierctl(t, environ, "migrate")
 	require.NoError(t, err, out)
