@@ -506,10 +506,11 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 // better than another (TestPassIsPlannedOnce).
 //
 // Only a pass (generic true) plans that way. A lending pass's statement
-// does not: generic, its EXISTS over the paid work waiting in the lending
-// queue was costed as finding a row early and read every job of every
-// queue (14–19 ms over a 50,000-job free backlog, against 0.2–0.4 ms
-// planned for its parameters; TestLendingIsPlannedForItsQueues).
+// must not, and is sent unnamed so that PostgreSQL plans it for its
+// arguments each time: generic, its EXISTS over the paid work waiting in
+// the lending queue was costed as finding a row early and read every job
+// of every queue (14–19 ms over a 50,000-job free backlog, against
+// 0.2–0.4 ms planned for its parameters; TestLendingIsPlannedForItsQueues).
 func (a *Admitter) locked(ctx context.Context, key string, generic bool, pass func(tx pgx.Tx) error) (bool, error) {
 	var ok bool
 	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {

@@ -95,7 +95,9 @@ func (a *Admitter) LendPass(ctx context.Context) (LendPass, error) {
 		notified int
 	)
 	locked, err := a.locked(ctx, "lend:"+l.cfg.Queue, false, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, lendSQL, l.cfg.Queue, l.cfg.From, a.queues[l.cfg.Queue].cfg.Workers, l.cfg.Floor,
+		// Planned for its arguments at each execution (pgx's unnamed
+		// statement): see locked.
+		return tx.QueryRow(ctx, lendSQL, pgx.QueryExecModeCacheDescribe, l.cfg.Queue, l.cfg.From, a.queues[l.cfg.Queue].cfg.Workers, l.cfg.Floor,
 			l.recent(time.Now()), routing.PriorityLowest).Scan(&p.Ran, &p.Lent, &p.Returned, &p.PaidWaiting, &notified)
 	})
 	if err != nil {

@@ -54,8 +54,10 @@ func TestUpgradeFromOldStyleJobs(t *testing.T) {
 	t.Parallel()
 	// The schema before the upgrade is today's: migrate/ (River's
 	// migrations through rivermigrate at River v0.51.1, tierq's 00001 to
-	// 00006) is the same at 8b78568, the last commit that wrote jobs as
-	// below, and now; issue 16 added no migration. migrate.Up takes no
+	// 00006) was the same at 8b78568, the last commit that wrote jobs as
+	// below; since, 00007 (fair share's tables and partial index) and 00008
+	// (statistics on river_job) add nothing an existing row needs or
+	// enters. migrate.Up takes no
 	// target version, so testdb.New's migration to the latest is the
 	// pre-upgrade schema, and the upgrade's migrate.Up must find nothing to
 	// apply.
