@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/internal/testdb"
@@ -193,11 +194,7 @@ func TestQueueLoopsTickApart(t *testing.T) {
 func TestPassIsPlannedOnce(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	config := db.Pool.Config().Copy()
-	config.MaxConns = 1 // every pass, and the count, on one connection
-	pool := testdb.PoolFor(t, config)
-	a, err := New(pool, &Config{Queues: map[string]Queue{loopQueue: {Workers: 2, Fair: true}}, Tick: time.Hour})
-	require.NoError(t, err)
+	a, pool := oneConnection(t, db, &Config{Queues: map[string]Queue{loopQueue: {Workers: 2, Fair: true}}})
 	insertAvailable(t, db, loopQueue, "a", 5)
 	insertAvailable(t, db, loopQueue, "b", 5)
 	ctx := context.Background()
@@ -222,15 +219,11 @@ func TestPassIsPlannedOnce(t *testing.T) {
 func TestLooksArePlannedForTheirQueue(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	config := db.Pool.Config().Copy()
-	config.MaxConns = 1 // every look, and the count, on one connection
-	pool := testdb.PoolFor(t, config)
-	a, err := New(pool, &Config{Queues: map[string]Queue{loopQueue: {Workers: 2, Fair: true}}, Tick: time.Hour})
-	require.NoError(t, err)
+	a, pool := oneConnection(t, db, &Config{Queues: map[string]Queue{loopQueue: {Workers: 2, Fair: true}}})
 	insertAvailable(t, db, "another_queue", "a", 20_000)
 	insertAvailable(t, db, loopQueue, "a", 1)
 	ctx := context.Background()
-	_, err = db.Pool.Exec(ctx, `ANALYZE river_job`)
+	_, err := db.Pool.Exec(ctx, `ANALYZE river_job`)
 	require.NoError(t, err)
 	p, err := a.Pass(ctx, loopQueue)
 	require.NoError(t, err)
@@ -242,10 +235,7 @@ func TestLooksArePlannedForTheirQueue(t *testing.T) {
 			require.True(t, p.Checked)
 		}
 	}
-	var generic int64
-	require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0) FROM pg_prepared_statements WHERE statement = ANY($1)`,
-		[]string{loneCheckSQL, checkSQL}).Scan(&generic))
-	require.Zero(t, generic, "generic plans of the look and the check")
+	require.Zero(t, genericPlans(t, pool, loneCheckSQL, checkSQL), "generic plans of the look and the check")
 }
 
 // TestLendingIsPlannedForItsQueues: a lending pass's statement is neither
@@ -256,15 +246,10 @@ func TestLooksArePlannedForTheirQueue(t *testing.T) {
 func TestLendingIsPlannedForItsQueues(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	config := db.Pool.Config().Copy()
-	config.MaxConns = 1 // every pass, and the count, on one connection
-	pool := testdb.PoolFor(t, config)
-	a, err := New(pool, &Config{
+	a, pool := oneConnection(t, db, &Config{
 		Queues: map[string]Queue{"fair_priority": {Workers: 5, Fair: true}, "fair_default": {Workers: 3, Fair: true}},
 		Lend:   &Lend{Queue: "fair_priority", From: "fair_default", Floor: 1},
-		Tick:   time.Hour,
 	})
-	require.NoError(t, err)
 	insertAvailable(t, db, "fair_default", "f", 20)
 	ctx := context.Background()
 	for range 7 {
@@ -273,7 +258,30 @@ func TestLendingIsPlannedForItsQueues(t *testing.T) {
 		require.True(t, p.Ran)
 	}
 	require.Equal(t, 4, db.Count(t, `SELECT count(*) FROM river_job WHERE metadata ? 'tierq:lent_from'`), "capacity 5 less the floor")
+	require.Zero(t, genericPlans(t, pool, lendSQL), "generic plans of the lending pass")
+}
+
+// oneConnection is an Admitter of cfg (Tick an hour: nothing runs unless
+// the test runs it) on a pool of one connection, and that pool: every
+// statement it sends, and a count of pg_prepared_statements, are on the
+// same connection.
+func oneConnection(t *testing.T, db *testdb.DB, cfg *Config) (*Admitter, *pgxpool.Pool) {
+	t.Helper()
+	config := db.Pool.Config().Copy()
+	config.MaxConns = 1
+	pool := testdb.PoolFor(t, config)
+	cfg.Tick = time.Hour
+	a, err := New(pool, cfg)
+	require.NoError(t, err)
+	return a, pool
+}
+
+// genericPlans is how many times pool's connection ran statements among
+// sqls on a generic plan.
+func genericPlans(t *testing.T, pool *pgxpool.Pool, sqls ...string) int64 {
+	t.Helper()
 	var generic int64
-	require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0) FROM pg_prepared_statements WHERE statement = $1`, lendSQL).Scan(&generic))
-	require.Zero(t, generic, "generic plans of the lending pass")
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT coalesce(sum(generic_plans), 0) FROM pg_prepared_statements WHERE statement = ANY($1)`, sqls).Scan(&generic))
+	return generic
 }
