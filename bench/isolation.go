@@ -588,10 +588,7 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 			return nil, LatencySplit{}, 0, 0, fmt.Errorf("count backlog: %w", err)
 		}
 	}
-	if lat, err = pickupLatencies(ctx, e.Pool, ids); err != nil {
-		return nil, LatencySplit{}, 0, 0, err
-	}
-	if split, err = splitLatencies(ctx, e.Pool, ins.acks); err != nil {
+	if lat, split, err = splitLatencies(ctx, e.Pool, ins.acks); err != nil {
 		return nil, LatencySplit{}, 0, 0, err
 	}
 	return lat, split, worked, left, nil
@@ -616,31 +613,37 @@ type LatencySplit struct {
 	TailWakeMs   float64 `json:"tail_wake_ms"`
 }
 
-// splitLatencies is the LatencySplit of the jobs acks recorded, started.
-func splitLatencies(ctx context.Context, pool *pgxpool.Pool, acks *commitAcks) (LatencySplit, error) {
+// splitLatencies reads the jobs acks recorded, started, in one query: their
+// insert→start latencies in ms (as pickupLatencies) and their LatencySplit.
+func splitLatencies(ctx context.Context, pool *pgxpool.Pool, acks *commitAcks) ([]float64, LatencySplit, error) {
 	ids := make([]int64, 0, len(acks.at))
 	for id := range acks.at {
 		ids = append(ids, id)
 	}
-	rows, err := pool.Query(ctx, `SELECT id, extract(epoch FROM created_at)::float8 * 1000, extract(epoch FROM attempted_at)::float8 * 1000
+	rows, err := pool.Query(ctx, `SELECT id, extract(epoch FROM attempted_at - created_at)::float8 * 1000,
+			extract(epoch FROM created_at)::float8 * 1000, extract(epoch FROM attempted_at)::float8 * 1000
 		FROM river_job WHERE id = ANY($1)`, ids)
 	if err != nil {
-		return LatencySplit{}, fmt.Errorf("read latencies: %w", err)
+		return nil, LatencySplit{}, fmt.Errorf("read latencies: %w", err)
 	}
 	type job struct{ commit, wake float64 }
-	var jobs []job
-	var id int64
-	var created, attempted float64
-	_, err = pgx.ForEachRow(rows, []any{&id, &created, &attempted}, func() error {
+	var (
+		jobs                      []job
+		lat                       []float64
+		id                        int64
+		total, created, attempted float64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &total, &created, &attempted}, func() error {
 		ack := float64(acks.at[id].UnixMicro()) / 1000
+		lat = append(lat, total)
 		jobs = append(jobs, job{commit: ack - created, wake: attempted - ack})
 		return nil
 	})
 	if err != nil {
-		return LatencySplit{}, fmt.Errorf("read latencies: %w", err)
+		return nil, LatencySplit{}, fmt.Errorf("read latencies: %w", err)
 	}
 	if len(jobs) == 0 {
-		return LatencySplit{}, nil
+		return lat, LatencySplit{}, nil
 	}
 	part := func(f func(job) float64) []float64 {
 		v := make([]float64, len(jobs))
@@ -660,7 +663,7 @@ func splitLatencies(ctx context.Context, pool *pgxpool.Pool, acks *commitAcks) (
 		split.TailCommitMs += j.commit / float64(len(tail))
 		split.TailWakeMs += j.wake / float64(len(tail))
 	}
-	return split, nil
+	return lat, split, nil
 }
 
 // pickupLatencies are the insert→start latencies in ms of the jobs of ids,
