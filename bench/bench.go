@@ -339,7 +339,7 @@ func tierqDeployment(cfg config.Worker, pool *pgxpool.Pool, opts Options, adjust
 	if err != nil {
 		return nil, err
 	}
-	admitter, err := worker.NewAdmitter(cfg, pool, opts.logger(), nil)
+	admitter, err := worker.NewAdmitter(cfg, opts.Registry, pool, opts.logger(), nil)
 	if err != nil {
 		return nil, err
 	}

@@ -1,5 +1,7 @@
 package fairshare
 
+import "context"
+
 // PassSQL is the pass statement, for EXPLAIN in benchmarks.
 var PassSQL = passSQL
 
@@ -8,3 +10,8 @@ var CheckSQL = checkSQL
 
 // LoneCheckSQL is a look at a queue of one tenant, for benchmarks.
 var LoneCheckSQL = loneCheckSQL
+
+// Release runs the release of held jobs of unknown kinds over queue.
+func (a *Admitter) Release(ctx context.Context, queue string) (int, error) {
+	return a.release(ctx, a.queues[queue])
+}

@@ -50,6 +50,7 @@ package fairshare
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -85,6 +86,17 @@ type Queue struct {
 	// nothing back and admits whatever is still held (fair share was on
 	// before, in this process or another).
 	Fair bool
+
+	// Kinds are the job kinds the process's River client fetches in the
+	// queue: with River's FetchOnlyKnownKinds, the kinds of its registered
+	// workers, aliases included. They travel with the heartbeat: a queue's
+	// fetchable kinds are those of every process serving it. An available
+	// job of a kind no process fetches holds no place in its tenant's
+	// window, is never lent, and a held one is made available again
+	// (tierq_unfetchable_jobs counts them): no worker would ever take it.
+	// Nil: every kind (FetchOnlyKnownKinds off), and then no job is
+	// unfetchable for its kind.
+	Kinds []string
 }
 
 // Config configures an Admitter.
@@ -236,6 +248,8 @@ type Admitter struct {
 type queueState struct {
 	name    string
 	cfg     Queue
+	kinds   []string // cfg.Kinds for SQL: never nil
+	every   bool     // cfg.Kinds is nil: every kind is fetched
 	running atomic.Int64 // jobs of the queue this process works right now
 	held    atomic.Bool  // the last pass saw held jobs
 	wake    chan struct{}
@@ -270,6 +284,16 @@ const maxMissBackoff = 4
 // floods the queue, before the pass that starts holding the flood back.
 const loneCheckInterval = 10 * time.Millisecond
 
+// localKinds is what this process adds to the queue's known kinds in a
+// pass: its own, when it has workers there (before its first heartbeat
+// lands).
+func (q *queueState) localKinds() []string {
+	if q.cfg.Workers == 0 {
+		return []string{}
+	}
+	return q.kinds
+}
+
 func (q *queueState) signal() {
 	select {
 	case q.wake <- struct{}{}:
@@ -289,7 +313,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Admitter, error) {
 	}
 	a := &Admitter{cfg: c, pool: pool, queues: map[string]*queueState{}}
 	for name, q := range c.Queues {
-		a.queues[name] = &queueState{name: name, cfg: q, wake: make(chan struct{}, 1)}
+		a.queues[name] = &queueState{name: name, cfg: q, kinds: append([]string{}, q.Kinds...), every: q.Kinds == nil, wake: make(chan struct{}, 1)}
 		a.names = append(a.names, name)
 	}
 	slices.Sort(a.names)
@@ -376,6 +400,10 @@ type Pass struct {
 	// Yielded counts the places of tenants with jobs running moved behind
 	// a tenant that had not had its turn yet (none of its jobs running).
 	Yielded int
+	// Ahead counts the admitted jobs that are not due yet: they keep their
+	// own scheduled_at (a retry's), hold no place until then, and the next
+	// pass may admit more at once.
+	Ahead int
 	// Lone is true when one tenant alone (or none) was active and nothing
 	// was held: nothing needs holding, and the next passes only look for
 	// a newcomer. Checked is true for such a look or check (no pass ran).
@@ -429,12 +457,12 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 		// (TestLooksArePlannedForTheirQueue).
 		if kind == look {
 			var newcomer bool
-			err = a.pool.QueryRow(ctx, loneCheckSQL, pgx.QueryExecModeCacheDescribe, q.name, q.watermark, q.loneName).Scan(&now, &held, &newcomer, &alone)
+			err = a.pool.QueryRow(ctx, loneCheckSQL, pgx.QueryExecModeCacheDescribe, q.name, q.watermark, q.loneName, q.kinds, q.every).Scan(&now, &held, &newcomer, &alone)
 			// Without fair share only held work (left from when it was
 			// on) needs a pass: to release it.
 			act = newcomer && q.cfg.Fair
 		} else {
-			err = a.pool.QueryRow(ctx, checkSQL, pgx.QueryExecModeCacheDescribe, q.name, q.loneName, q.cfg.Fair).Scan(&now, &held, &act)
+			err = a.pool.QueryRow(ctx, checkSQL, pgx.QueryExecModeCacheDescribe, q.name, q.loneName, q.cfg.Fair, q.kinds, q.every).Scan(&now, &held, &act)
 		}
 		if err != nil {
 			return Pass{}, fmt.Errorf("fair share check of %s: %w", q.name, err)
@@ -451,8 +479,8 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 		now      time.Time
 	)
 	locked, err := a.locked(ctx, q.name, true, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, passSQL, q.name, q.cfg.Workers, q.cfg.Fair).Scan(
-			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded)
+		return tx.QueryRow(ctx, passSQL, q.name, q.cfg.Workers, q.cfg.Fair, q.localKinds(), q.every && q.cfg.Workers > 0).Scan(
+			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded, &p.Ahead)
 	})
 	if err != nil {
 		return Pass{}, fmt.Errorf("fair share pass over %s: %w", q.name, err)
@@ -476,6 +504,12 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 	// worker busy at once). Nothing else would then run a pass before the
 	// next Tick, with work held and the workers idle: look again.
 	if !q.held.Swap(held) && held {
+		q.signal()
+	}
+	// Jobs admitted ahead of their due time hold no place yet: the held
+	// work behind them may be admitted now, with no worker busy to wake
+	// the loop.
+	if p.Ahead > 0 && held {
 		q.signal()
 	}
 	if a.lend != nil && q.name == a.lend.cfg.From && p.Admitted > 0 {
@@ -603,8 +637,16 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 			// checks the whole queue: what a look misses, a job made
 			// available with an old scheduled_at.
 			ticks++
-			if kind == look && ticks%fullPassTicks == 0 {
-				kind = check
+			if ticks%fullPassTicks == 0 {
+				if kind == look {
+					kind = check
+				}
+				if n, err := a.release(ctx, q); err != nil && ctx.Err() == nil {
+					a.cfg.Logger.ErrorContext(ctx, "fair share release", slog.String("queue", q.name), slog.String("error", err.Error()))
+				} else if n > 0 {
+					a.cfg.Logger.WarnContext(ctx, "fair share: held jobs of kinds no worker of the queue fetches made available",
+						slog.String("queue", q.name), slog.Int("num_released", n))
+				}
 			}
 		}
 		p, err := a.pass(ctx, q, kind)
@@ -633,18 +675,38 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 	}
 }
 
+// release makes available the held jobs of q of kinds no worker of q
+// fetches (releaseSQL) and returns how many.
+func (a *Admitter) release(ctx context.Context, q *queueState) (int, error) {
+	if q.every {
+		return 0, nil // this process fetches every kind: none is unknown
+	}
+	var n int
+	// Planned for its arguments (pgx's unnamed statement): generic, the
+	// planner may not see that every=true reads nothing.
+	err := a.pool.QueryRow(ctx, releaseSQL, pgx.QueryExecModeCacheDescribe, q.name, q.localKinds(), false).Scan(&n)
+	return n, err
+}
+
 // heartbeat records the process's workers per queue every Heartbeat until
 // ctx ends.
 func (a *Admitter) heartbeat(ctx context.Context) {
 	slots := make([]int32, len(a.names))
+	kinds := make([]string, len(a.names))
 	for i, name := range a.names {
-		slots[i] = int32(a.queues[name].cfg.Workers) //nolint:gosec // at most service.MaxQueueWorkers
+		q := a.queues[name]
+		slots[i] = int32(q.cfg.Workers) //nolint:gosec // at most service.MaxQueueWorkers
+		k := []byte("null")
+		if !q.every {
+			k, _ = json.Marshal(q.kinds) // strings: never fails
+		}
+		kinds[i] = string(k)
 	}
 	lease := (3 * a.cfg.Heartbeat).Seconds()
 	ticker := time.NewTicker(a.cfg.Heartbeat)
 	defer ticker.Stop()
 	for {
-		if _, err := a.pool.Exec(ctx, heartbeatSQL, a.cfg.ClientID, a.names, slots, lease); err != nil && ctx.Err() == nil {
+		if _, err := a.pool.Exec(ctx, heartbeatSQL, a.cfg.ClientID, a.names, slots, lease, kinds); err != nil && ctx.Err() == nil {
 			a.cfg.Logger.ErrorContext(ctx, "fair share heartbeat", slog.String("error", err.Error()))
 		}
 		select {

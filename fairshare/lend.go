@@ -97,8 +97,9 @@ func (a *Admitter) LendPass(ctx context.Context) (LendPass, error) {
 	locked, err := a.locked(ctx, "lend:"+l.cfg.Queue, false, func(tx pgx.Tx) error {
 		// Planned for its arguments at each execution (pgx's unnamed
 		// statement): see locked.
-		return tx.QueryRow(ctx, lendSQL, pgx.QueryExecModeCacheDescribe, l.cfg.Queue, l.cfg.From, a.queues[l.cfg.Queue].cfg.Workers, l.cfg.Floor,
-			l.recent(time.Now()), routing.PriorityLowest).Scan(&p.Ran, &p.Lent, &p.Returned, &p.PaidWaiting, &notified)
+		q := a.queues[l.cfg.Queue]
+		return tx.QueryRow(ctx, lendSQL, pgx.QueryExecModeCacheDescribe, l.cfg.Queue, l.cfg.From, q.cfg.Workers, l.cfg.Floor,
+			l.recent(time.Now()), routing.PriorityLowest, q.localKinds(), q.every).Scan(&p.Ran, &p.Lent, &p.Returned, &p.PaidWaiting, &notified)
 	})
 	if err != nil {
 		return LendPass{}, fmt.Errorf("lending pass over %s: %w", l.cfg.Queue, err)

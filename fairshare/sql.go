@@ -5,12 +5,25 @@ import (
 	"github.com/tierq/tierq/jobmeta"
 )
 
-// tenantSQL is a job's tenant in the SQL of this package: its metadata's
-// jobmeta.Tenant, or the empty string for a job without one (they count as
-// one tenant).
-// river_job_tierq_held_idx is built on this exact expression.
+// tenantKeyBytes is the longest tenant id that is its own key in this
+// package's SQL: jobmeta's rule for tenant ids, and migration 00009's.
+const tenantKeyBytes = 200
+
+// tenantSQL is the key of a job's tenant in the SQL of this package: its
+// metadata's jobmeta.Tenant, or the empty string for a job without one (they
+// count as one tenant). A tenant id longer than tenantKeyBytes (a row
+// written without tierq's producers, which refuse one) is keyed by its first
+// tenantKeyBytes characters, "#md5:" and the md5 of the whole: bounded (at
+// most 837 bytes: an index entry or a sort key of unbounded text failed
+// whole passes), longer than tenantKeyBytes bytes so never another tenant's
+// id, and collision-free in practice (two ids must share both their first
+// 200 characters and their md5). river_job_tierq_held_idx is built on this
+// exact expression (migration 00009).
 func tenantSQL(alias string) string {
-	return `coalesce(` + alias + `.metadata->>'` + jobmeta.Tenant + `', '')`
+	t := alias + `.metadata->>'` + jobmeta.Tenant + `'`
+	return `(CASE WHEN octet_length(coalesce(` + t + `, '')) <= ` + itoa(tenantKeyBytes) + `
+             THEN coalesce(` + t + `, '')
+             ELSE left(` + t + `, ` + itoa(tenantKeyBytes) + `) || '#md5:' || md5(` + t + `) END)`
 }
 
 // heldSQL is an SQL condition: the river_job row aliased alias is held by
@@ -33,6 +46,45 @@ func capCTE(local string) string {
     FROM fair_share_slots AS s
     WHERE s.queue = $1 AND s.expires_at > now()
 )`
+}
+
+// knownCTE is the job kinds the workers of queue $1 fetch (River's
+// FetchOnlyKnownKinds): the kinds of the unexpired heartbeats with workers
+// (fair_share_slots.kinds; NULL: every kind), and this process's own, the
+// parameters kinds (text[]) and every (bool: it fetches every kind), which
+// count before its first heartbeat lands. One row: every, or the kinds.
+func knownCTE(kinds, every string) string {
+	return `known AS (
+    SELECT ` + every + `::bool OR coalesce(bool_or(s.kinds IS NULL), false) AS every,
+           ` + kinds + `::text[] || coalesce(array_agg(k.kind) FILTER (WHERE k.kind IS NOT NULL), '{}') AS kinds
+    FROM fair_share_slots AS s
+    LEFT JOIN LATERAL unnest(s.kinds) AS k(kind) ON true
+    WHERE s.queue = $1 AND s.expires_at > now() AND s.slots > 0
+)`
+}
+
+// knownKindSQL is an SQL condition: a worker of the queue fetches the kind
+// of the river_job row aliased alias (the statement's knownCTE).
+func knownKindSQL(alias string) string {
+	return `((SELECT every FROM known) OR ` + alias + `.kind = ANY((SELECT kinds FROM known)::text[]))`
+}
+
+// fetchableSQL is an SQL condition: River's fetch would take the available
+// river_job row aliased alias now. It is due (River writes retries and
+// snoozes of up to 5 s, and its scheduler promotes jobs, into available
+// with a scheduled_at ahead: its fetch skips them until then) and of a kind
+// a worker of the queue runs (knownKindSQL). Only such rows hold a place in
+// line; the others are neither counted, held back nor lent.
+func fetchableSQL(alias string) string {
+	return alias + `.scheduled_at <= now() AND ` + knownKindSQL(alias)
+}
+
+// localFetchableSQL is fetchableSQL with this process's own kinds only
+// (the parameters kinds and every): for a look or a check, which read no
+// heartbeats. A job of a kind only another process fetches is that
+// process's look to find.
+func localFetchableSQL(alias, kinds, every string) string {
+	return alias + `.scheduled_at <= now() AND (` + every + `::bool OR ` + alias + `.kind = ANY(` + kinds + `::text[]))`
 }
 
 // notifiedCTE sends River's insert notification for the queue ($1) when
@@ -64,8 +116,10 @@ func keptDueSQL(alias, movedAt string) string {
 // line is rebuilt as if each place had been refilled at the back the moment
 // it was freed: jobs admitted together would otherwise tie on scheduled_at
 // and go in id order, the oldest tenant's first every time. In the past,
-// never the future: River fetches only jobs whose scheduled_at has come.
-const admittedAtSQL = `(now() - (t.total - t.pos) * interval '1 microsecond')`
+// so that River fetches it at once; but never before the job's own
+// scheduled_at: a held job that is not due yet (held by an older release,
+// or written held) keeps its due time, so that a retry never runs early.
+const admittedAtSQL = `greatest(now() - (t.total - t.pos) * interval '1 microsecond', j.scheduled_at)`
 
 // Rows are joined to river_job by id through id = ANY(ARRAY(…)), which the
 // planner always answers from the primary key: a plain join may be planned
@@ -80,14 +134,22 @@ const admittedAtSQL = `(now() - (t.total - t.pos) * interval '1 microsecond')`
 //   - cap: the queue's capacity, the sum of the unexpired heartbeats of the
 //     processes that serve it (fair_share_slots), and at least $2 (this
 //     process's own workers, before its first heartbeat lands).
-//   - avail: the queue's available jobs, ranked per tenant in River's fetch
-//     order (priority, scheduled_at, id). Through River's fetching index.
-//     Jobs lent to the queue (jobmeta.LentFrom) are the lending pass's:
-//     they neither count nor move here.
-//   - held_levels: the tenants with held jobs and the best priority each
-//     has held, one index probe per tenant (a loose scan of
+//   - known: the kinds the queue's workers fetch (knownCTE: heartbeats,
+//     and $4, $5 for this process's own).
+//   - avail: the queue's available jobs that River's fetch would take now
+//     (fetchableSQL: due, of a known kind), ranked per tenant in River's
+//     fetch order (priority, scheduled_at, id). Through River's fetching
+//     index. Jobs lent to the queue (jobmeta.LentFrom) are the lending
+//     pass's: they neither count nor move here. An available job that is
+//     not due yet (a retry or a snooze River wrote a few seconds ahead) or
+//     that no worker of the queue fetches holds no place in line: counted,
+//     it filled its tenant's window with work no worker would take, and
+//     the tenant's held jobs waited beside idle workers.
+//   - held_levels: the tenants with held jobs of known kinds and the best
+//     priority each has held, one index probe per tenant (a loose scan of
 //     river_job_tierq_held_idx), so a pass costs O(tenants), never O(held
-//     jobs).
+//     jobs). (A held job of a kind no worker fetches is left to
+//     releaseSQL.)
 //   - tenants, windows: every active tenant's window, its share of cap by
 //     weight (fair_share_weights, default 1) among the tenants of its level
 //     (the best priority it has waiting), at least one; or unlimited when
@@ -115,15 +177,17 @@ const admittedAtSQL = `(now() - (t.total - t.pos) * interval '1 microsecond')`
 //   - yielded: while a tenant with no job running (one that has not had
 //     its turn yet: a newcomer, a trickle) waits in line, the places of
 //     tenants with jobs running that stand ahead of it go behind it
-//     (scheduled_at just after its newest job's, never after now; their
-//     due time kept), as deficit round robin serves a newly active flow
+//     (scheduled_at just after its newest job's, never after now, and so
+//     never before their own: every row ranked is due; their due time
+//     kept), as deficit round robin serves a newly active flow
 //     next. Without this its job would wait behind every place the other
 //     tenants hold. (Moving the newcomer ahead instead would give it an
 //     earlier scheduled_at than its due time: aging and escalation would
 //     count a wait it never had.)
-//   - admitted: each tenant's best held jobs, as many as its window has
-//     room for, go back to available with scheduled_at now(): the back of
-//     the queue in River's fetch order, so that tenants take turns, each
+//   - admitted: each tenant's best held jobs of known kinds, as many as
+//     its window has room for, go back to available with scheduled_at
+//     now() (admittedAtSQL: never before their own scheduled_at): the back
+//     of the queue in River's fetch order, so that tenants take turns, each
 //     with as many places in the line as its window. The time the job's
 //     attempt became due is kept (jobmeta.DueAt and MovedAt, as escalation
 //     keeps it), so its reported wait and its aging count the hold.
@@ -137,22 +201,24 @@ lock AS (
     SELECT true AS ok WHERE NOT ` + db.PausedSQL("$1") + `
 ),
 ` + capCTE("$2") + `,
+` + knownCTE("$4", "$5") + `,
 avail AS MATERIALIZED (
     SELECT j.id, j.priority, j.scheduled_at, ` + tenantSQL("j") + ` AS tenant, jsonb_typeof(j.metadata) = 'object' AS holdable,
            j.metadata ? '` + jobmeta.HeldAt + `' AS marked,
            row_number() OVER (PARTITION BY ` + tenantSQL("j") + ` ORDER BY j.priority, j.scheduled_at, j.id) AS rank
     FROM river_job AS j
     WHERE j.state = 'available' AND j.queue = $1 AND NOT j.metadata ? '` + jobmeta.LentFrom + `' AND (SELECT ok FROM lock)
+      AND ` + fetchableSQL("j") + `
 ),
 held_levels(tenant, level) AS (
     (SELECT ` + tenantSQL("j") + `, j.priority FROM river_job AS j
-     WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND (SELECT ok FROM lock)
+     WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND (SELECT ok FROM lock) AND ` + knownKindSQL("j") + `
      ORDER BY ` + tenantSQL("j") + `, j.priority LIMIT 1)
     UNION ALL
     SELECT x.tenant, x.level
     FROM held_levels AS h,
          LATERAL (SELECT ` + tenantSQL("j") + ` AS tenant, j.priority AS level FROM river_job AS j
-                  WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` > h.tenant
+                  WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` > h.tenant AND ` + knownKindSQL("j") + `
                   ORDER BY ` + tenantSQL("j") + `, j.priority LIMIT 1) AS x
 ),
 tenants AS (
@@ -240,7 +306,7 @@ admit AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.scheduled_at
         FROM river_job AS j
-        WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = w.tenant
+        WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = w.tenant AND ` + knownKindSQL("j") + `
         ORDER BY j.priority, j.scheduled_at, j.id
         LIMIT greatest(0, w.w - w.n)
         FOR UPDATE SKIP LOCKED
@@ -275,7 +341,7 @@ admitted AS (
             ` + keptDueSQL("j", admittedAtSQL) + `)
     FROM turns AS t
     WHERE j.id = t.id AND j.id = ANY(ARRAY(SELECT id FROM turns))
-    RETURNING j.id
+    RETURNING j.id, j.scheduled_at > now() AS ahead
 ),
 ` + notifiedCTE("admitted") + `
 SELECT coalesce((SELECT ok FROM lock), false),
@@ -287,7 +353,8 @@ SELECT coalesce((SELECT ok FROM lock), false),
        (SELECT count(*) FROM notified)::int,
        (SELECT CASE WHEN count(*) = 1 THEN min(tenant) END FROM tenants),
        now(),
-       (SELECT count(*) FROM yielded)::int`
+       (SELECT count(*) FROM yielded)::int,
+       (SELECT count(*) FROM admitted WHERE ahead)::int`
 
 // loneCheckSQL is the cheap look a process takes at a queue whose last
 // pass found one tenant alone ($3; NULL: none, the queue was empty) and
@@ -303,7 +370,7 @@ SELECT coalesce((SELECT ok FROM lock), false),
 // (Config.Tick).
 var loneCheckSQL = `
 SELECT now(),
-       EXISTS (SELECT 1 FROM river_job AS j WHERE ` + heldSQL("j") + ` AND j.queue = $1),
+       EXISTS (SELECT 1 FROM river_job AS j WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ($5::bool OR j.kind = ANY($4::text[]))),
        EXISTS (SELECT 1 FROM river_job AS j
                WHERE ` + freshSQL("j") + ` AND ` + tenantSQL("j") + ` IS DISTINCT FROM ` + loneSQL + `),
        ` + loneSQL
@@ -321,23 +388,57 @@ SELECT now(),
 // BenchmarkLoneBacklog).
 var checkSQL = `
 SELECT now(),
-       EXISTS (SELECT 1 FROM river_job AS j WHERE ` + heldSQL("j") + ` AND j.queue = $1),
+       EXISTS (SELECT 1 FROM river_job AS j WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ($5::bool OR j.kind = ANY($4::text[]))),
        EXISTS (SELECT 1 FROM river_job AS j
                WHERE j.state = 'available' AND j.queue = $1 AND NOT j.metadata ? '` + jobmeta.LentFrom + `'
+                 AND ` + localFetchableSQL("j", "$4", "$5") + `
                  AND (j.metadata ? '` + jobmeta.HeldAt + `' OR ($3::bool AND ` + tenantSQL("j") + ` IS DISTINCT FROM $2::text)))`
 
 // freshSQL is an SQL condition: the river_job row aliased alias is an
 // available job of queue $1 made available after $2 (a lone check's
 // watermark), not lent to it, at one of tierq's priorities (River's
-// fetching index).
+// fetching index), and fetchable now by this process ($4 its kinds, $5
+// every kind): a retry River wrote a few seconds ahead is found once it is
+// due (its scheduled_at is then after the watermark), not every look until
+// then.
 func freshSQL(alias string) string {
 	return alias + `.state = 'available' AND ` + alias + `.queue = $1 AND ` + alias + `.priority = ANY('{1,2,3,4}'::smallint[])
-                 AND ` + alias + `.scheduled_at > $2 AND NOT ` + alias + `.metadata ? '` + jobmeta.LentFrom + `'`
+                 AND ` + alias + `.scheduled_at > $2 AND NOT ` + alias + `.metadata ? '` + jobmeta.LentFrom + `'
+                 AND ` + localFetchableSQL(alias, "$4", "$5")
 }
 
 // loneSQL is the tenant alone of a lone check: $3, or when the queue was
 // empty ($3 NULL) the tenant of any job made available since.
 var loneSQL = `coalesce($3::text, (SELECT ` + tenantSQL("f") + ` FROM river_job AS f WHERE ` + freshSQL("f") + ` LIMIT 1))`
+
+// releaseSQL makes available again, up to 1,000 at a time, the held jobs
+// of queue $1 of a kind no worker of the queue fetches (knownCTE, $2 and
+// $3 this process's kinds): jobs held before they became unfetchable (a
+// release without their kind's worker), or written held. A pass neither
+// counts nor admits them (they would fill their tenant's window, or with a
+// better priority take every other tenant's places, for work no worker
+// takes); made available, they wait for a worker of their kind in plain
+// sight, counted by tierq_unfetchable_jobs. It reads every held job of the
+// queue (their kinds are not in river_job_tierq_held_idx), and so runs
+// once every fullPassTicks Ticks, not with each pass; when every kind is
+// fetched it reads nothing.
+var releaseSQL = `
+WITH ` + knownCTE("$2", "$3") + `,
+stray AS (
+    SELECT j.id
+    FROM river_job AS j
+    WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND NOT ` + knownKindSQL("j") + `
+    LIMIT 1000
+    FOR UPDATE SKIP LOCKED
+),
+released AS (
+    UPDATE river_job AS j
+    SET state = 'available',
+        metadata = j.metadata - '` + jobmeta.HeldAt + `'
+    WHERE j.id = ANY(ARRAY(SELECT id FROM stray)) AND ` + heldSQL("j") + `
+    RETURNING j.id
+)
+SELECT count(*)::int FROM released`
 
 // lockSQL tries the transaction-level advisory lock of a pass ($1: what it
 // passes over), so that one process at a time passes over a queue. It is a
@@ -348,16 +449,21 @@ var loneSQL = `coalesce($3::text, (SELECT ` + tenantSQL("f") + ` FROM river_job 
 const lockSQL = `SELECT pg_try_advisory_xact_lock(hashtext('tierq_fair_share'), hashtext(current_schema() || '.' || $1))`
 
 // heartbeatSQL records this process's workers per queue ($1 client id, $2
-// queue names, $3 their worker counts, $4 the lease in seconds) and deletes
-// expired rows of any process, so a crashed process's slots stop counting
-// when its lease runs out and its rows do not pile up.
+// queue names, $3 their worker counts, $4 the lease in seconds, $5 the kinds
+// its workers fetch there, each a JSON array of strings, or JSON null for
+// every kind) and deletes expired rows of any process, so a crashed
+// process's slots and kinds stop counting when its lease runs out and its
+// rows do not pile up.
 const heartbeatSQL = `
 WITH beat AS (
-    INSERT INTO fair_share_slots (client_id, queue, slots, heartbeat_at, expires_at)
-    SELECT $1, q.queue, q.slots, now(), now() + make_interval(secs => $4::float8)
-    FROM unnest($2::text[], $3::int[]) AS q(queue, slots)
+    INSERT INTO fair_share_slots (client_id, queue, slots, heartbeat_at, expires_at, kinds)
+    SELECT $1, q.queue, q.slots, now(), now() + make_interval(secs => $4::float8),
+           CASE WHEN jsonb_typeof(q.kinds::jsonb) = 'array'
+                THEN ARRAY(SELECT jsonb_array_elements_text(q.kinds::jsonb)) END
+    FROM unnest($2::text[], $3::int[], $5::text[]) AS q(queue, slots, kinds)
     ON CONFLICT (client_id, queue) DO UPDATE
-        SET slots = excluded.slots, heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at
+        SET slots = excluded.slots, heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at,
+            kinds = excluded.kinds
     RETURNING 1
 )
 DELETE FROM fair_share_slots WHERE expires_at < now() - interval '1 minute' AND (SELECT count(*) FROM beat) >= 0`
@@ -372,24 +478,32 @@ const leaveSQL = `DELETE FROM fair_share_slots WHERE client_id = $1`
 //   - lock: nothing is done when either queue is paused in River. (The
 //     pass runs holding lockSQL's lock on "lend:" and the priority queue.)
 //   - cap: the priority queue's capacity (as passSQL; at least $3).
+//   - known: the kinds the priority queue's workers fetch (knownCTE; $7,
+//     $8 this process's own).
 //   - paid: whether paid work waits in the priority queue: an available job
-//     that is not lent, or a held one.
-//   - occupied: the priority queue's available and running jobs, all and
-//     lent, except the jobs in $5: the ones this process has finished whose
+//     that is not lent and that River would fetch now (fetchableSQL), or a
+//     held one of a known kind. A job no worker of the queue fetches, or a
+//     retry not due yet, is not paid work waiting: counted, one misrouted
+//     row stopped lending for good.
+//   - occupied: the priority queue's fetchable available and running jobs,
+//     all and lent, except the jobs in $5: the ones this process has finished whose
 //     completion River has not written yet (it batches them, up to 250ms),
 //     so that a slot this process freed counts as free at once. Another
 //     process's finished jobs still count as running until River writes
 //     them: the bound errs on the safe side.
 //   - budget: 0 while paid work waits; else the free slots, but never more
 //     lent jobs than capacity minus the floor ($4).
-//   - lent: that many of the default queue's available jobs, first in its
-//     fetch order, move to the priority queue at the lowest priority ($6)
+//   - lent: that many of the default queue's available jobs that the
+//     priority queue's workers would fetch now (due, of a kind they run:
+//     a lent job no worker takes would hold a lending slot for good),
+//     first in its fetch order, move to the priority queue at the lowest priority ($6)
 //     and the back of its line (scheduled_at now()): behind every paid job
 //     already waiting. jobmeta.LentFrom and LentPriority record where they
 //     came from; their due time is kept (jobmeta.DueAt and MovedAt).
 //   - returned: while paid work waits, lent jobs not yet started go back
 //     to the default queue at their own priority, keeping their place
-//     (scheduled_at unchanged).
+//     (scheduled_at unchanged); so does, at any time, a lent job of a kind
+//     the priority queue's workers no longer fetch.
 //   - notified: River's insert notification for the priority queue when
 //     anything was lent.
 var lendSQL = `
@@ -397,16 +511,18 @@ WITH lock AS (
     SELECT true AS ok WHERE NOT ` + db.PausedSQL("$1") + ` AND NOT ` + db.PausedSQL("$2") + `
 ),
 ` + capCTE("$3") + `,
+` + knownCTE("$7", "$8") + `,
 paid AS (
     SELECT EXISTS (SELECT 1 FROM river_job AS j
-                   WHERE j.state = 'available' AND j.queue = $1 AND NOT j.metadata ? '` + jobmeta.LentFrom + `')
-        OR EXISTS (SELECT 1 FROM river_job AS j WHERE ` + heldSQL("j") + ` AND j.queue = $1) AS waiting
+                   WHERE j.state = 'available' AND j.queue = $1 AND NOT j.metadata ? '` + jobmeta.LentFrom + `'
+                     AND ` + fetchableSQL("j") + `)
+        OR EXISTS (SELECT 1 FROM river_job AS j WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + knownKindSQL("j") + `) AS waiting
     WHERE (SELECT ok FROM lock)
 ),
 occupied AS (
     SELECT count(*) FILTER (WHERE j.metadata ? '` + jobmeta.LentFrom + `') AS lent, count(*) AS total
     FROM river_job AS j
-    WHERE j.queue = $1 AND (j.state = 'available' OR (j.state = 'running' AND NOT j.id = ANY($5::bigint[])))
+    WHERE j.queue = $1 AND ((j.state = 'available' AND ` + fetchableSQL("j") + `) OR (j.state = 'running' AND NOT j.id = ANY($5::bigint[])))
       AND (SELECT ok FROM lock)
 ),
 budget AS (
@@ -417,7 +533,7 @@ budget AS (
 candidates AS (
     SELECT j.id
     FROM river_job AS j
-    WHERE j.state = 'available' AND j.queue = $2 AND j.scheduled_at <= now() AND jsonb_typeof(j.metadata) = 'object'
+    WHERE j.state = 'available' AND j.queue = $2 AND jsonb_typeof(j.metadata) = 'object' AND ` + fetchableSQL("j") + `
     ORDER BY j.priority, j.scheduled_at, j.id
     LIMIT (SELECT n FROM budget)
     FOR UPDATE SKIP LOCKED
@@ -439,7 +555,7 @@ homeward AS (
     SELECT j.id
     FROM river_job AS j
     WHERE j.state = 'available' AND j.queue = $1 AND j.metadata->>'` + jobmeta.LentFrom + `' = $2
-      AND coalesce((SELECT waiting FROM paid), false)
+      AND (coalesce((SELECT waiting FROM paid), false) OR NOT ` + knownKindSQL("j") + `)
     FOR UPDATE SKIP LOCKED
 ),
 returned AS (

@@ -16,6 +16,7 @@ import (
 // WorkerKind makes one; the zero value is not valid.
 type Kind struct {
 	name      string
+	aliases   []string // the args' KindAliases (river.JobArgsWithKindAliases)
 	argsType  reflect.Type
 	fields    []string // JSON field names of the args type, sorted
 	addWorker func(workers *river.Workers) error
@@ -51,8 +52,13 @@ func WorkerKind[T river.JobArgs](worker river.Worker[T], opts ...KindOption[T]) 
 	}
 	var zero T
 	fields, isStruct := jsonFields(reflect.TypeFor[T]())
+	var aliases []string
+	if a, ok := any(zero).(river.JobArgsWithKindAliases); ok {
+		aliases = slices.Clone(a.KindAliases())
+	}
 	return Kind{
 		name:     zero.Kind(),
+		aliases:  aliases,
 		argsType: reflect.TypeFor[T](),
 		fields:   slices.Sorted(maps.Keys(fields)),
 		addWorker: func(workers *river.Workers) error {
@@ -129,6 +135,11 @@ func jsonFields(t reflect.Type) (map[string]bool, bool) {
 
 // Name is the kind's name (its args' Kind()).
 func (k Kind) Name() string { return k.name }
+
+// FetchedNames are the kind names River fetches for the kind's worker: its
+// name, then its args' KindAliases (river.JobArgsWithKindAliases), which
+// River registers and, with FetchOnlyKnownKinds, fetches too.
+func (k Kind) FetchedNames() []string { return append([]string{k.name}, k.aliases...) }
 
 // ArgsType is the kind's args type, the T of WorkerKind: the type DecodeArgs
 // decodes into, for a description of the args that follows the type (the

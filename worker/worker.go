@@ -109,8 +109,10 @@ func RiverConfig(cfg config.Worker, services *service.Registry, pool *pgxpool.Po
 }
 
 // NewAdmitter is the fair-share admitter of a worker deployment of cfg's
-// service (package fairshare): every queue the deployment serves, with its
-// worker count and its class's fair-share setting, and the lending of its
+// service from services (package fairshare): every queue the deployment
+// serves, with its worker count, its class's fair-share setting and the
+// kinds it fetches (FetchedKinds, which travel with its heartbeat), and
+// the lending of its
 // idle priority workers to its free jobs when cfg.Lend is set and this
 // deployment serves the priority queue. A main that runs its own
 // River client from RiverConfig adds the admitter's Hook to the config's
@@ -119,10 +121,14 @@ func RiverConfig(cfg config.Worker, services *service.Registry, pool *pgxpool.Po
 // that runs one. Run does both.
 //
 // observer, when not nil, is told about every pass (metrics.NewFairShare).
-func NewAdmitter(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger, observer fairshare.Observer) (*fairshare.Admitter, error) {
+func NewAdmitter(cfg config.Worker, services *service.Registry, pool *pgxpool.Pool, logger *slog.Logger, observer fairshare.Observer) (*fairshare.Admitter, error) {
+	kinds, err := FetchedKinds(cfg, services)
+	if err != nil {
+		return nil, err
+	}
 	queues := map[string]fairshare.Queue{}
 	for name, qc := range cfg.Queues() {
-		queues[name] = fairshare.Queue{Workers: qc.Workers, Fair: qc.FairShare}
+		queues[name] = fairshare.Queue{Workers: qc.Workers, Fair: qc.FairShare, Kinds: kinds}
 	}
 	var lend *fairshare.Lend
 	priority, defaultQueue := routing.QueueName(cfg.BaseQueue(), routing.Priority), routing.QueueName(cfg.BaseQueue(), routing.Default)
@@ -140,6 +146,26 @@ func NewAdmitter(cfg config.Worker, pool *pgxpool.Pool, logger *slog.Logger, obs
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	return admitter, nil
+}
+
+// FetchedKinds are the job kinds a worker deployment of cfg's service from
+// services fetches (RiverConfig sets FetchOnlyKnownKinds): the service's
+// kinds with their aliases, and the load-test workload's when
+// cfg.LoadTestWorkload. Sorted.
+func FetchedKinds(cfg config.Worker, services *service.Registry) ([]string, error) {
+	svc, ok := services.Lookup(cfg.Service)
+	if !ok {
+		return nil, fmt.Errorf("worker: service %q is not registered (registered: %s)", cfg.Service, strings.Join(services.Names(), ", "))
+	}
+	var kinds []string
+	for _, k := range svc.Kinds() {
+		kinds = append(kinds, k.FetchedNames()...)
+	}
+	if cfg.LoadTestWorkload {
+		kinds = append(kinds, loadtest.Kind)
+	}
+	slices.Sort(kinds)
+	return slices.Compact(kinds), nil
 }
 
 // Run runs a worker deployment of cfg's service until ctx ends or the
@@ -181,7 +207,7 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, newService
 			if err != nil {
 				return nil, err
 			}
-			if admitter, err = NewAdmitter(cfg, pool, logger, metrics.NewFairShare(registry, slices.Sorted(maps.Keys(cfg.Queues())))); err != nil {
+			if admitter, err = NewAdmitter(cfg, services, pool, logger, metrics.NewFairShare(registry, slices.Sorted(maps.Keys(cfg.Queues())))); err != nil {
 				return nil, err
 			}
 			return process.NewClient(pool, riverConfig, metrics.NewJobs(registry), admitter.Hook())
