@@ -9,10 +9,12 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+	"github.com/tidwall/gjson"
 
 	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/jobmeta"
@@ -46,7 +48,7 @@ func ParseCreateJob(body []byte, services *service.Registry) (CreateJobRequest, 
 		}
 		return req, producer.Job{}, err
 	}
-	if err := subscriptions.CheckUserID(req.UserID); err != nil {
+	if err := subscriptions.CheckUserID(sentUserID(body, req.UserID)); err != nil {
 		return req, producer.Job{}, fmt.Errorf("user_id: %w", err)
 	}
 	if len(req.Args) == 0 || string(req.Args) == "null" {
@@ -65,6 +67,17 @@ func ParseCreateJob(body []byte, services *service.Registry) (CreateJobRequest, 
 		return req, producer.Job{}, fmt.Errorf("invalid args: %w", err)
 	}
 	return req, producer.Job{Args: args, Service: svc, Tenant: req.UserID, Scheduled: req.Scheduled}, nil
+}
+
+// sentUserID is the user id as the body has it, for the check: the
+// decoded one, except when the JSON string holds bytes that are not UTF-8,
+// which encoding/json replaces with U+FFFD (another user id than the one
+// sent): then the string with those bytes, which the check refuses.
+func sentUserID(body []byte, decoded string) string {
+	if raw := gjson.GetBytes(body, "user_id"); raw.Type == gjson.String && !utf8.ValidString(raw.Str) {
+		return raw.Str
+	}
+	return decoded
 }
 
 // Job is a job as the API shows it.

@@ -113,7 +113,7 @@ func TestCreateJobRejectsBadInputAndInsertsNothing(t *testing.T) {
 		{"no kind", `{"user_id":"u","args":{"target":"/a"}}`, 400, "kind is required"},
 		{"no user", `{"kind":"analysis","args":{"target":"/a"}}`, 400, "user_id"},
 		{"user id too long", `{"kind":"analysis","user_id":"` + strings.Repeat("u", 201) + `","args":{"target":"/a"}}`, 400, "longer than 200"},
-		{"control characters in user id", `{"kind":"analysis","user_id":"u\u0000x","args":{"target":"/a"}}`, 400, "control characters"},
+		{"control characters in user id", `{"kind":"analysis","user_id":"u\u0000x","args":{"target":"/a"}}`, 400, "control character U+0000 at byte 1"},
 		{"wrong type", `{"kind":"analysis","user_id":42,"args":{"target":"/a"}}`, 400, `"user_id" must be string`},
 		{"wrong arg type", `{"kind":"specview","user_id":"u","args":{"analysis_result_id":"7"}}`, 400, "invalid args"},
 		{"huge arg number", `{"kind":"specview","user_id":"u","args":{"analysis_result_id":99999999999999999999}}`, 400, "invalid args"},
@@ -153,6 +153,51 @@ func TestCreateJobRejectsBadInputAndInsertsNothing(t *testing.T) {
 		require.Equal(t, want, resp.StatusCode, ct)
 	}
 	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job`), "only the well-formed request inserted")
+}
+
+// TestCreateJobRefusesBadUserIDs: a user id is a tenant id, and the API
+// applies tierq's rule for them (jobmeta.CheckTenant): at most 200 bytes of
+// UTF-8 without control characters. Anything else is a 400 whose JSON
+// names the field and the problem, and nothing is inserted; bytes that are
+// not UTF-8 are refused, not replaced with U+FFFD as encoding/json would.
+func TestCreateJobRefusesBadUserIDs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := func(userID string) string {
+		return `{"kind":"analysis","user_id":"` + userID + `","args":{"target":"/srv/u"}}`
+	}
+
+	tests := []struct {
+		name     string
+		body     string
+		wantBody string
+	}{
+		{"escape (JSON escape)", body(`a\u001bb`), `{"error":"user_id: invalid user id: control character U+001B at byte 1"}`},
+		{"DEL", body("ab\x7f"), `{"error":"user_id: invalid user id: control character U+007F at byte 2"}`},
+		{"C1 (JSON escape)", body(`ab\u0085`), `{"error":"user_id: invalid user id: control character U+0085 at byte 2"}`},
+		{"C1 (UTF-8 bytes)", body("\xc2\x9b1"), `{"error":"user_id: invalid user id: control character U+009B at byte 0"}`},
+		{"invalid UTF-8", body("u\xff1"), `{"error":"user_id: invalid user id: invalid UTF-8 at byte 1"}`},
+		{"invalid UTF-8 after an escape", body("\\\"u\xfe"), `{"error":"user_id: invalid user id: invalid UTF-8 at byte 2"}`},
+		{"201 bytes", body(strings.Repeat("u", 201)), `{"error":"user_id: invalid user id: 201 bytes, longer than 200"}`},
+		{"201 bytes of two-byte characters", body(strings.Repeat("é", 100) + "u"), `{"error":"user_id: invalid user id: 201 bytes, longer than 200"}`},
+		{"empty", body(""), `{"error":"user_id: invalid user id: empty"}`},
+	}
+	for _, tt := range tests {
+		res := b.do(t, "POST", "/v1/jobs", producerToken, tt.body)
+		require.Equal(t, 400, res.status, tt.name)
+		require.JSONEq(t, tt.wantBody, string(res.body), tt.name)
+	}
+	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM river_job`), "nothing inserted")
+
+	// At the limit: inserted, the tenant in the job's metadata as sent.
+	for i, userID := range []string{strings.Repeat("u", 200), strings.Repeat("é", 100), "u\u00a0v"} {
+		res := b.do(t, "POST", "/v1/jobs", producerToken,
+			fmt.Sprintf(`{"kind":"analysis","user_id":%q,"args":{"target":"/srv/ok/%d"}}`, userID, i))
+		require.Equal(t, 201, res.status, "%s", res.body)
+	}
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job WHERE metadata->>'tierq:tenant' = $1`, strings.Repeat("u", 200)))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job WHERE metadata->>'tierq:tenant' = $1`, strings.Repeat("é", 100)))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job WHERE metadata->>'tierq:tenant' = $1`, "u\u00a0v"))
 }
 
 func TestSubscriptionLookupFailureRoutesToDefaultCounted(t *testing.T) {

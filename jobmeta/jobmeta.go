@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 
@@ -32,7 +33,9 @@ const (
 	// Tier is the billing tier the job runs for ("free", "pro",
 	// "pro_plus", "enterprise"). A dedup upgrade rewrites it.
 	Tier = Prefix + "tier"
-	// Tenant is who the job runs for: the user id of the request.
+	// Tenant is who the job runs for: the user id of the request. A
+	// tenant id follows one rule (CheckTenant): at most MaxTenantBytes
+	// bytes of UTF-8, no control characters.
 	Tenant = Prefix + "tenant"
 	// OriginalQueue and OriginalPriority are where the job was inserted,
 	// before aging, escalation or a dedup upgrade moved it.
@@ -134,7 +137,9 @@ const MaxReasonChars = 200
 type Insert struct {
 	// Tier is the tier name; empty leaves the key out (an unknown tier).
 	Tier string
-	// Tenant is who the job is for; empty leaves the key out.
+	// Tenant is who the job is for; empty leaves the key out. JSON does
+	// not check it (CheckTenant does): a tenant that is not valid UTF-8 is
+	// written with its bytes as they are, not replaced.
 	Tenant string
 	// Queue and Priority are where the job is inserted.
 	Queue    string
@@ -171,17 +176,41 @@ func appendString(buf []byte, key, value string) []byte {
 }
 
 // appendJSONString appends s as a JSON string. Plain ASCII (tier, queue and
-// key names, most tenant ids) is copied; anything else goes through
-// encoding/json.
+// key names, most tenant ids) is copied; other valid UTF-8 goes through
+// encoding/json. A string that is not valid UTF-8 keeps its bytes
+// (appendRawJSONString): encoding/json would replace them with U+FFFD and
+// record another tenant than the producer's, where this way the insert is
+// refused, by producer.TenantHook (jobmeta.CheckTenantIn) or by PostgreSQL.
 func appendJSONString(buf []byte, s string) []byte {
 	for i := range len(s) {
 		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			if !utf8.ValidString(s) {
+				return appendRawJSONString(buf, s)
+			}
 			b, _ := json.Marshal(s) //nolint:errchkjson // a string always marshals
 			return append(buf, b...)
 		}
 	}
 	buf = append(buf, '"')
 	buf = append(buf, s...)
+	return append(buf, '"')
+}
+
+// appendRawJSONString appends s as a JSON string with '"', '\\' and the C0
+// control characters escaped and every other byte as it is.
+func appendRawJSONString(buf []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	buf = append(buf, '"')
+	for i := range len(s) {
+		switch c := s[i]; {
+		case c == '"', c == '\\':
+			buf = append(buf, '\\', c)
+		case c < 0x20:
+			buf = append(buf, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			buf = append(buf, c)
+		}
+	}
 	return append(buf, '"')
 }
 

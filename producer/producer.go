@@ -62,12 +62,19 @@ func UniqueOpts() river.UniqueOpts {
 const NotifyCooldown = time.Millisecond
 
 // ClientConfig is the River configuration of an insert-only producer client
-// (no queues, never a leader): River's defaults, except NotifyCooldown.
-// Insert-only producers that build their own River client should set
-// FetchCooldown the same way (on a client that also works queues it is the
-// default fetch cooldown of every queue without its own).
+// (no queues, never a leader): River's defaults, except NotifyCooldown, and
+// TenantHook in Hooks, which refuses a job whose tenant breaks
+// jobmeta.CheckTenant. Insert-only producers that build their own River
+// client should set FetchCooldown the same way (on a client that also works
+// queues it is the default fetch cooldown of every queue without its own)
+// and add TenantHook.
 func ClientConfig(schema string, logger *slog.Logger) *river.Config {
-	return &river.Config{Schema: schema, Logger: logger, FetchCooldown: NotifyCooldown}
+	return &river.Config{
+		Schema:        schema,
+		Logger:        logger,
+		FetchCooldown: NotifyCooldown,
+		Hooks:         []rivertype.Hook{&TenantHook{}},
+	}
 }
 
 // Job is one insert request.
@@ -78,7 +85,9 @@ type Job struct {
 	Service *service.Service
 	Tier    tiers.Tier
 	// Tenant is who the job runs for (the user id), kept in the job's
-	// metadata (jobmeta.Tenant). Empty leaves it out.
+	// metadata (jobmeta.Tenant). Empty leaves it out. Insert refuses one
+	// that breaks jobmeta.CheckTenant (over 200 bytes, not UTF-8, or with
+	// a control character).
 	Tenant    string
 	Scheduled bool
 	// MaxAttempts overrides River's default (25) when positive.
@@ -117,9 +126,16 @@ type TierFields interface {
 // it is, held or not, in its own tenant's line. A new job available at once
 // is announced to the queue's workers with River's insert notification
 // whatever the client's rate limit (NotifyInsert). The caller commits.
+//
+// A job.Tenant that breaks jobmeta.CheckTenant is refused before anything
+// is sent to the database, with an error that matches
+// jobmeta.ErrInvalidTenant, whatever the client's hooks.
 func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Job) (Inserted, error) {
 	if job.Service == nil {
 		return Inserted{}, fmt.Errorf("insert %s job: no service", job.Args.Kind())
+	}
+	if err := jobmeta.CheckTenant(job.Tenant); err != nil {
+		return Inserted{}, fmt.Errorf("insert %s job: %w", job.Args.Kind(), err)
 	}
 	if tf, ok := job.Args.(TierFields); ok {
 		job.Args = tf.WithTier(job.Tier, job.Tenant)

@@ -145,6 +145,13 @@ func StartingPriority(tier tiers.Tier) int {
 // job runs for; empty for none) of the given tier: the queue from
 // SelectQueue, the tier's starting priority, and metadata recording the
 // tier, the tenant and where the job starts (InsertMetadata).
+//
+// The tenant is not checked here: a River client made from
+// producer.ClientConfig refuses the insert when it breaks tierq's rule for
+// tenant ids (jobmeta.CheckTenant: at most 200 bytes of UTF-8, no control
+// characters), with producer.TenantHook. A client made without
+// producer.ClientConfig must add that hook to its Config.Hooks, or check
+// the tenant itself.
 func InsertOptsFor(baseQueue string, tier tiers.Tier, tenant string, isScheduled bool) *river.InsertOpts {
 	opts := &river.InsertOpts{
 		Queue:    SelectQueue(baseQueue, tier, isScheduled),
@@ -156,7 +163,9 @@ func InsertOptsFor(baseQueue string, tier tiers.Tier, tenant string, isScheduled
 
 // InsertMetadata is the metadata of a job inserted for tier and tenant into
 // queue at priority (jobmeta.Insert): for a producer that chooses the queue
-// itself. An unknown tier is left out.
+// itself. An unknown tier is left out. The tenant is written as it is
+// (bytes that are not UTF-8 too) and checked at insert by
+// producer.TenantHook, as InsertOptsFor says.
 func InsertMetadata(tier tiers.Tier, tenant, queue string, priority int) []byte {
 	in := jobmeta.Insert{Tenant: tenant, Queue: queue, Priority: priority}
 	if tier.Valid() {

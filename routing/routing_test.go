@@ -165,7 +165,9 @@ func TestInsertOpts(t *testing.T) {
 			`{"tierq:tier": "pro_plus", "tierq:tenant": "u_42", "tierq:original_queue": "specview_priority", "tierq:original_priority": 3}`,
 		},
 		{
-			// A tenant id is any string: it is escaped as JSON.
+			// Any tenant is escaped as JSON here, even one that breaks
+			// the rule (the newline): producer.TenantHook refuses it at
+			// insert (TestTenantHook).
 			routing.InsertOptsFor("analysis", tiers.Pro, "o'brien \"ü\"\n<&>", false), "analysis_priority", 4,
 			`{"tierq:tier": "pro", "tierq:tenant": "o'brien \"\u00fc\"\n<&>", "tierq:original_queue": "analysis_priority", "tierq:original_priority": 4}`,
 		},

@@ -233,7 +233,10 @@ func (s *Service) AddWorkers(workers *river.Workers) error {
 // InsertOpts are River's insert options for a job of the service on behalf
 // of tenant (the user id; empty for none) of tier: the queue and starting
 // priority routing gives the tier, and metadata recording both
-// (routing.InsertOptsFor).
+// (routing.InsertOptsFor). A tenant that breaks jobmeta.CheckTenant is
+// refused at insert by producer.TenantHook, which every River client made
+// from producer.ClientConfig has; a client made without it must add the
+// hook to its Config.Hooks.
 func (s *Service) InsertOpts(tier tiers.Tier, tenant string, isScheduled bool) *river.InsertOpts {
 	return routing.InsertOptsFor(s.cfg.BaseQueue, tier, tenant, isScheduled)
 }

@@ -7,30 +7,35 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/tiers"
 )
 
-// MaxUserIDLen is the longest user id (bytes).
-const MaxUserIDLen = 200
+// MaxUserIDLen is the longest user id (bytes): a user id is the tenant id
+// of the jobs inserted for the user (jobmeta.MaxTenantBytes).
+const MaxUserIDLen = jobmeta.MaxTenantBytes
 
-// ErrInvalidUserID: empty, too long, or with control characters.
+// ErrInvalidUserID: empty, or breaking the rule for tenant ids (too long,
+// not UTF-8, or with a control character).
 var ErrInvalidUserID = errors.New("invalid user id")
 
-// CheckUserID reports what is wrong with a user id, as an ErrInvalidUserID.
+// CheckUserID reports what is wrong with a user id, as an ErrInvalidUserID:
+// a user id is a tenant id that is not empty, so the rule is
+// jobmeta.CheckTenant's (at most 200 bytes of UTF-8, no control
+// characters), and the problem is worded as it words it ("invalid user id:
+// control character U+001B at byte 1").
 func CheckUserID(id string) error {
-	switch {
-	case id == "":
+	if id == "" {
 		return fmt.Errorf("%w: empty", ErrInvalidUserID)
-	case len(id) > MaxUserIDLen:
-		return fmt.Errorf("%w: longer than %d bytes", ErrInvalidUserID, MaxUserIDLen)
-	case strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }):
-		return fmt.Errorf("%w: control characters", ErrInvalidUserID)
+	}
+	var tenantErr *jobmeta.TenantError
+	if errors.As(jobmeta.CheckTenant(id), &tenantErr) {
+		return fmt.Errorf("%w: %s", ErrInvalidUserID, tenantErr.Problem)
 	}
 	return nil
 }

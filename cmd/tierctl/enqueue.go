@@ -191,10 +191,17 @@ func demoUserID(prefix string, tier tiers.Tier, i int) string {
 }
 
 // checkUserPrefix checks that every user id enqueue makes from prefix is one
-// the API would accept (bounded, no control characters).
+// the API would accept, and so a tenant id producer.TenantHook lets through
+// (jobmeta.CheckTenant: at most 200 bytes of UTF-8, no control characters).
+// A user id is the prefix and a suffix ("_enterprise_6"), named in the
+// error when the id is too long.
 func checkUserPrefix(prefix string, cycle []tiers.Tier) error {
 	for _, tier := range cycle {
-		if err := subscriptions.CheckUserID(demoUserID(prefix, tier, 6)); err != nil {
+		id := demoUserID(prefix, tier, 6)
+		if err := subscriptions.CheckUserID(id); err != nil {
+			if len(id) > subscriptions.MaxUserIDLen {
+				return fmt.Errorf("--user-prefix: %w (the prefix is %d bytes of it, then %q)", err, len(prefix), id[len(prefix):])
+			}
 			return fmt.Errorf("--user-prefix: %w", err)
 		}
 	}

@@ -40,8 +40,8 @@ func TestMigrateFreshSchemaThenIdempotent(t *testing.T) {
 
 	out, err := runTierctl(t, environ, "migrate")
 	require.NoError(t, err, out)
-	require.Contains(t, out, "tierq migrations applied: [1 2 3 4 5 6 7 8]")
-	require.Contains(t, out, "tierq schema version: 8")
+	require.Contains(t, out, "tierq migrations applied: [1 2 3 4 5 6 7 8 9 10]")
+	require.Contains(t, out, "tierq schema version: 10")
 
 	out, err = runTierctl(t, environ, "migrate")
 	require.NoError(t, err, out)
@@ -145,9 +145,13 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{name: "bench bad set", args: []string{"bench", "isolation", "--set", "QUEUE_PRIORITY_FETCH_COOLDOWN"}, want: "--set wants NAME=value"},
 		{name: "bench set schema", args: []string{"bench", "isolation", "--set", "DATABASE_SCHEMA=public"}, want: "only worker counts and fetch tuning"},
 		{name: "bench set service", args: []string{"bench", "isolation", "--set", "WORKER_SERVICE=specgen"}, want: "only worker counts and fetch tuning"},
-		{name: "user prefix too long", args: []string{"enqueue", "--user-prefix", strings.Repeat("u", 190)}, want: "--user-prefix: invalid user id: longer than 200"},
-		{name: "user prefix control character", args: []string{"enqueue", "--user-prefix", "a\nb"}, want: "--user-prefix: invalid user id: control characters"},
-		{name: "subscription user too long", args: []string{"subscriptions", "set", strings.Repeat("u", 201), "pro"}, want: "longer than 200"},
+		{name: "user prefix too long", args: []string{"enqueue", "--user-prefix", strings.Repeat("u", 190)},
+			want: `--user-prefix: invalid user id: 201 bytes, longer than 200 (the prefix is 190 bytes of it, then "_pro_plus_6")`},
+		{name: "user prefix control character", args: []string{"enqueue", "--user-prefix", "a\nb"}, want: "--user-prefix: invalid user id: control character U+000A at byte 1"},
+		{name: "user prefix C1 control character", args: []string{"enqueue", "--user-prefix", "ab\u0085"}, want: "--user-prefix: invalid user id: control character U+0085 at byte 2"},
+		{name: "user prefix invalid UTF-8", args: []string{"enqueue", "--user-prefix", "ab\xff"}, want: "--user-prefix: invalid user id: invalid UTF-8 at byte 2"},
+		{name: "subscription user too long", args: []string{"subscriptions", "set", strings.Repeat("u", 201), "pro"}, want: "invalid user id: 201 bytes, longer than 200"},
+		{name: "subscription user escape", args: []string{"subscriptions", "set", "a\x1bb", "pro"}, want: "invalid user id: control character U+001B at byte 1"},
 		{name: "subscription list after too long", args: []string{"subscriptions", "list", "--after", strings.Repeat("u", 201)}, want: "--after is longer"},
 		{name: "subscription list limit", args: []string{"subscriptions", "list", "--limit", "10001"}, want: "--limit must be between 1 and 10000"},
 		{name: "dlq replay too many ids", args: append([]string{"dlq", "replay"}, manyIDs(1001)...), want: "at most 1000 IDs"},
