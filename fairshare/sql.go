@@ -7,7 +7,7 @@ import (
 
 // tenantKeyBytes is the longest tenant id that is its own key in this
 // package's SQL: jobmeta's rule for tenant ids, and migration 00009's.
-const tenantKeyBytes = 200
+const tenantKeyBytes = jobmeta.MaxTenantBytes
 
 // tenantSQL is the key of a job's tenant in the SQL of this package: its
 // metadata's jobmeta.Tenant, or the empty string for a job without one (they
