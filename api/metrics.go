@@ -90,7 +90,7 @@ type dbCollector struct {
 	readAt  time.Time
 	metrics []prometheus.Metric
 
-	depth, oldest, dlqDepth, leaderPresent, dbUp *prometheus.Desc
+	depth, oldest, unfetchable, dlqDepth, leaderPresent, dbUp *prometheus.Desc
 }
 
 func newDBCollector(q db.Querier, services *service.Registry, logger *slog.Logger, cacheFor time.Duration) *dbCollector {
@@ -100,6 +100,8 @@ func newDBCollector(q db.Querier, services *service.Registry, logger *slog.Logge
 			"Jobs per queue and state (available, scheduled, retryable, pending, running).", []string{"queue", "state"}, nil),
 		oldest: prometheus.NewDesc("tierq_oldest_available_seconds",
 			"How long the longest-waiting available job of the queue has waited (0: none available).", []string{"queue"}, nil),
+		unfetchable: prometheus.NewDesc("tierq_unfetchable_jobs",
+			"Due available jobs of the queue of a kind no worker serving it fetches: no worker will take them (0 for a queue whose workers fetch every kind or that none serves).", []string{"queue"}, nil),
 		dlqDepth: prometheus.NewDesc("tierq_dlq_depth",
 			"Dead letters not yet replayed, per original queue.", []string{"queue"}, nil),
 		leaderPresent: prometheus.NewDesc("tierq_leader_present",
@@ -112,6 +114,7 @@ func newDBCollector(q db.Querier, services *service.Registry, logger *slog.Logge
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.depth
 	ch <- c.oldest
+	ch <- c.unfetchable
 	ch <- c.dlqDepth
 	ch <- c.leaderPresent
 	ch <- c.dbUp
@@ -151,12 +154,18 @@ func (c *dbCollector) read() []prometheus.Metric {
 		c.logger.WarnContext(ctx, "metrics: read leader", slog.String("error", err.Error()))
 		return down
 	}
+	unfetchable, err := queuestats.Unfetchable(ctx, c.q)
+	if err != nil {
+		c.logger.WarnContext(ctx, "metrics: read unfetchable jobs", slog.String("error", err.Error()))
+		return down
+	}
 	var out []prometheus.Metric
 	for _, q := range queues {
 		for state, n := range q.Counts {
 			out = append(out, prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(n), q.Name, state))
 		}
 		out = append(out, prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, q.OldestAvailableSeconds, q.Name))
+		out = append(out, prometheus.MustNewConstMetric(c.unfetchable, prometheus.GaugeValue, float64(unfetchable[q.Name]), q.Name))
 		out = append(out, prometheus.MustNewConstMetric(c.dlqDepth, prometheus.GaugeValue, float64(depth.ByQueue[q.Name]), q.Name))
 	}
 	for queue, n := range depth.ByQueue { // dead letters of queues no longer known

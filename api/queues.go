@@ -20,6 +20,14 @@ func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
+	unfetchable, err := queuestats.Unfetchable(r.Context(), s.pool)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	for i := range queues {
+		queues[i].Unfetchable = unfetchable[queues[i].Name]
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"queues": queues})
 }
 

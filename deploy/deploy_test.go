@@ -48,7 +48,7 @@ var slaVar = regexp.MustCompile(`\$sla_[a-z_]+`)
 // multiply them by the number of replicas.
 var replicated = []string{
 	"tierq_queue_depth", "tierq_oldest_available_seconds", "tierq_dlq_depth",
-	"tierq_leader_present", "tierq_metrics_database_up",
+	"tierq_leader_present", "tierq_metrics_database_up", "tierq_unfetchable_jobs",
 }
 
 // checkExpr parses expr with Prometheus' parser and checks that it selects

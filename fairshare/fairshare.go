@@ -248,8 +248,8 @@ type Admitter struct {
 type queueState struct {
 	name    string
 	cfg     Queue
-	kinds   []string // cfg.Kinds for SQL: never nil
-	every   bool     // cfg.Kinds is nil: every kind is fetched
+	kinds   []string     // cfg.Kinds for SQL: never nil
+	every   bool         // cfg.Kinds is nil: every kind is fetched
 	running atomic.Int64 // jobs of the queue this process works right now
 	held    atomic.Bool  // the last pass saw held jobs
 	wake    chan struct{}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/proctest"
+	"github.com/tierq/tierq/internal/queuestats"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/loadtest"
 	"github.com/tierq/tierq/scheduler"
@@ -177,7 +178,7 @@ func TestRetriesDoNotStallFairShare(t *testing.T) {
 // and y's own. Before: x's two rows filled its window for good and x's
 // five jobs stayed held, the workers idle ("timed out after 30s waiting
 // for x's jobs to complete"). After: x's jobs complete; the misrouted
-// rows stay available, for an operator.
+// rows stay available, counted for an operator.
 func TestUnfetchableRowsDoNotStrandATenant(t *testing.T) {
 	t.Parallel()
 	b := setupProduction(t, "BILLING_QUEUE_DEFAULT_WORKERS=2")
@@ -191,6 +192,11 @@ func TestUnfetchableRowsDoNotStrandATenant(t *testing.T) {
 		return b.count(t, "y", `state = 'completed'`) == 30
 	})
 	require.Equal(t, 2, b.count(t, "x", `kind = 'analysis' AND state = 'available'`))
+	// Reported (GET /v1/queues, tierq_unfetchable_jobs): the worker's
+	// heartbeat says which kinds bill_default's workers run.
+	unfetchable, err := queuestats.Unfetchable(context.Background(), b.db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"bill_default": 2}, unfetchable)
 }
 
 // TestUnfetchableRowsDoNotStopLending: one misrouted row in the priority

@@ -62,6 +62,10 @@ type Summary struct {
 	// its scheduled_at, so a job the escalation sweep moved here counts from
 	// the move (priority-stats counts from when it became due).
 	OldestAvailableSeconds float64 `json:"oldest_available_seconds"`
+	// Unfetchable is how many of the queue's available jobs are due but of
+	// a kind no worker serving the queue fetches (Unfetchable): no worker
+	// will ever take them. Filled by GET /v1/queues, not by Summaries.
+	Unfetchable int `json:"unfetchable"`
 }
 
 // queueCountsSQL counts queued and running jobs per queue and state over
@@ -128,6 +132,54 @@ func Summaries(ctx context.Context, q db.Querier, serviceQueues []string) ([]Sum
 		return nil
 	}); err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// unfetchableSQL counts, per queue whose workers fetch only the kinds they
+// run (their fair-share heartbeats list them: fair_share_slots.kinds, and
+// none says every kind), the queue's due available jobs of any other kind.
+// A queue no live heartbeat serves is left out: with no worker at all its
+// jobs wait for one, which other alerts report. It reads every available
+// job of those queues (a kind is not in River's fetching index): for the
+// metrics' cached read and GET /v1/queues, not for tierctl watch's refresh.
+const unfetchableSQL = `
+WITH known AS (
+    SELECT s.queue, coalesce(array_agg(k.kind) FILTER (WHERE k.kind IS NOT NULL), '{}') AS kinds
+    FROM fair_share_slots AS s
+    LEFT JOIN LATERAL unnest(s.kinds) AS k(kind) ON true
+    WHERE s.expires_at > now() AND s.slots > 0
+    GROUP BY s.queue
+    HAVING NOT bool_or(s.kinds IS NULL)
+)
+SELECT k.queue, (SELECT count(*) FROM river_job AS j
+                 WHERE j.state = 'available' AND j.queue = k.queue AND j.scheduled_at <= now()
+                   AND NOT j.kind = ANY(k.kinds))::int
+FROM known AS k`
+
+// Unfetchable is, per queue whose workers fetch only the kinds they run,
+// how many of its due available jobs are of a kind none of them runs: a
+// misrouted producer's, or a kind whose workers were removed. They wait for
+// good, hold no tenant's place and are never lent (package fairshare);
+// someone must route them, delete them or run a worker of their kind.
+// Queues without any (or without heartbeats) are absent.
+func Unfetchable(ctx context.Context, q db.Querier) (map[string]int, error) {
+	rows, err := q.Query(ctx, unfetchableSQL)
+	if err != nil {
+		return nil, fmt.Errorf("count unfetchable jobs: %w", err)
+	}
+	out := map[string]int{}
+	var (
+		queue string
+		n     int
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&queue, &n}, func() error {
+		if n > 0 {
+			out[queue] = n
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count unfetchable jobs: %w", err)
 	}
 	return out, nil
 }
