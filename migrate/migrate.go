@@ -28,6 +28,14 @@ var migrationFiles embed.FS
 // versionTable records which of tierq's migrations have run.
 const versionTable = "tierq_schema_version"
 
+// FiniteTimestampsCheck is the check constraint on river_job (migration
+// 00010) that refuses an infinite created_at, scheduled_at, attempted_at or
+// finalized_at: River cannot read such a row, and one made its job
+// scheduler, fetch and rescuer fail for every queue. An insert or update
+// it refuses fails with SQLSTATE 23514 (check_violation) and this
+// constraint's name (pgconn.PgError.ConstraintName).
+const FiniteTimestampsCheck = "river_job_tierq_finite_timestamps"
+
 // Result says what Up did.
 type Result struct {
 	// RiverApplied is the River migration versions applied by this run.

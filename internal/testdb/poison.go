@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/migrate"
 )
 
 // NotObjects are JSON values of every shape but an object, by name: what a
@@ -87,4 +89,28 @@ func InsertRaw(t testing.TB, db *DB, job RawJob) int64 {
 		RETURNING id`,
 		job.State, job.Queue, job.Priority, job.Kind, job.Args, job.Metadata, job.Wait.Seconds()).Scan(&id))
 	return id
+}
+
+// AllowInfinite drops migration 00010's check constraint
+// (migrate.FiniteTimestampsCheck) from the test's schema, as on a database
+// whose operator dropped it: tests of the readers that still cope with an
+// infinite timestamp (the sweeps, the API's listings, the autoscaler's
+// queries) call it before writing one.
+func AllowInfinite(t testing.TB, db *DB) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(),
+		`ALTER TABLE river_job DROP CONSTRAINT IF EXISTS `+migrate.FiniteTimestampsCheck)
+	require.NoError(t, err)
+}
+
+// BeforeFiniteTimestamps puts the test's schema back to tierq's version
+// before migration 00010: its check dropped (AllowInfinite) and its version
+// forgotten, so that the next migrate.Up applies it again, as to a database
+// upgraded from that version. (It assumes 00010 is tierq's latest
+// migration: goose refuses to apply one below the latest.)
+func BeforeFiniteTimestamps(t testing.TB, db *DB) {
+	t.Helper()
+	AllowInfinite(t, db)
+	_, err := db.Pool.Exec(context.Background(), `DELETE FROM tierq_schema_version WHERE version_id = 10`)
+	require.NoError(t, err)
 }

@@ -55,9 +55,11 @@ func TestUpgradeFromOldStyleJobs(t *testing.T) {
 	// The schema before the upgrade is today's: migrate/ (River's
 	// migrations through rivermigrate at River v0.51.1, tierq's 00001 to
 	// 00006) was the same at 8b78568, the last commit that wrote jobs as
-	// below; since, 00007 (fair share's tables and partial index) and 00008
-	// (statistics on river_job) add nothing an existing row needs or
-	// enters. migrate.Up takes no
+	// below; since, 00007 (fair share's tables and partial index), 00008
+	// (statistics on river_job), 00009 (fair share's fetchable kinds and
+	// bounded tenant key) and 00010 (river_job's finite timestamps, whose
+	// repair finds nothing here: every row below has finite ones) add
+	// nothing an existing row needs or enters. migrate.Up takes no
 	// target version, so testdb.New's migration to the latest is the
 	// pre-upgrade schema, and the upgrade's migrate.Up must find nothing to
 	// apply.
@@ -178,12 +180,13 @@ func TestUpgradeFromOldStyleJobs(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, res.RiverApplied)
 	require.Empty(t, res.TierqApplied)
-	// The test's schema is made at today's version (8: fair share's tables
-	// and partial index, which no existing row enters, and river_job's
-	// statistics on (state, queue)); the rows are the old releases'. The
+	// The test's schema is made at today's version (10: fair share's
+	// tables and partial index, which no existing row enters, river_job's
+	// statistics on (state, queue), and its finite-timestamps check); the
+	// rows are the old releases'. The
 	// pending job among them has no tierq:held_at: fair share never admits
 	// it (checked below: it is still pending).
-	require.EqualValues(t, 8, res.TierqVersion)
+	require.EqualValues(t, 10, res.TierqVersion)
 	require.Equal(t, before, snapshot(t, db))
 
 	// --- Today's deployments over the old rows. ---
