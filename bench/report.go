@@ -22,6 +22,7 @@ type Report struct {
 	Lending    *LendingResult    `json:"lending,omitempty"`
 	Realistic  *RealisticResult  `json:"realistic,omitempty"`
 	Scaleout   *ScaleoutResult   `json:"scaleout,omitempty"`
+	Tenants    *TenantsResult    `json:"tenants,omitempty"`
 	// Targets lists every target checked, met or not.
 	Targets []Target `json:"targets"`
 }
@@ -154,6 +155,15 @@ func Run(ctx context.Context, scenario string, opts Options, r *Report) error {
 			return err
 		}
 		r.Scaleout = &res
+	case "tenants":
+		// A measurement of the design's bound (a newcomer waits behind up
+		// to about the capacity and one place per active tenant id), not a
+		// goal. No target.
+		res, err := Tenants(ctx, opts)
+		if err != nil {
+			return err
+		}
+		r.Tenants = &res
 	default:
 		return fmt.Errorf("unknown scenario %q", scenario)
 	}
@@ -346,6 +356,39 @@ func (r Report) Rows() []Row {
 					so.CPUs, z.WorkerCores, z.BackendCores, z.BenchCores))
 			}
 		}
+	}
+	if te := r.Tenants; te != nil {
+		for _, c := range te.Tenants {
+			rows = append(rows, Row{Scenario: "tenants", Measure: fmt.Sprintf("%d tenants: newcomer", c.IDs), Value: c.describe()})
+		}
+		for _, c := range te.Spread {
+			rows = append(rows, Row{Scenario: "tenants", Measure: fmt.Sprintf("one flood over %d ids: newcomer", c.IDs), Value: c.describe()})
+		}
+	}
+	return rows
+}
+
+// describe is c in a line of the result table.
+func (c NewcomerCase) describe() string {
+	return fmt.Sprintf("position %g (line %g, bound %d), wait %g ms; pass p50 %g ms, p95 %g ms, busy %g",
+		c.Position, c.Line, c.Bound, c.WaitMs, c.PassP50Ms, c.PassP95Ms, c.PassBusy)
+}
+
+// Table is the tenants scenario's result as a table, one row per case,
+// under a header: what tierctl bench prints after the result table, and
+// docs/fairness.md shows.
+func (r TenantsResult) Table() [][]string {
+	rows := [][]string{{"CASE", "IDS", "JOBS", "LINE", "POSITION", "BOUND", "WAIT (ms)", "JOBS/S", "PASS P50", "P95 (ms)", "PASSES/S", "PASS BUSY"}}
+	g := func(v float64) string { return fmt.Sprintf("%g", v) }
+	add := func(name string, c NewcomerCase) {
+		rows = append(rows, []string{name, fmt.Sprint(c.IDs), fmt.Sprint(c.Jobs), g(c.Line), g(c.Position), fmt.Sprint(c.Bound), g(c.WaitMs),
+			g(c.JobsPerS), g(c.PassP50Ms), g(c.PassP95Ms), g(c.PassesPerS), g(c.PassBusy)})
+	}
+	for _, c := range r.Tenants {
+		add("tenants", c)
+	}
+	for _, c := range r.Spread {
+		add("spread", c)
 	}
 	return rows
 }

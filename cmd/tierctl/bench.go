@@ -25,7 +25,7 @@ import (
 )
 
 // benchScenarios are tierctl bench's scenarios, in the order "all" runs them.
-var benchScenarios = []string{"isolation", "throughput", "sweeps", "dlq", "insert", "fairness", "lending", "realistic", "scaleout"}
+var benchScenarios = []string{"isolation", "throughput", "sweeps", "dlq", "insert", "fairness", "lending", "realistic", "scaleout", "tenants"}
 
 func (a *app) benchCommand() *cobra.Command {
 	var (
@@ -58,6 +58,9 @@ Scenarios:
   scaleout    1, 2, 4 and 8 worker processes (this binary, re-executed): jobs/s
               against the slot and fetch-cadence bounds, fetches per second per
               process idle and busy, paid pickup beside a free backlog, CPU
+  tenants     a newcomer tenant's first start beside 10 to 10,000 active tenants
+              with a backlog each, and beside one flood spread over 50 tenant
+              ids; what a fair-share pass costs there (docs/fairness.md)
 
 Each prints a table with every target met or not; --json adds one JSON object
 as the last line. See docs/benchmarks.md.`,
@@ -116,6 +119,10 @@ as the last line. See docs/benchmarks.md.`,
 			if report.Scaleout != nil {
 				fmt.Fprintln(a.stdout)
 				a.printTable(report.Scaleout.Table())
+			}
+			if report.Tenants != nil {
+				fmt.Fprintln(a.stdout)
+				a.printTable(report.Tenants.Table())
 			}
 			if runErr != nil {
 				return runErr
