@@ -400,10 +400,6 @@ type Pass struct {
 	// Yielded counts the places of tenants with jobs running moved behind
 	// a tenant that had not had its turn yet (none of its jobs running).
 	Yielded int
-	// Ahead counts the admitted jobs that are not due yet: they keep their
-	// own scheduled_at (a retry's), hold no place until then, and the next
-	// pass may admit more at once.
-	Ahead int
 	// Lone is true when one tenant alone (or none) was active and nothing
 	// was held: nothing needs holding, and the next passes only look for
 	// a newcomer. Checked is true for such a look or check (no pass ran).
@@ -480,7 +476,7 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 	)
 	locked, err := a.locked(ctx, q.name, true, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, passSQL, q.name, q.cfg.Workers, q.cfg.Fair, q.localKinds(), q.every && q.cfg.Workers > 0).Scan(
-			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded, &p.Ahead)
+			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded)
 	})
 	if err != nil {
 		return Pass{}, fmt.Errorf("fair share pass over %s: %w", q.name, err)
@@ -504,12 +500,6 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 	// worker busy at once). Nothing else would then run a pass before the
 	// next Tick, with work held and the workers idle: look again.
 	if !q.held.Swap(held) && held {
-		q.signal()
-	}
-	// Jobs admitted ahead of their due time hold no place yet: the held
-	// work behind them may be admitted now, with no worker busy to wake
-	// the loop.
-	if p.Ahead > 0 && held {
 		q.signal()
 	}
 	if a.lend != nil && q.name == a.lend.cfg.From && p.Admitted > 0 {

@@ -2,6 +2,7 @@ package fairshare
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -284,4 +285,53 @@ func genericPlans(t *testing.T, pool *pgxpool.Pool, sqls ...string) int64 {
 	require.NoError(t, pool.QueryRow(context.Background(),
 		`SELECT coalesce(sum(generic_plans), 0) FROM pg_prepared_statements WHERE statement = ANY($1)`, sqls).Scan(&generic))
 	return generic
+}
+
+// TestPassPlanReadsTheHeldIndexByTenantKey: a pass's generic plan (how a
+// pass runs: locked) finds each tenant's held jobs through
+// river_job_tierq_held_idx by the bounded tenant key of migration 00009 (the
+// Index Cond names its CASE expression; a key the index was not built on
+// would sort every held job of the queue per probe), and holds a backlog
+// back with one probe per job by id, not a join of the held jobs with
+// river_job (a nested loop over the CTE, estimated at one row: 35 s to
+// hold a lone tenant's 10,000 jobs back, 2 min 28 s for 20,000).
+func TestPassPlanReadsTheHeldIndexByTenantKey(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	_, pool := oneConnection(t, db, &Config{Queues: map[string]Queue{loopQueue: {Workers: 2, Fair: true}}})
+	insertAvailable(t, db, loopQueue, "a", 50)
+	ctx := context.Background()
+	testdb.SeedFinished(t, db, 20_000)
+	_, err := db.Pool.Exec(ctx, `
+		INSERT INTO river_job (kind, args, queue, priority, state, scheduled_at, max_attempts, metadata)
+		SELECT 'fair_test', '{}', $1, 2, 'pending', now() - interval '1 hour' + i * interval '1 millisecond', 25,
+		       jsonb_build_object('tierq:tenant', 't' || i % 100, 'tierq:held_at', now())
+		FROM generate_series(1, 5000) AS i`, loopQueue)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `ANALYZE river_job`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `PREPARE pass (text, int, bool, text[], bool) AS `+passSQL)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	rows, err := pool.Query(ctx, `EXPLAIN EXECUTE pass('`+loopQueue+`', 2, true, '{fair_test}', false)`)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	plan := strings.Join(lines, "\n")
+
+	var keyed int
+	for i, l := range lines {
+		if strings.Contains(l, " using river_job_tierq_held_idx") || strings.Contains(l, "Bitmap Index Scan on river_job_tierq_held_idx") {
+			for _, c := range lines[i+1 : min(i+4, len(lines))] {
+				if strings.Contains(c, "Index Cond:") && strings.Contains(c, "CASE WHEN (octet_length(") {
+					keyed++
+				}
+			}
+		}
+	}
+	// The loose scan's step (its anchor reads the queue's range) and the
+	// admission's probe.
+	require.GreaterOrEqual(t, keyed, 2, "held index reads by the tenant key:\n%s", plan)
+	require.Equal(t, 1, strings.Count(plan, "CTE Scan on excess"), "the held-back jobs read once, for their ids:\n%s", plan)
 }

@@ -181,7 +181,7 @@ func BenchmarkLoneBacklog(b *testing.B) {
 		for range b.N {
 			var now time.Time
 			var held, act bool
-			require.NoError(b, db.Pool.QueryRow(ctx, fairshare.CheckSQL, pgx.QueryExecModeCacheDescribe, queue, "", true).Scan(&now, &held, &act))
+			require.NoError(b, db.Pool.QueryRow(ctx, fairshare.CheckSQL, pgx.QueryExecModeCacheDescribe, queue, "", true, []string{}, true).Scan(&now, &held, &act))
 			require.False(b, held || act)
 		}
 	})
@@ -197,7 +197,7 @@ func BenchmarkLoneBacklog(b *testing.B) {
 				var now time.Time
 				var held, newcomer bool
 				var alone *string
-				require.NoError(b, conn.QueryRow(ctx, fairshare.LoneCheckSQL, look.mode, "fair_other", time.Now().Add(-time.Second), nil).
+				require.NoError(b, conn.QueryRow(ctx, fairshare.LoneCheckSQL, look.mode, "fair_other", time.Now().Add(-time.Second), nil, []string{}, true).
 					Scan(&now, &held, &newcomer, &alone))
 				require.False(b, held || newcomer)
 			}
@@ -207,6 +207,44 @@ func BenchmarkLoneBacklog(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				run()
+			}
+		})
+	}
+}
+
+// BenchmarkFirstHold times the pass that holds a lone tenant's backlog back
+// to its window when a second tenant's first job arrives: one statement
+// that moves every job of the backlog but the window to pending. Its cost
+// should follow the backlog; it grew with its square while the statement
+// joined the jobs it held with river_job (a nested loop over a CTE
+// estimated at one row: 10,000 jobs took 35 s, 20,000 took 2 min 28 s, with
+// 300,000 finished jobs in the table; the jobs being held are locked
+// meanwhile, so workers idled).
+//
+//	go test -run '^$' -bench FirstHold -benchtime 3x ./fairshare/
+func BenchmarkFirstHold(b *testing.B) {
+	for _, backlog := range []int{5_000, 20_000} {
+		b.Run(fmt.Sprintf("backlog=%d", backlog), func(b *testing.B) {
+			ctx := context.Background()
+			db := testdb.New(b)
+			testdb.SeedFinished(b, db, 100_000)
+			a, err := fairshare.New(db.Pool, &fairshare.Config{Queues: map[string]fairshare.Queue{queue: {Workers: 4, Fair: true}}})
+			require.NoError(b, err)
+			for range b.N {
+				b.StopTimer()
+				_, err := db.Pool.Exec(ctx, `DELETE FROM river_job WHERE queue = $1`, queue)
+				require.NoError(b, err)
+				_, err = db.Pool.Exec(ctx, `
+					INSERT INTO river_job (kind, args, queue, priority, state, scheduled_at, max_attempts, metadata)
+					SELECT 'fair_test', '{}', $1, 4, 'available', now() - interval '1 hour' + i * interval '1 millisecond', 25,
+					       CASE WHEN i = $2 THEN '{"tierq:tenant": "newcomer"}'::jsonb ELSE '{"tierq:tenant": "flood"}'::jsonb END
+					FROM generate_series(1, $2) AS i`, queue, backlog)
+				require.NoError(b, err)
+				require.NoError(b, seed.Analyze(ctx, db.Pool))
+				b.StartTimer()
+				p, err := a.Pass(ctx, queue)
+				require.NoError(b, err)
+				require.Equal(b, backlog-3, p.Held) // windows of 2: the flood keeps 2, the newcomer its 1
 			}
 		})
 	}

@@ -131,21 +131,49 @@ func TestPassCountsOnlyFetchableWork(t *testing.T) {
 		require.Equal(t, map[string]int{"x/available": 50, "y/available": 50, "z/available": 1}, b.counts(t))
 	})
 
-	// A job held before it was due is admitted at its due time, never
-	// earlier: a retry must not run early.
-	t.Run("AdmissionKeepsTheDueTime", func(t *testing.T) {
+	// A job held before it was due (written held, or held by an older
+	// release) stays held until it is due, and takes no place before: a
+	// retry must not run early, and a job that cannot start holds no window.
+	t.Run("HeldJobsWaitForTheirDueTime", func(t *testing.T) {
 		t.Parallel()
 		b := setupKinds(t, 2)
-		b.add(t, row{tenant: "a", held: true, at: "now() + interval '1 hour'"}, 1)
-		b.add(t, row{tenant: "a", held: true}, 1)
+		b.add(t, row{tenant: "a", held: true, priority: 1, at: "now() + interval '1 hour'"}, 3)
+		b.add(t, row{tenant: "b", held: true, priority: 2}, 5)
 
+		// Before: a's three jobs, not due, were its level (priority 1), took
+		// its window and closed b's (a worse level): nothing fetchable.
+		p, err := b.admitter.Pass(ctx, queue)
+		require.NoError(t, err)
+		require.Equal(t, fairshare.Pass{Ran: true, Admitted: 2, Tenants: 1, HeldTenants: 1, Capacity: 2}, p)
+		require.Equal(t, 2, b.fetchable(t))
+		require.Equal(t, 3, b.db.Count(t, `SELECT count(*) FROM river_job
+			WHERE queue = $1 AND state = 'pending' AND metadata->>'tierq:tenant' = 'a' AND scheduled_at > now() + interval '59 minutes'`, queue))
+
+		// Their time comes: admitted, at their own priority, first in line.
+		_, err = b.db.Pool.Exec(ctx, `UPDATE river_job SET scheduled_at = now() - interval '1 second'
+			WHERE queue = $1 AND metadata->>'tierq:tenant' = 'a'`, queue)
+		require.NoError(t, err)
+		require.Equal(t, []string{"b", "b"}, b.fetch(t, 2))
+		p, err = b.admitter.Pass(ctx, queue)
+		require.NoError(t, err)
+		require.Equal(t, 2, p.Admitted)
+		require.Equal(t, []string{"a"}, b.fetch(t, 1))
+	})
+
+	// A pending row whose metadata is the JSON string "tierq:held_at"
+	// matches the held index's predicate; removing the key from it failed
+	// every pass ("cannot delete from scalar").
+	t.Run("AHeldMarkThatIsNotAnObject", func(t *testing.T) {
+		t.Parallel()
+		b := setupKinds(t, 2)
+		_, err := b.db.Pool.Exec(ctx, `INSERT INTO river_job (kind, args, queue, priority, state, scheduled_at, max_attempts, metadata)
+			VALUES ($1, '{}', $2, 2, 'pending', now() - interval '1 minute', 25, '"tierq:held_at"')`, fetchedKind, queue)
+		require.NoError(t, err)
+		b.add(t, row{tenant: "a", held: true}, 3)
 		p, err := b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
 		require.Equal(t, 2, p.Admitted)
-		require.Equal(t, 1, p.Ahead)
-		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job
-			WHERE queue = $1 AND state = 'available' AND scheduled_at > now() + interval '59 minutes'`, queue))
-		require.Equal(t, 1, b.fetchable(t))
+		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job WHERE queue = $1 AND state = 'pending' AND jsonb_typeof(metadata) = 'string'`, queue))
 	})
 
 	// A held job of a kind no worker fetches takes no tenant's places: at
@@ -237,7 +265,7 @@ func TestLongTenantIDs(t *testing.T) {
 func TestPassAdmitsForAnIdleWorker(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	for seed := range uint64(24) {
+	for seed := range uint64(120) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
 			rng := rand.New(rand.NewPCG(seed, 27))

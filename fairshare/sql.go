@@ -27,9 +27,13 @@ func tenantSQL(alias string) string {
 }
 
 // heldSQL is an SQL condition: the river_job row aliased alias is held by
-// fair share (the predicate of river_job_tierq_held_idx).
+// fair share (the predicate of river_job_tierq_held_idx, which a query
+// with this condition still implies, and an object: a pending row whose
+// metadata is the JSON string "tierq:held_at" matches the predicate, and
+// removing the key from it failed every pass with "cannot delete from
+// scalar").
 func heldSQL(alias string) string {
-	return alias + `.state = 'pending' AND ` + alias + `.metadata ? '` + jobmeta.HeldAt + `'`
+	return alias + `.state = 'pending' AND ` + alias + `.metadata ? '` + jobmeta.HeldAt + `' AND jsonb_typeof(` + alias + `.metadata) = 'object'`
 }
 
 // unlimited is the window of a queue without fair share: nothing is held
@@ -117,8 +121,9 @@ func keptDueSQL(alias, movedAt string) string {
 // it was freed: jobs admitted together would otherwise tie on scheduled_at
 // and go in id order, the oldest tenant's first every time. In the past,
 // so that River fetches it at once; but never before the job's own
-// scheduled_at: a held job that is not due yet (held by an older release,
-// or written held) keeps its due time, so that a retry never runs early.
+// scheduled_at (a safeguard: only due held jobs are admitted, so that a
+// held job not due yet, held by an older release or written held, neither
+// runs early nor takes a place in line before it is due).
 const admittedAtSQL = `greatest(now() - (t.total - t.pos) * interval '1 microsecond', j.scheduled_at)`
 
 // Rows are joined to river_job by id through id = ANY(ARRAY(…)), which the
@@ -145,8 +150,8 @@ const admittedAtSQL = `greatest(now() - (t.total - t.pos) * interval '1 microsec
 //     that no worker of the queue fetches holds no place in line: counted,
 //     it filled its tenant's window with work no worker would take, and
 //     the tenant's held jobs waited beside idle workers.
-//   - held_levels: the tenants with held jobs of known kinds and the best
-//     priority each has held, one index probe per tenant (a loose scan of
+//   - held_levels: the tenants with held jobs River would fetch once
+//     admitted (due, of known kinds) and the best priority each has held, one index probe per tenant (a loose scan of
 //     river_job_tierq_held_idx), so a pass costs O(tenants), never O(held
 //     jobs). (A held job of a kind no worker fetches is left to
 //     releaseSQL.)
@@ -184,8 +189,8 @@ const admittedAtSQL = `greatest(now() - (t.total - t.pos) * interval '1 microsec
 //     tenants hold. (Moving the newcomer ahead instead would give it an
 //     earlier scheduled_at than its due time: aging and escalation would
 //     count a wait it never had.)
-//   - admitted: each tenant's best held jobs of known kinds, as many as
-//     its window has room for, go back to available with scheduled_at
+//   - admitted: each tenant's best held jobs that are due and of known
+//     kinds, as many as its window has room for, go back to available with scheduled_at
 //     now() (admittedAtSQL: never before their own scheduled_at): the back
 //     of the queue in River's fetch order, so that tenants take turns, each
 //     with as many places in the line as its window. The time the job's
@@ -212,13 +217,13 @@ avail AS MATERIALIZED (
 ),
 held_levels(tenant, level) AS (
     (SELECT ` + tenantSQL("j") + `, j.priority FROM river_job AS j
-     WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND (SELECT ok FROM lock) AND ` + knownKindSQL("j") + `
+     WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND (SELECT ok FROM lock) AND ` + fetchableSQL("j") + `
      ORDER BY ` + tenantSQL("j") + `, j.priority LIMIT 1)
     UNION ALL
     SELECT x.tenant, x.level
     FROM held_levels AS h,
          LATERAL (SELECT ` + tenantSQL("j") + ` AS tenant, j.priority AS level FROM river_job AS j
-                  WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` > h.tenant AND ` + knownKindSQL("j") + `
+                  WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` > h.tenant AND ` + fetchableSQL("j") + `
                   ORDER BY ` + tenantSQL("j") + `, j.priority LIMIT 1) AS x
 ),
 tenants AS (
@@ -296,8 +301,7 @@ pushed AS (
     UPDATE river_job AS j
     SET state = 'pending',
         metadata = j.metadata || jsonb_build_object('` + jobmeta.HeldAt + `', now())
-    FROM excess
-    WHERE j.id = excess.id AND j.id = ANY(ARRAY(SELECT id FROM excess))
+    WHERE j.id = ANY(ARRAY(SELECT id FROM excess)) AND j.state = 'available'
     RETURNING j.id
 ),
 admit AS (
@@ -306,7 +310,7 @@ admit AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.scheduled_at
         FROM river_job AS j
-        WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = w.tenant AND ` + knownKindSQL("j") + `
+        WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = w.tenant AND ` + fetchableSQL("j") + `
         ORDER BY j.priority, j.scheduled_at, j.id
         LIMIT greatest(0, w.w - w.n)
         FOR UPDATE SKIP LOCKED
@@ -341,7 +345,7 @@ admitted AS (
             ` + keptDueSQL("j", admittedAtSQL) + `)
     FROM turns AS t
     WHERE j.id = t.id AND j.id = ANY(ARRAY(SELECT id FROM turns))
-    RETURNING j.id, j.scheduled_at > now() AS ahead
+    RETURNING j.id
 ),
 ` + notifiedCTE("admitted") + `
 SELECT coalesce((SELECT ok FROM lock), false),
@@ -353,8 +357,7 @@ SELECT coalesce((SELECT ok FROM lock), false),
        (SELECT count(*) FROM notified)::int,
        (SELECT CASE WHEN count(*) = 1 THEN min(tenant) END FROM tenants),
        now(),
-       (SELECT count(*) FROM yielded)::int,
-       (SELECT count(*) FROM admitted WHERE ahead)::int`
+       (SELECT count(*) FROM yielded)::int`
 
 // loneCheckSQL is the cheap look a process takes at a queue whose last
 // pass found one tenant alone ($3; NULL: none, the queue was empty) and
