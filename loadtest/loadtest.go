@@ -1,9 +1,11 @@
 // Package loadtest is tierq's load-test workload: a job kind (loadtest) whose
 // worker sleeps for the time its args say, optionally records each
-// execution, and fails on purpose when asked. Benchmarks, the chaos suite
-// and `tierctl demo` run it in any service's queues (LOAD_TEST_WORKLOAD=true
-// registers it on a worker deployment); it simulates work and does nothing
-// else.
+// execution, and behaves as production jobs do when asked: it fails
+// (until a time, or its first attempts), retried after River's backoff or
+// its own NextRetry, snoozes, and is cancelled for bad args. Benchmarks,
+// the chaos suite and `tierctl demo` run it in any service's queues
+// (LOAD_TEST_WORKLOAD=true registers it on a worker deployment); it
+// simulates work and does nothing else.
 package loadtest
 
 import (
@@ -28,6 +30,12 @@ const Kind = "loadtest"
 // Args are the args of the load-test workload. JSON:
 //
 //	{"sleep_ms": 250, "record": true, "fail_until": "2026-11-21T12:00:00Z", "tier": "pro"}
+//	{"sleep_ms": 20, "fail_attempts": 2, "retry_ms": 300, "snoozes": 1, "snooze_ms": 800}
+//
+// An attempt runs in this order: args that do not decode or are out of
+// range cancel the job (river.JobCancel, "bad loadtest args: …"); Record
+// records the execution; FailUntil, then FailAttempts, fail it; Snoozes
+// snooze it; otherwise it sleeps SleepMS and completes.
 type Args struct {
 	// SleepMS is how long the job "works", in milliseconds (0 to 1 hour).
 	SleepMS int `json:"sleep_ms"`
@@ -43,6 +51,26 @@ type Args struct {
 	// (tierctl demo does): the worker ignores it; the metrics hook, the API
 	// and tierctl watch read it as they read any job's (jobmeta.TierOf).
 	Tier string `json:"tier,omitempty"`
+	// FailAttempts makes the job's first FailAttempts attempts fail with a
+	// transient error (ErrFailure), as a flaky dependency does: River
+	// retries them, after RetryMS when it is set and after River's backoff
+	// (attempt⁴ seconds: 1 s, 16 s, …) otherwise. A job whose MaxAttempts
+	// is at most FailAttempts fails every attempt: River discards it and
+	// tierq's drain moves it to the dead-letter table. 0 to 1,000.
+	FailAttempts int `json:"fail_attempts,omitempty"`
+	// RetryMS, above 0, is the job's own retry delay (the worker's
+	// NextRetry) in milliseconds, in place of River's backoff: River writes
+	// a retry of 5 s or less straight into available with its scheduled_at
+	// ahead. 0 to 1 hour.
+	RetryMS int `json:"retry_ms,omitempty"`
+	// Snoozes makes the job snooze (river.JobSnooze) for SnoozeMS on each
+	// of its first Snoozes runs, counted by River in the job's metadata
+	// ("snoozes"); a snooze uses no attempt. A snooze of 5 s or less is
+	// written available with its scheduled_at ahead, a longer one
+	// scheduled. Snoozes 0 to 100, SnoozeMS 1 ms to 1 hour when Snoozes is
+	// set.
+	Snoozes  int `json:"snoozes,omitempty"`
+	SnoozeMS int `json:"snooze_ms,omitempty"`
 	// Ref tells jobs of equal args apart, for inserts through
 	// producer.Insert, whose unique options make equal args one job
 	// (tierctl bench numbers its streams' jobs): the worker ignores it.
@@ -92,8 +120,8 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	if args.decodeErr != nil {
 		return cancelBadArgs(args.decodeErr)
 	}
-	if args.SleepMS < 0 || args.SleepMS > int(time.Hour/time.Millisecond) {
-		return cancelBadArgs(errSleepRange)
+	if err := args.validate(); err != nil {
+		return cancelBadArgs(err)
 	}
 	var execution int64
 	if args.Record {
@@ -107,6 +135,12 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 	if args.FailUntil != nil && time.Now().Before(*args.FailUntil) {
 		return ErrFailure
+	}
+	if job.Attempt <= args.FailAttempts {
+		return ErrFailure
+	}
+	if args.Snoozes > 0 && snoozes(job.Metadata) < args.Snoozes {
+		return river.JobSnooze(time.Duration(args.SnoozeMS) * time.Millisecond)
 	}
 
 	timer := time.NewTimer(time.Duration(args.SleepMS) * time.Millisecond)
@@ -139,6 +173,48 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 }
 
 var errSleepRange = errors.New("sleep_ms must be between 0 and 3600000")
+
+// maxMS is the longest sleep, retry delay and snooze: an hour.
+const maxMS = int(time.Hour / time.Millisecond)
+
+// validate checks the args' ranges; the error says which is out.
+func (a Args) validate() error {
+	switch {
+	case a.SleepMS < 0 || a.SleepMS > maxMS:
+		return errSleepRange
+	case a.FailAttempts < 0 || a.FailAttempts > 1_000:
+		return errors.New("fail_attempts must be between 0 and 1000")
+	case a.RetryMS < 0 || a.RetryMS > maxMS:
+		return errors.New("retry_ms must be between 0 and 3600000")
+	case a.Snoozes < 0 || a.Snoozes > 100:
+		return errors.New("snoozes must be between 0 and 100")
+	case a.Snoozes > 0 && (a.SnoozeMS < 1 || a.SnoozeMS > maxMS):
+		return errors.New("snooze_ms must be between 1 and 3600000 when snoozes is set")
+	}
+	return nil
+}
+
+// snoozes is how many times River has snoozed the job: the "snoozes" of
+// its metadata (River's own key), 0 when there is none or it is not a
+// number.
+func snoozes(metadata []byte) int {
+	var m struct {
+		Snoozes int `json:"snoozes"`
+	}
+	if json.Unmarshal(metadata, &m) != nil {
+		return 0
+	}
+	return m.Snoozes
+}
+
+// NextRetry is the job's RetryMS from now when it is set, and River's
+// backoff otherwise (the zero time).
+func (*Worker) NextRetry(job *river.Job[Args]) time.Time {
+	if job.Args.RetryMS > 0 {
+		return time.Now().Add(time.Duration(job.Args.RetryMS) * time.Millisecond)
+	}
+	return time.Time{}
+}
 
 // Timeout bounds one load-test job: sleep_ms beyond it ends in the timeout
 // (retried, then dead-lettered). The chaos suite's longest job sleeps 3.5 s.
