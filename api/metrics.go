@@ -20,7 +20,8 @@ import (
 
 // Metrics is the API's Prometheus registry: the tier fallbacks and
 // escalations it performs itself, and gauges of the database (queue depth,
-// oldest available job, dead letters, whether a River leader is present)
+// held jobs, oldest available and oldest waiting job, dead letters, whether
+// a River leader is present)
 // read by a cached collector, so that scrapes never load the database.
 type Metrics struct {
 	registry      *prometheus.Registry
@@ -76,10 +77,12 @@ func (m *Metrics) Escalation(from, to, actorKind string) {
 	m.escalations.Add(from, to, actorKind, 1)
 }
 
-// dbCollector reads queue depth, oldest available job, dead-letter depth
-// and whether a River leader held a lease recently from PostgreSQL at most
-// once per cacheFor, with indexed queries (see queuestats.Summaries,
-// dlq.PendingDepth and queuestats.RecentLeader, which reads river_leader's one row).
+// dbCollector reads queue depth, held jobs, the oldest available and
+// oldest waiting job, dead-letter depth and whether a River leader held a
+// lease recently from PostgreSQL at most once per cacheFor, with indexed
+// queries (see queuestats.Summaries, whose oldest wait reads every waiting
+// job of a queue through its indexes, dlq.PendingDepth and
+// queuestats.RecentLeader, which reads river_leader's one row).
 type dbCollector struct {
 	q        db.Querier
 	services *service.Registry
@@ -90,7 +93,7 @@ type dbCollector struct {
 	readAt  time.Time
 	metrics []prometheus.Metric
 
-	depth, oldest, unfetchable, dlqDepth, leaderPresent, dbUp *prometheus.Desc
+	depth, held, oldest, oldestWaiting, unfetchable, dlqDepth, leaderPresent, dbUp *prometheus.Desc
 }
 
 func newDBCollector(q db.Querier, services *service.Registry, logger *slog.Logger, cacheFor time.Duration) *dbCollector {
@@ -98,8 +101,12 @@ func newDBCollector(q db.Querier, services *service.Registry, logger *slog.Logge
 		q: q, services: services, logger: logger, cacheFor: cacheFor,
 		depth: prometheus.NewDesc("tierq_queue_depth",
 			"Jobs per queue and state (available, scheduled, retryable, pending, running).", []string{"queue", "state"}, nil),
+		held: prometheus.NewDesc("tierq_held_jobs",
+			"Jobs of the queue fair share holds back (state pending, metadata tierq:held_at; part of tierq_queue_depth's pending), due or not.", []string{"queue"}, nil),
 		oldest: prometheus.NewDesc("tierq_oldest_available_seconds",
-			"How long the longest-waiting available job of the queue has waited (0: none available).", []string{"queue"}, nil),
+			"How long the longest-waiting available job of the queue has been available, since its scheduled_at (0: none available and due). Held jobs are not counted: see tierq_oldest_waiting_seconds.", []string{"queue"}, nil),
+		oldestWaiting: prometheus.NewDesc("tierq_oldest_waiting_seconds",
+			"How long the longest-waiting job of the queue has waited, over available and held jobs whose scheduled_at has come, from each one's due time (0: none waiting).", []string{"queue"}, nil),
 		unfetchable: prometheus.NewDesc("tierq_unfetchable_jobs",
 			"Due available jobs of the queue of a kind no worker serving it fetches: no worker will take them (0 for a queue whose workers fetch every kind or that none serves).", []string{"queue"}, nil),
 		dlqDepth: prometheus.NewDesc("tierq_dlq_depth",
@@ -113,7 +120,9 @@ func newDBCollector(q db.Querier, services *service.Registry, logger *slog.Logge
 
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.depth
+	ch <- c.held
 	ch <- c.oldest
+	ch <- c.oldestWaiting
 	ch <- c.unfetchable
 	ch <- c.dlqDepth
 	ch <- c.leaderPresent
@@ -164,7 +173,9 @@ func (c *dbCollector) read() []prometheus.Metric {
 		for state, n := range q.Counts {
 			out = append(out, prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(n), q.Name, state))
 		}
+		out = append(out, prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(q.Held), q.Name))
 		out = append(out, prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, q.OldestAvailableSeconds, q.Name))
+		out = append(out, prometheus.MustNewConstMetric(c.oldestWaiting, prometheus.GaugeValue, q.OldestWaitingSeconds, q.Name))
 		out = append(out, prometheus.MustNewConstMetric(c.unfetchable, prometheus.GaugeValue, float64(unfetchable[q.Name]), q.Name))
 		out = append(out, prometheus.MustNewConstMetric(c.dlqDepth, prometheus.GaugeValue, float64(depth.ByQueue[q.Name]), q.Name))
 	}

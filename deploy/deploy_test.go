@@ -49,6 +49,7 @@ var slaVar = regexp.MustCompile(`\$sla_[a-z_]+`)
 var replicated = []string{
 	"tierq_queue_depth", "tierq_oldest_available_seconds", "tierq_dlq_depth",
 	"tierq_leader_present", "tierq_metrics_database_up", "tierq_unfetchable_jobs",
+	"tierq_oldest_waiting_seconds", "tierq_held_jobs",
 }
 
 // checkExpr parses expr with Prometheus' parser and checks that it selects
@@ -347,7 +348,7 @@ func TestAlertRulesUseOnlyExportedMetrics(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, []string{"enterprise", "pro_plus", "pro"}, slaAlerts, "a wait alert per paid tier")
-	for _, name := range []string{"tierq_leader", "tierq_leader_present", "tierq_dlq_depth", "tierq_job_wait_seconds", "tierq_oldest_available_seconds", "tierq_tier_fallbacks_total"} {
+	for _, name := range []string{"tierq_leader", "tierq_leader_present", "tierq_dlq_depth", "tierq_job_wait_seconds", "tierq_oldest_waiting_seconds", "tierq_tier_fallbacks_total"} {
 		require.True(t, used[name], "no alert on %s", name)
 	}
 }

@@ -36,7 +36,10 @@ func exportedMetrics(t *testing.T) (all, apiOwn map[string][]string) {
 // replicated are the API's gauges read from the database: every API
 // replica exports the same value, so a query takes their max (or min)
 // over replicas, never their sum.
-var replicated = []string{"tierq_queue_depth", "tierq_oldest_available_seconds", "tierq_dlq_depth", "tierq_leader_present", "tierq_metrics_database_up", "tierq_unfetchable_jobs"}
+var replicated = []string{
+	"tierq_queue_depth", "tierq_oldest_available_seconds", "tierq_dlq_depth", "tierq_leader_present", "tierq_metrics_database_up",
+	"tierq_unfetchable_jobs", "tierq_oldest_waiting_seconds", "tierq_held_jobs",
+}
 
 // checkPromQL parses query and checks that it selects only metrics the
 // processes export, matches only labels they have, takes the max or min of
