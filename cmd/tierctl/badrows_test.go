@@ -23,6 +23,7 @@ func TestWatchCountsRowsOfAnyShape(t *testing.T) {
 	}
 	out, err := runTierctl(t, dbEnv(db), "watch", "--once")
 	require.NoError(t, err, out)
-	require.Regexp(t, `(?m)^\s*analysis_default\s+0\s+0\s+7\s+0\s+0\s+(\d+ms|\d+\.\ds)\s+0$`, out)
+	// SCHEDULED PENDING HELD AVAILABLE RETRYABLE RUNNING OLDEST DEAD
+	require.Regexp(t, `(?m)^\s*analysis_default\s+0\s+0\s+0\s+7\s+0\s+0\s+(\d+ms|\d+\.\ds)\s+0$`, out)
 	require.Regexp(t, `(?m)^\s*analysis_priority\s+unknown\s+7\s+20\.0s\s+20\.0s$`, out)
 }

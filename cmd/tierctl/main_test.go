@@ -98,7 +98,8 @@ func TestEnqueueRoutesEveryTier(t *testing.T) {
 
 	out, err = runTierctl(t, dbEnv(db), "watch", "--once")
 	require.NoError(t, err, out)
-	require.Regexp(t, fmt.Sprintf(`(?m)^\s*analysis_priority\s+0\s+0\s+%d\s+0\s+0\s+(\d+ms|\d+\.\ds)\s+0$`, byQueue["analysis_priority"]), out)
+	// SCHEDULED PENDING HELD AVAILABLE RETRYABLE RUNNING OLDEST DEAD
+	require.Regexp(t, fmt.Sprintf(`(?m)^\s*analysis_priority\s+0\s+0\s+0\s+%d\s+0\s+0\s+(\d+ms|\d+\.\ds)\s+0$`, byQueue["analysis_priority"]), out)
 }
 
 func TestUsageErrorsExitTwo(t *testing.T) {

@@ -23,8 +23,9 @@ import (
 )
 
 // watchStates are the queued states (queuestats.Summaries' counts) shown per
-// queue, in lifecycle order. Finished jobs are River's history and not
-// counted: that would read the whole table.
+// queue, in lifecycle order; HELD (the pending jobs fair share holds back)
+// follows PENDING. Finished jobs are River's history and not counted: that
+// would read the whole table.
 var watchStates = []string{"scheduled", "pending", "available", "retryable", "running"}
 
 // waitWindow is how far back watch looks for started jobs.
@@ -95,10 +96,18 @@ func (a *app) watchCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "watch",
 		Short: "Show a live dashboard of queues, waits by tier, dead letters and the leader until interrupted",
-		Long: `Show, per queue, jobs by queued state, the oldest available job's age and
-the dead letters pending; the p50 and p99 wait of the jobs started in the last
-5 minutes by tier; and which scheduler leads River. On a terminal the view is
-redrawn in place; otherwise each refresh is appended with a timestamp.`,
+		Long: `Show, per queue, jobs by queued state, the jobs fair share holds back
+(HELD, part of PENDING), the oldest wait (OLDEST: the longest-waiting job,
+available or held, from when it became due; a job scheduled ahead is not
+waiting yet) and the dead letters pending; the p50 and p99 wait of the jobs
+started in the last 5 minutes by tier; and which scheduler leads River. On a
+terminal the view is redrawn in place; otherwise each refresh is appended
+with a timestamp.
+
+Each refresh reads every waiting job of each queue for OLDEST (about 20 ms
+for 50,000 waiting jobs; several times that when all of them were moved by
+escalation or fair share): with large backlogs, a longer --interval spares
+the database.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if interval < 100*time.Millisecond {
@@ -230,14 +239,20 @@ func renderDashboard(d dashboard) string {
 	fmt.Fprintf(tw, "%-*s\t", nameWidth, "QUEUE")
 	for _, state := range watchStates {
 		fmt.Fprintf(tw, "%s\t", strings.ToUpper(state))
+		if state == "pending" {
+			fmt.Fprint(tw, "HELD\t")
+		}
 	}
 	fmt.Fprint(tw, "OLDEST\tDEAD\t\n")
 	for _, q := range d.Queues {
 		fmt.Fprintf(tw, "%-*s\t", nameWidth, q.Name)
 		for _, state := range watchStates {
 			fmt.Fprintf(tw, "%d\t", q.Counts[state])
+			if state == "pending" {
+				fmt.Fprintf(tw, "%d\t", q.Held)
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t\n", formatSeconds(q.OldestAvailableSeconds), d.Dead.ByQueue[q.Name])
+		fmt.Fprintf(tw, "%s\t%d\t\n", formatSeconds(q.OldestWaitingSeconds), d.Dead.ByQueue[q.Name])
 	}
 	_ = tw.Flush()
 

@@ -100,7 +100,7 @@ func TestWatchDashboard(t *testing.T) {
 	t.Log("\n" + out)
 	require.Regexp(t, `^\d\d:\d\d:\d\d  leader: scheduler-a  dead letters pending: 3\n`, out)
 
-	// QUEUE SCHEDULED PENDING AVAILABLE RETRYABLE RUNNING OLDEST DEAD
+	// QUEUE SCHEDULED PENDING HELD AVAILABLE RETRYABLE RUNNING OLDEST DEAD
 	queueRow := func(queue, counts string, oldest float64, dead string) {
 		t.Helper()
 		m := regexp.MustCompile(`(?m)^\s*` + queue + `\s+` + counts + `\s+(\S+)\s+` + dead + `$`).FindStringSubmatch(out)
@@ -109,11 +109,11 @@ func TestWatchDashboard(t *testing.T) {
 		require.NoError(t, err)
 		require.InDelta(t, oldest, age.Seconds(), 5, queue)
 	}
-	queueRow("analysis_priority", `4\s+0\s+3\s+2\s+1`, 30, "0")
-	queueRow("analysis_default", `0\s+3\s+2\s+0\s+0`, 90, "1")
-	queueRow("analysis_scheduled", `0\s+0\s+5\s+0\s+0`, 40, "1")
-	queueRow("specview_priority", `0\s+0\s+0\s+0\s+0`, 0, "1")
-	queueRow("specview_default", `0\s+0\s+0\s+0\s+0`, 0, "0")
+	queueRow("analysis_priority", `4\s+0\s+0\s+3\s+2\s+1`, 30, "0")
+	queueRow("analysis_default", `0\s+3\s+0\s+2\s+0\s+0`, 90, "1") // pending, not held
+	queueRow("analysis_scheduled", `0\s+0\s+0\s+5\s+0\s+0`, 40, "1")
+	queueRow("specview_priority", `0\s+0\s+0\s+0\s+0\s+0`, 0, "1")
+	queueRow("specview_default", `0\s+0\s+0\s+0\s+0\s+0`, 0, "0")
 
 	// QUEUE TIER STARTED P50 P99, in the queues' order, then the tiers'.
 	waitRows := regexp.MustCompile(`(?m)^\s*(\S+)\s+(free|pro|pro_plus|enterprise|unknown)\s+(\d+)\s+(\S+)\s+(\S+)$`).FindAllStringSubmatch(out, -1)

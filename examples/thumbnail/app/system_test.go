@@ -275,7 +275,8 @@ func TestThumbnailsBesideTheReferenceApp(t *testing.T) {
 	watch.Env = append(os.Environ(), s.env...)
 	out, err = watch.CombinedOutput()
 	require.NoError(t, err, string(out))
-	require.Regexp(t, `(?m)^\s*thumbnails_priority\s+0\s+0\s+0\s+0\s+0\s+\S+\s+0$`, string(out))
+	// SCHEDULED PENDING HELD AVAILABLE RETRYABLE RUNNING OLDEST DEAD
+	require.Regexp(t, `(?m)^\s*thumbnails_priority\s+0\s+0\s+0\s+0\s+0\s+0\s+\S+\s+0$`, string(out))
 	require.Regexp(t, `(?m)^\s*thumbnails_priority\s+pro\s+2\s+\S+\s+\S+$`, string(out))
 	require.Regexp(t, `(?m)^\s*thumbnails_priority\s+free\s+1\s+\S+\s+\S+$`, string(out))
 }
