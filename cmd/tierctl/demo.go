@@ -13,6 +13,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/spf13/cobra"
 
+	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/tiers"
@@ -79,9 +81,13 @@ queues, routed by each service's InsertOpts exactly as a producer does:
   background  --background scheduled-class jobs at the start, into
               analysis_scheduled and specview_scheduled.
 
-Every --report-every it prints the free backlog (the demo's jobs available
-in *_default), the waits (attempted_at - scheduled_at, p50 and p99 in SQL) of
-the paid and free jobs started so far, and the completed counts. After
+Every --report-every it prints the free backlog (the demo's jobs waiting in
+*_default: available, or held back by fair share, which holds a tenant's
+jobs beyond its share in River state pending), the waits (attempted_at minus
+when the job became due, p50 and p99 in SQL) of the paid and free jobs
+started so far, and the completed counts. A job's due time is its insert:
+fair share's admission moves scheduled_at to the admission and keeps the due
+time (internal/db.DueAtSQL), so a held job's wait counts its time held. After
 --duration it waits (at most --timeout) for every job it inserted to finish,
 prints a summary, and fails unless every one of them completed.
 
@@ -174,7 +180,8 @@ func (d *demo) run(ctx context.Context) error {
 	fmt.Fprintf(out, "  free:       %d jobs over %s into analysis_default and specview_default (3:2)\n", s.free, s.burst)
 	fmt.Fprintf(out, "  paid:       one every %s for %s (pro, pro_plus, enterprise) into analysis_priority and specview_priority\n", s.paidEvery, s.duration)
 	fmt.Fprintf(out, "  background: %d scheduled-class jobs into analysis_scheduled and specview_scheduled\n", s.background)
-	fmt.Fprintf(out, "  waits are attempted_at - scheduled_at of the jobs started so far; the free backlog is the demo's jobs available in *_default\n")
+	fmt.Fprintf(out, "  waits are attempted_at - due time (the insert, kept across fair share's hold) of the jobs started so far;\n")
+	fmt.Fprintf(out, "  the free backlog is the demo's jobs waiting in *_default: available, or held back by fair share\n")
 
 	start := time.Now()
 	if err := d.insertBackground(ctx); err != nil {
@@ -336,19 +343,25 @@ func (d *demo) insertMany(ctx context.Context, params []river.InsertManyParams) 
 }
 
 // demoStatsQuery reads the demo's jobs back by id (the primary key), per
-// class of queue: counts by state and the waits (attempted_at -
-// scheduled_at, in ms) of those started.
-const demoStatsQuery = `
+// class of queue: counts by state, the waiting ones (available, or held
+// back by fair share: pending with jobmeta.HeldAt), the held ones, and the
+// waits of those started: attempted_at minus when the attempt became due
+// (db.DueAtSQL: the insert, kept when fair share admits a held job and
+// moves its scheduled_at), in ms.
+var demoStatsQuery = `
 WITH demo AS (
-	SELECT CASE WHEN queue LIKE '%\_priority' THEN 'paid'
-	            WHEN queue LIKE '%\_scheduled' THEN 'background'
+	SELECT CASE WHEN j.queue LIKE '%\_priority' THEN 'paid'
+	            WHEN j.queue LIKE '%\_scheduled' THEN 'background'
 	            ELSE 'free' END AS class,
-	       state, extract(epoch FROM attempted_at - scheduled_at) * 1000 AS wait_ms
-	FROM river_job WHERE id = ANY($1)
+	       j.state,
+	       j.state = 'pending' AND j.metadata ? '` + jobmeta.HeldAt + `' AND jsonb_typeof(j.metadata) = 'object' AS held,
+	       extract(epoch FROM j.attempted_at - ` + db.DueAtSQL("j") + `) * 1000 AS wait_ms
+	FROM river_job AS j WHERE j.id = ANY($1)
 )
 SELECT class,
        count(*),
-       count(*) FILTER (WHERE state = 'available'),
+       count(*) FILTER (WHERE state = 'available' OR held),
+       count(*) FILTER (WHERE held),
        count(*) FILTER (WHERE state = 'completed'),
        count(*) FILTER (WHERE state NOT IN ('completed', 'cancelled', 'discarded')),
        count(wait_ms),
@@ -358,8 +371,9 @@ FROM demo GROUP BY class`
 
 // demoClass is the demo's jobs of one class of queue.
 type demoClass struct {
-	jobs, available, completed, unfinished, started int
-	p50, p99                                        float64 // ms
+	jobs, completed, unfinished, started int
+	waiting, held                        int     // waiting: available or held
+	p50, p99                             float64 // ms
 }
 
 type demoStats map[string]demoClass
@@ -368,7 +382,8 @@ func (s demoStats) total() demoClass {
 	var t demoClass
 	for _, c := range s {
 		t.jobs += c.jobs
-		t.available += c.available
+		t.waiting += c.waiting
+		t.held += c.held
 		t.completed += c.completed
 		t.unfinished += c.unfinished
 	}
@@ -385,7 +400,7 @@ func (d *demo) stats(ctx context.Context) (demoStats, error) {
 		class string
 		c     demoClass
 	)
-	_, err = pgx.ForEachRow(rows, []any{&class, &c.jobs, &c.available, &c.completed, &c.unfinished, &c.started, &c.p50, &c.p99}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&class, &c.jobs, &c.waiting, &c.held, &c.completed, &c.unfinished, &c.started, &c.p50, &c.p99}, func() error {
 		stats[class] = c
 		return nil
 	})
@@ -401,8 +416,8 @@ func (d *demo) report(ctx context.Context, start time.Time) error {
 		return err
 	}
 	free, paid, bg := stats["free"], stats["paid"], stats["background"]
-	fmt.Fprintf(d.app.stdout, "[%4s] free backlog %5d | paid wait p50 %s p99 %s (%d started) | free wait p50 %s p99 %s | completed: free %d/%d, paid %d/%d, background %d/%d\n",
-		time.Since(start).Round(time.Second), free.available,
+	fmt.Fprintf(d.app.stdout, "[%4s] free backlog %5d (%d held) | paid wait p50 %s p99 %s (%d started) | free wait p50 %s p99 %s | completed: free %d/%d, paid %d/%d, background %d/%d\n",
+		time.Since(start).Round(time.Second), free.waiting, free.held,
 		ms(paid.p50), ms(paid.p99), paid.started, ms(free.p50), ms(free.p99),
 		free.completed, free.jobs, paid.completed, paid.jobs, bg.completed, bg.jobs)
 	return nil
