@@ -32,10 +32,11 @@ func seedStarvingHeldTenant(t *testing.T, b *bundle) {
 	}
 }
 
-// TestQueuesShowHeldJobs: GET /v1/queues counts held jobs and measures the
-// oldest wait over available and held jobs from their due time: 90 s for
-// the starving tenant, where the oldest available job says 5 s; a job
-// scheduled 3 s ahead waits 0, not -3.
+// TestQueuesShowHeldJobs: GET /v1/queues and priority-stats count held
+// jobs and measure the oldest wait over available and held jobs from their
+// due time: 90 s for the starving tenant, where the oldest available job
+// says 5 s (6 s from its due time); a job scheduled 3 s ahead waits 0, not
+// -3.
 func TestQueuesShowHeldJobs(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -62,6 +63,29 @@ func TestQueuesShowHeldJobs(t *testing.T) {
 
 	require.EqualValues(t, 0, byName["specview_default"]["held"])
 	require.EqualValues(t, 0, byName["specview_default"]["oldest_waiting_seconds"])
+
+	// priority-stats: the same per priority (every job here is priority 4),
+	// its oldest available from the due time as its percentiles.
+	p4 := func(queue string) map[string]any {
+		t.Helper()
+		res := b.do(t, "GET", "/v1/queues/"+queue+"/priority-stats", adminToken, nil)
+		require.Equal(t, http.StatusOK, res.status)
+		priorities := res.json(t)["priorities"].([]any)
+		require.Len(t, priorities, 4)
+		for _, p := range priorities[:3] {
+			require.EqualValues(t, 0, p.(map[string]any)["held"])
+			require.EqualValues(t, 0, p.(map[string]any)["oldest_waiting_seconds"])
+		}
+		return priorities[3].(map[string]any)
+	}
+	stat := p4("analysis_default")
+	require.EqualValues(t, 3, stat["held"])
+	require.InDelta(t, 6, stat["oldest_available_seconds"], 1, "the admitted jobs became due 6 s ago")
+	require.InDelta(t, 90, stat["oldest_waiting_seconds"], 1)
+	stat = p4("analysis_priority")
+	require.EqualValues(t, 0, stat["oldest_available_seconds"], "0, not -3")
+	require.EqualValues(t, 0, stat["oldest_waiting_seconds"], "0, not -3")
+	require.EqualValues(t, 0, stat["wait_seconds"].(map[string]any)["p99"], "0, not -3")
 }
 
 // TestMetricsShowHeldJobs: the same in /metrics: tierq_held_jobs and

@@ -44,9 +44,16 @@ type PriorityStat struct {
 	Priority int `json:"priority"`
 	// Counts are jobs per state (queued states and running).
 	Counts map[string]int `json:"counts"`
+	// Held is how many of the priority's jobs fair share holds back
+	// (queuestats.Summary.Held), due or not.
+	Held int `json:"held"`
 	// OldestAvailableSeconds is the longest wait among available jobs,
 	// from when each became due (as WaitSeconds).
 	OldestAvailableSeconds float64 `json:"oldest_available_seconds"`
+	// OldestWaitingSeconds is the longest wait among available and held
+	// jobs, from when each became due (queuestats.Summary's
+	// OldestWaitingSeconds, for one priority).
+	OldestWaitingSeconds float64 `json:"oldest_waiting_seconds"`
 	// WaitSeconds are percentiles of how long the available jobs have
 	// waited so far, from when each became due (its insert or the end of a
 	// retry's backoff; an escalation does not reset it): p50, p95, p99; 0
@@ -69,12 +76,25 @@ GROUP BY priority, state`
 // waitSQL reads the queue's available jobs through the (state, queue, ...)
 // index: its cost follows the queue's backlog, not the table. Waits count
 // from when each job's attempt became due (db.DueAtSQL): a job the
-// escalation sweep moved here keeps the wait it had before.
+// escalation sweep moved here keeps the wait it had before. A job whose
+// scheduled_at is ahead (a retry or snooze River wrote as available) is not
+// waiting yet and is left out: no wait is negative.
 var waitSQL = `
 SELECT j.priority, extract(epoch FROM now() - min(d.at))::float8,
        percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM now() - d.at))::float8[]
 FROM river_job AS j, LATERAL (SELECT ` + db.DueAtSQL("j") + ` AS at) AS d
-WHERE j.state = 'available' AND j.queue = $1 AND ` + db.FiniteSQL("j.scheduled_at") + `
+WHERE j.state = 'available' AND j.queue = $1 AND ` + db.FiniteSQL("j.scheduled_at") + ` AND j.scheduled_at <= now()
+GROUP BY j.priority`
+
+// heldWaitSQL counts the queue's held jobs per priority, through fair
+// share's river_job_tierq_held_idx, with the wait of the oldest of those
+// whose scheduled_at has come, from its due time (0 when none).
+var heldWaitSQL = `
+SELECT j.priority, count(*)::int,
+       greatest(coalesce(extract(epoch FROM now() - min(` + db.DueAtSQL("j") + `)
+           FILTER (WHERE ` + db.FiniteSQL("j.scheduled_at") + ` AND j.scheduled_at <= now())), 0), 0)::float8
+FROM river_job AS j
+WHERE ` + queuestats.HeldSQL("j") + ` AND j.queue = $1
 GROUP BY j.priority`
 
 func (s *Server) priorityStats(w http.ResponseWriter, r *http.Request) {
@@ -126,7 +146,24 @@ func (s *Server) priorityStats(w http.ResponseWriter, r *http.Request) {
 		if priority >= 1 && priority <= 4 && len(pct) == 3 {
 			stat := &out.Priorities[priority-1]
 			stat.OldestAvailableSeconds = oldest
+			stat.OldestWaitingSeconds = oldest
 			stat.WaitSeconds = Percentiles{P50: pct[0], P95: pct[1], P99: pct[2]}
+		}
+		return nil
+	}); err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	rows, err = s.pool.Query(ctx, heldWaitSQL, name)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&priority, &n, &oldest}, func() error {
+		if priority >= 1 && priority <= 4 {
+			stat := &out.Priorities[priority-1]
+			stat.Held = n
+			stat.OldestWaitingSeconds = max(stat.OldestWaitingSeconds, oldest)
 		}
 		return nil
 	}); err != nil {

@@ -117,13 +117,13 @@ LEFT JOIN LATERAL (
 ) AS o ON true
 GROUP BY q.queue`
 
-// heldSQL is an SQL condition: the river_job row aliased alias is held by
+// HeldSQL is an SQL condition: the river_job row aliased alias is held by
 // fair share. It is package fairshare's condition, character for
 // character: the predicate of river_job_tierq_held_idx (which a query with
 // this condition implies, so the index serves it) and an object (a pending
 // row whose metadata is the JSON string "tierq:held_at" matches the
 // predicate and is no held job).
-func heldSQL(alias string) string {
+func HeldSQL(alias string) string {
 	return alias + `.state = 'pending' AND ` + alias + `.metadata ? '` + jobmeta.HeldAt + `' AND jsonb_typeof(` + alias + `.metadata) = 'object'`
 }
 
@@ -156,7 +156,7 @@ CROSS JOIN LATERAL (
     SELECT count(*)::int AS held,
            min(` + db.DueAtSQL("j") + `) FILTER (WHERE j.scheduled_at > '-infinity' AND j.scheduled_at <= now()) AS due
     FROM river_job AS j
-    WHERE ` + heldSQL("j") + ` AND j.queue = q.queue
+    WHERE ` + HeldSQL("j") + ` AND j.queue = q.queue
 ) AS h`
 
 // Summaries counts every known queue (KnownQueues): jobs per queued state,
