@@ -121,6 +121,23 @@ func TestSummaries(t *testing.T) {
 		require.InDelta(t, 40, got.OldestWaitingSeconds, tolerance, "metadata of any shape: its scheduled_at")
 	})
 
+	t.Run("InfiniteTimestampsHaveNoAge", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		testdb.AllowInfinite(t, b.db) // where an operator dropped migration 00010's check
+		_, err := b.db.Pool.Exec(context.Background(), `
+			INSERT INTO river_job (state, queue, priority, kind, args, metadata, max_attempts, scheduled_at)
+			VALUES ('available', 'analysis_default', 4, 'raw', '{}', '{}', 1, '-infinity'),
+			       ('pending', 'analysis_default', 4, 'raw', '{}', '{"tierq:held_at": "x"}', 1, '-infinity'),
+			       ('pending', 'analysis_default', 4, 'raw', '{}', '{"tierq:held_at": "x"}', 1, 'infinity')`)
+		require.NoError(t, err)
+
+		got := summaries(t, b)["analysis_default"]
+		require.Equal(t, 2, got.Held)
+		require.Zero(t, got.OldestAvailableSeconds)
+		require.Zero(t, got.OldestWaitingSeconds)
+	})
+
 	t.Run("NoneWaiting", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
