@@ -67,11 +67,18 @@ func (a *app) progressBar(total int, what string) *progressbar.ProgressBar {
 	)
 }
 
+// printJSON prints v as indented JSON with no raw control or format
+// character in it (jsonTermSafe): --json output is often read on a terminal.
 func (a *app) printJSON(v any) error {
-	enc := json.NewEncoder(a.stdout)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := a.stdout.Write(jsonTermSafe(buf.Bytes()))
+	return err
 }
 
 // user is who runs tierctl, from $USER, for the replay audit.
@@ -114,20 +121,18 @@ func parseAge(flag, s string) (time.Duration, error) {
 	return d, nil
 }
 
-// oneLine shortens s to n runes on one line, for a table cell.
+// oneLine makes s safe for a terminal (termSafe: a newline shows as \n)
+// and shortens it to n runes, for a table cell.
 func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
+	return truncate(strings.Join(strings.Fields(termSafe(s)), " "), n)
 }
 
-// indentJSON pretty-prints a JSON document, continuation lines prefixed.
+// indentJSON pretty-prints a JSON document, continuation lines prefixed,
+// safe for a terminal (termSafeLines).
 func indentJSON(doc json.RawMessage, prefix string) string {
 	var buf bytes.Buffer
 	if json.Indent(&buf, doc, prefix, "  ") != nil {
-		return string(doc)
+		return termSafe(string(doc))
 	}
-	return buf.String()
+	return termSafeLines(buf.String())
 }

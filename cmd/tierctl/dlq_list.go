@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierq/tierq/dlq"
+	"github.com/tierq/tierq/jobmeta"
 )
 
 func (a *app) dlqListCommand() *cobra.Command {
@@ -55,13 +56,15 @@ func (a *app) dlqListCommand() *cobra.Command {
 				return nil
 			}
 			w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tJOB ID\tKIND\tQUEUE\tATTEMPTS\tLAST ERROR\tMOVED AT\tREPLAYED AS")
+			fmt.Fprintln(w, "ID\tJOB ID\tKIND\tQUEUE\tTIER\tTENANT\tATTEMPTS\tLAST ERROR\tMOVED AT\tREPLAYED AS")
 			for _, d := range rows {
 				replayed := "-"
 				if d.ReplayJobID != nil {
 					replayed = "job " + strconv.FormatInt(*d.ReplayJobID, 10)
 				}
-				fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", d.ID, d.JobID, d.Kind, d.Queue,
+				tier, tenant := tierAndTenant(d)
+				fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", d.ID, d.JobID,
+					oneLine(d.Kind, 40), oneLine(d.Queue, 40), tier, oneLine(tenant, tenantWidth),
 					d.Attempt, d.MaxAttempts, oneLine(d.LastError(), 60), d.MovedAt.UTC().Format(time.DateTime), replayed)
 			}
 			if err := w.Flush(); err != nil {
@@ -81,6 +84,24 @@ func (a *app) dlqListCommand() *cobra.Command {
 	cmd.Flags().Int64Var(&beforeID, "before", 0, "continue a listing: only ids below this one")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array with every field")
 	return cmd
+}
+
+// tenantWidth is the widest TENANT cell of dlq list, in runes; a longer
+// tenant id ends in "…" (dlq show and --json print it whole).
+const tenantWidth = 24
+
+// tierAndTenant is what dlq list shows of a dead letter's tier and tenant:
+// the tier from its metadata, else its args (jobmeta.TierOf), and the
+// tenant from its metadata; "-" for either when the job has none.
+func tierAndTenant(d dlq.DeadLetter) (tier, tenant string) {
+	tier, tenant = "-", "-"
+	if t, ok := jobmeta.TierOf(d.Metadata, d.Args); ok {
+		tier = t.String()
+	}
+	if t := jobmeta.Read(d.Metadata).Tenant; t != "" {
+		tenant = t
+	}
+	return tier, tenant
 }
 
 // checkList turns dlq's validation of a listing into a usage error.
@@ -134,8 +155,12 @@ func (a *app) dlqShowCommand() *cobra.Command {
 
 func (a *app) printDeadLetter(d dlq.DeadLetter, trace bool) {
 	out := a.stdout
-	fmt.Fprintf(out, "dead letter %d: job %d, kind %s\n", d.ID, d.JobID, d.Kind)
-	fmt.Fprintf(out, "  queue         %s (priority %d)\n", d.Queue, d.Priority)
+	// Everything but ids, counts and times comes from the job: termSafe.
+	fmt.Fprintf(out, "dead letter %d: job %d, kind %s\n", d.ID, d.JobID, termSafe(d.Kind))
+	fmt.Fprintf(out, "  queue         %s (priority %d)\n", termSafe(d.Queue), d.Priority)
+	tier, tenant := tierAndTenant(d)
+	fmt.Fprintf(out, "  tier          %s\n", tier)
+	fmt.Fprintf(out, "  tenant        %s\n", termSafe(tenant))
 	fmt.Fprintf(out, "  attempts      %d of %d\n", d.Attempt, d.MaxAttempts)
 	fmt.Fprintf(out, "  enqueued      %s\n", d.CreatedAt.UTC().Format(time.RFC3339))
 	if d.FinalizedAt != nil {
@@ -143,21 +168,25 @@ func (a *app) printDeadLetter(d dlq.DeadLetter, trace bool) {
 	}
 	fmt.Fprintf(out, "  moved         %s\n", d.MovedAt.UTC().Format(time.RFC3339))
 	if d.ReplayedAt != nil {
-		fmt.Fprintf(out, "  replayed      %s as job %d by %s\n", d.ReplayedAt.UTC().Format(time.RFC3339), *d.ReplayJobID, *d.ReplayedBy)
+		fmt.Fprintf(out, "  replayed      %s as job %d by %s\n", d.ReplayedAt.UTC().Format(time.RFC3339), *d.ReplayJobID, termSafe(*d.ReplayedBy))
 	} else {
 		fmt.Fprintf(out, "  replayed      no\n")
 	}
 	if len(d.Tags) > 0 {
-		fmt.Fprintf(out, "  tags          %s\n", strings.Join(d.Tags, ", "))
+		tags := make([]string, len(d.Tags))
+		for i, tag := range d.Tags {
+			tags[i] = termSafe(tag)
+		}
+		fmt.Fprintf(out, "  tags          %s\n", strings.Join(tags, ", "))
 	}
 	fmt.Fprintf(out, "  args          %s\n", indentJSON(d.Args, "                "))
 	fmt.Fprintf(out, "  metadata      %s\n", indentJSON(d.Metadata, "                "))
 	fmt.Fprintf(out, "  errors (%d):\n", len(d.Errors))
 	for _, e := range d.Errors {
-		fmt.Fprintf(out, "    attempt %d at %s: %s\n", e.Attempt, e.At.UTC().Format(time.RFC3339), e.Error)
+		fmt.Fprintf(out, "    attempt %d at %s: %s\n", e.Attempt, e.At.UTC().Format(time.RFC3339), termSafe(e.Error))
 		if trace && e.Trace != "" {
 			for line := range strings.SplitSeq(strings.TrimRight(e.Trace, "\n"), "\n") {
-				fmt.Fprintf(out, "      %s\n", line)
+				fmt.Fprintf(out, "      %s\n", termSafeLines(line))
 			}
 		}
 	}

@@ -130,7 +130,7 @@ It is safe next to a running scheduler: concurrent drains never copy a job twice
 			}
 			fmt.Fprintf(a.stdout, "moved %d discarded jobs into dead_letter_jobs in %d %s\n", res.Moved, res.Batches, statements)
 			for _, q := range slices.Sorted(maps.Keys(res.ByQueue)) {
-				fmt.Fprintf(a.stdout, "  %-20s %d\n", q, res.ByQueue[q])
+				fmt.Fprintf(a.stdout, "  %-20s %d\n", termSafe(q), res.ByQueue[q])
 			}
 			return err
 		},

@@ -110,12 +110,12 @@ replayed. With --all, every dead letter not replayed yet that matches
 			} else {
 				fmt.Fprintf(a.stdout, "replayed %d dead letters\n", res.Replayed)
 				for _, q := range slices.Sorted(maps.Keys(res.ByQueue)) {
-					fmt.Fprintf(a.stdout, "  %-20s %d\n", q, res.ByQueue[q])
+					fmt.Fprintf(a.stdout, "  %-20s %d\n", termSafe(q), res.ByQueue[q])
 				}
 				if len(res.Invalid) > 0 {
 					fmt.Fprintf(a.stdout, "not replayed: %d dead letters River refuses to insert as they are (they stay pending)\n", len(res.Invalid))
 					for _, id := range slices.Sorted(maps.Keys(res.Invalid)) {
-						fmt.Fprintf(a.stdout, "  dead letter %d: %s\n", id, res.Invalid[id])
+						fmt.Fprintf(a.stdout, "  dead letter %d: %s\n", id, termSafe(res.Invalid[id]))
 					}
 				}
 				if res.Duplicates > 0 {
@@ -153,9 +153,9 @@ func (a *app) reportReplays(outcomes []dlq.Outcome, asJSON bool) error {
 	} else {
 		for _, o := range outcomes {
 			if o.Err != nil {
-				fmt.Fprintf(a.stdout, "dead letter %d: not replayed: %v\n", o.ID, o.Err)
+				fmt.Fprintf(a.stdout, "dead letter %d: not replayed: %s\n", o.ID, termSafe(o.Err.Error()))
 			} else {
-				fmt.Fprintf(a.stdout, "dead letter %d: replayed as job %d in %s\n", o.ID, o.JobID, o.Queue)
+				fmt.Fprintf(a.stdout, "dead letter %d: replayed as job %d in %s\n", o.ID, o.JobID, termSafe(o.Queue))
 			}
 		}
 	}

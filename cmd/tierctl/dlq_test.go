@@ -35,8 +35,8 @@ func TestDeadLetterCommands(t *testing.T) {
 
 	out, err = runTierctl(t, environ, "dlq", "list")
 	require.NoError(t, err, out)
-	require.Regexp(t, `ID\s+JOB ID\s+KIND\s+QUEUE\s+ATTEMPTS\s+LAST ERROR\s+MOVED AT\s+REPLAYED AS`, out)
-	require.Regexp(t, `analysis\s+analysis_default\s+2/2\s+attempt 2 of job \d+`, out)
+	require.Regexp(t, `ID\s+JOB ID\s+KIND\s+QUEUE\s+TIER\s+TENANT\s+ATTEMPTS\s+LAST ERROR\s+MOVED AT\s+REPLAYED AS`, out)
+	require.Regexp(t, `analysis\s+analysis_default\s+\S+\s+\S+\s+2/2\s+attempt 2 of job \d+`, out)
 
 	out, err = runTierctl(t, environ, "dlq", "list", "--queue", "specview_default", "--json")
 	require.NoError(t, err, out)

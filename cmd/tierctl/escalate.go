@@ -57,13 +57,13 @@ exits 1 saying why.`,
 			}
 			if !res.Changed {
 				fmt.Fprintf(a.stdout, "job %d (%s) is already in %s at priority %d; nothing changed\n",
-					res.JobID, res.Kind, res.ToQueue, res.ToPriority)
+					res.JobID, termSafe(res.Kind), termSafe(res.ToQueue), res.ToPriority)
 				return nil
 			}
 			fmt.Fprintf(a.stdout, "job %d (%s, %s): %s priority %d -> %s priority %d\n",
-				res.JobID, res.Kind, res.State, res.FromQueue, res.FromPriority, res.ToQueue, res.ToPriority)
+				res.JobID, termSafe(res.Kind), res.State, termSafe(res.FromQueue), res.FromPriority, termSafe(res.ToQueue), res.ToPriority)
 			if res.ToQueuePaused {
-				fmt.Fprintf(a.stdout, "queue %s is paused: the job waits there until the queue is resumed\n", res.ToQueue)
+				fmt.Fprintf(a.stdout, "queue %s is paused: the job waits there until the queue is resumed\n", termSafe(res.ToQueue))
 			}
 			return nil
 		},

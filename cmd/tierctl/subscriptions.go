@@ -75,7 +75,7 @@ func (a *app) subscriptionsCommand() *cobra.Command {
 			w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(w, "USER\tTIER\tUPDATED AT")
 			for _, s := range subs {
-				fmt.Fprintf(w, "%s\t%s\t%s\n", s.UserID, s.Tier, s.UpdatedAt.UTC().Format(time.DateTime))
+				fmt.Fprintf(w, "%s\t%s\t%s\n", termSafe(s.UserID), s.Tier, s.UpdatedAt.UTC().Format(time.DateTime))
 			}
 			return w.Flush()
 		},

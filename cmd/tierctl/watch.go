@@ -230,10 +230,10 @@ func renderDashboard(d dashboard) string {
 	fmt.Fprintf(&b, "%s  leader: %s  dead letters pending: %d\n\n", d.At.Format("15:04:05"), leader, d.Dead.Total)
 
 	// Numbers align right; names are padded to one width so that they
-	// read left-aligned.
+	// read left-aligned. Queue names come from jobs' rows: termSafe.
 	nameWidth := len("QUEUE")
 	for _, q := range d.Queues {
-		nameWidth = max(nameWidth, len(q.Name))
+		nameWidth = max(nameWidth, len(termSafe(q.Name)))
 	}
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%-*s\t", nameWidth, "QUEUE")
@@ -245,7 +245,7 @@ func renderDashboard(d dashboard) string {
 	}
 	fmt.Fprint(tw, "OLDEST\tDEAD\t\n")
 	for _, q := range d.Queues {
-		fmt.Fprintf(tw, "%-*s\t", nameWidth, q.Name)
+		fmt.Fprintf(tw, "%-*s\t", nameWidth, termSafe(q.Name))
 		for _, state := range watchStates {
 			fmt.Fprintf(tw, "%d\t", q.Counts[state])
 			if state == "pending" {
@@ -264,7 +264,7 @@ func renderDashboard(d dashboard) string {
 		fmt.Fprintf(tw, "%-*s\t%-*s\t0\t-\t-\t\n", nameWidth, "(none)", tierWidth, "")
 	}
 	for _, w := range d.Waits {
-		fmt.Fprintf(tw, "%-*s\t%-*s\t%d\t%s\t%s\t\n", nameWidth, w.Queue, tierWidth, w.Tier, w.Started, formatSeconds(w.P50), formatSeconds(w.P99))
+		fmt.Fprintf(tw, "%-*s\t%-*s\t%d\t%s\t%s\t\n", nameWidth, termSafe(w.Queue), tierWidth, termSafe(w.Tier), w.Started, formatSeconds(w.P50), formatSeconds(w.P99))
 	}
 	_ = tw.Flush()
 	return b.String()
