@@ -5,7 +5,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := .tierq/bin
 
-.PHONY: run test chaos build lint bench bench-routing pg-stop
+.PHONY: run test fuzz chaos build lint bench bench-routing pg-stop
 
 ## run: migrate, start both workers, the scheduler and the API, run the demo and a mix of real analyses, watch the queues (Ctrl-C stops everything)
 run:
@@ -17,6 +17,16 @@ test:
 	@eval "$$(scripts/pg.sh test)" && \
 	  { $(GO) vet ./... && $(GO) test -race -count=1 ./... && \
 	    (cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -race -count=1 ./...); status=$$?; \
+	    if [ "$${TIERQ_PG_STARTED:-}" = 1 ]; then scripts/pg.sh stop; fi; exit $$status; }
+
+## fuzz: run each of the API's request-decoder fuzz targets for FUZZTIME (default 30s) against real PostgreSQL; `make test` runs only their seed corpora
+FUZZTIME ?= 30s
+FUZZ_TARGETS := FuzzParseCreateJob FuzzCheckText FuzzCreateJobRequest FuzzPatchJobRequest FuzzReplayRequest FuzzBulkReplayRequest FuzzDeadLetterQuery FuzzQueuePath
+fuzz:
+	@eval "$$(scripts/pg.sh test)" && \
+	  { status=0; for target in $(FUZZ_TARGETS); do \
+	      $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) ./api/ || { status=1; break; }; \
+	    done; \
 	    if [ "$${TIERQ_PG_STARTED:-}" = 1 ]; then scripts/pg.sh stop; fi; exit $$status; }
 
 ## chaos: the reliability suite (docs/reliability.md): the real binaries against a PostgreSQL cluster of its own, under faults; about 4 minutes

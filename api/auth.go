@@ -20,7 +20,7 @@ func (s *Server) auth(need role, next http.HandlerFunc) http.Handler {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tierq"`)
 			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 		case got < need:
-			writeError(w, http.StatusForbidden, "this token may not use %s %s", r.Method, r.Pattern)
+			writeError(w, http.StatusForbidden, "this token may not use %s", r.Pattern) // "GET /v1/queues"
 		default:
 			next(w, r)
 		}

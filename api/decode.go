@@ -30,25 +30,41 @@ func readLimited(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	return body, true
 }
 
-// decodeBody decodes a JSON request body into v strictly: at most
-// MaxBodyBytes (413 beyond), no unknown fields, exactly one JSON value. It
-// writes the 4xx itself and returns false when the body is unusable.
+// decodeBody decodes a JSON request body into v strictly (readJSON), and
+// refuses a string or key with a NUL or bytes that are not UTF-8
+// (CheckText). It writes the 4xx itself and returns false when the body is
+// unusable.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if media, _, err := mime.ParseMediaType(ct); err != nil || media != "application/json" {
-			writeError(w, http.StatusUnsupportedMediaType, "content type must be application/json, not %.100q", ct)
-			return false
-		}
-	}
-	body, ok := readLimited(w, r)
+	body, ok := readJSON(w, r, v)
 	if !ok {
 		return false
 	}
-	if err := DecodeStrict(body, v); err != nil {
+	if err := CheckText(body); err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return false
 	}
 	return true
+}
+
+// readJSON reads a JSON request body and decodes it into v strictly: at most
+// MaxBodyBytes (413 beyond), no unknown fields, exactly one JSON value. It
+// writes the 4xx itself and returns the body, or false when it is unusable.
+func readJSON(w http.ResponseWriter, r *http.Request, v any) ([]byte, bool) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if media, _, err := mime.ParseMediaType(ct); err != nil || media != "application/json" {
+			writeError(w, http.StatusUnsupportedMediaType, "content type must be application/json, not %.100q", ct)
+			return nil, false
+		}
+	}
+	body, ok := readLimited(w, r)
+	if !ok {
+		return nil, false
+	}
+	if err := DecodeStrict(body, v); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return nil, false
+	}
+	return body, true
 }
 
 // DecodeStrict decodes exactly one JSON value from data into v, refusing

@@ -51,6 +51,9 @@ func ParseCreateJob(body []byte, services *service.Registry) (CreateJobRequest, 
 	if err := subscriptions.CheckUserID(sentUserID(body, req.UserID)); err != nil {
 		return req, producer.Job{}, fmt.Errorf("user_id: %w", err)
 	}
+	if err := CheckText(body); err != nil {
+		return req, producer.Job{}, err
+	}
 	if len(req.Args) == 0 || string(req.Args) == "null" {
 		return req, producer.Job{}, errors.New("args is required")
 	}
@@ -62,11 +65,61 @@ func ParseCreateJob(body []byte, services *service.Registry) (CreateJobRequest, 
 	if !ok {
 		return req, producer.Job{}, fmt.Errorf("unknown kind %.40q (want %s)", req.Kind, kinds)
 	}
+	if err := checkArgsKeys(req.Args); err != nil {
+		return req, producer.Job{}, err
+	}
 	args, err := kind.DecodeArgs(req.Args)
 	if err != nil {
 		return req, producer.Job{}, fmt.Errorf("invalid args: %w", err)
 	}
 	return req, producer.Job{Args: args, Service: svc, Tenant: req.UserID, Scheduled: req.Scheduled}, nil
+}
+
+// serverArgs are the args keys the server fills in (producer.Insert): a
+// client may not send them, not even empty.
+var serverArgs = []string{"tier", "user_id"}
+
+// checkArgsKeys refuses args that name a key the server sets, or give a key
+// twice in any object (encoding/json and jsonb would both keep the last,
+// silently).
+func checkArgsKeys(args json.RawMessage) error {
+	v := gjson.ParseBytes(args)
+	if !v.IsObject() {
+		return nil // DecodeArgs says what is wrong
+	}
+	for _, key := range serverArgs {
+		if v.Get(gjson.Escape(key)).Exists() {
+			return fmt.Errorf("args may not set tier or user_id, not even empty (args.%s given): the server sets both", key)
+		}
+	}
+	return duplicateKey("args", v)
+}
+
+// duplicateKey finds a key given twice in any object of v.
+func duplicateKey(path string, v gjson.Result) error {
+	var err error
+	switch {
+	case v.IsObject():
+		seen := map[string]bool{}
+		v.ForEach(func(key, value gjson.Result) bool {
+			field := joinField(path, key.Str)
+			if seen[key.Str] {
+				err = fmt.Errorf("field %s given twice", field)
+				return false
+			}
+			seen[key.Str] = true
+			err = duplicateKey(field, value)
+			return err == nil
+		})
+	case v.IsArray():
+		i := 0
+		v.ForEach(func(_, value gjson.Result) bool {
+			err = duplicateKey(fmt.Sprintf("%s[%d]", path, i), value)
+			i++
+			return err == nil
+		})
+	}
+	return err
 }
 
 // sentUserID is the user id as the body has it, for the check: the
@@ -210,13 +263,11 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) {
 }
 
 // readBody reads a JSON request body within MaxBodyBytes; it writes the 4xx
-// itself.
+// itself. Its strings are checked by ParseCreateJob (after user_id's own
+// check, whose message is documented).
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	var raw json.RawMessage
-	if !decodeBody(w, r, &raw) {
-		return nil, false
-	}
-	return raw, true
+	return readJSON(w, r, &raw)
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {

@@ -175,10 +175,11 @@ func (s *Server) Patterns() []string {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	for _, r := range s.routes() {
+		handler := checkRequestText(r.Pattern, r.handler)
 		if r.need == roleNone {
-			mux.Handle(r.Pattern, r.handler)
+			mux.Handle(r.Pattern, handler)
 		} else {
-			mux.Handle(r.Pattern, s.auth(r.need, r.handler))
+			mux.Handle(r.Pattern, s.auth(r.need, handler))
 		}
 	}
 	if s.cfg.RiverUI != nil {
