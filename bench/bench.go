@@ -104,6 +104,27 @@ type Options struct {
 	// Required by the scaleout scenario; the others do not use it.
 	WorkerCommand func(environ []string) *exec.Cmd
 
+	// AppCommand is how the traffic scenario starts one process of
+	// Registry's application: an unstarted command that runs role
+	// (RoleWorker, RoleScheduler or RoleAPI) configured by environ alone,
+	// whose variables it must pass on as they are (DATABASE_URL,
+	// DATABASE_SCHEMA, WORKER_SERVICE, LOAD_TEST_WORKLOAD=true,
+	// LOG_FORMAT=json, API_ADDR, …; it may add its own, such as a
+	// service's own configuration). The scenario sets its output, starts
+	// it, waits for its start line ("worker started", "scheduler started",
+	// "api listening"), and stops it with SIGTERM or kills it with SIGKILL.
+	// tierctl bench passes itself (its hidden bench-process command: the
+	// reference app's workers, the thumbnail example's worker, and the
+	// scheduler and API of both).
+	//
+	// Required by the traffic scenario; the others do not use it.
+	AppCommand func(role Role, environ []string) *exec.Cmd
+
+	// TrafficShort runs the traffic scenario's short version, the chaos
+	// suite's: 1,000 tenants with a smaller flood, and the faults phase
+	// only (no throughput alternation).
+	TrafficShort bool
+
 	tiny         bool   // the tests' sizes: every code path, no meaningful numbers
 	schemaPrefix string // the scenarios' schemas are <schemaPrefix>_<random>; "": tierq_bench
 }

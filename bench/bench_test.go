@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/bench"
+	"github.com/tierq/tierq/examples/thumbnail"
+	thumbnailapp "github.com/tierq/tierq/examples/thumbnail/app"
 	"github.com/tierq/tierq/internal/process"
 	"github.com/tierq/tierq/internal/proctest"
 	"github.com/tierq/tierq/internal/refapp"
@@ -24,10 +26,21 @@ import (
 )
 
 // The scaleout scenario's worker processes are this test binary run as the
-// reference app's worker process, as cmd/worker runs it (internal/proctest).
+// reference app's worker process, as cmd/worker runs it (internal/proctest);
+// the traffic scenario's processes are it run as the role its
+// appRoleEnv names (trafficApp).
 func TestMain(m *testing.M) {
 	proctest.RunMain(func() {
-		process.Exit("worker", refapp.RunWorker(context.Background(), os.Environ(), os.Stdout))
+		ctx, environ := context.Background(), os.Environ()
+		switch os.Getenv(appRoleEnv) {
+		case string(bench.RoleScheduler):
+			process.Exit("scheduler", thumbnailapp.RunScheduler(ctx, environ, os.Stdout))
+		case string(bench.RoleAPI):
+			process.Exit("api", thumbnailapp.RunAPI(ctx, environ, os.Stdout))
+		case thumbnail.ServiceName:
+			process.Exit("worker", thumbnailapp.RunWorker(ctx, environ, os.Stdout))
+		}
+		process.Exit("worker", refapp.RunWorker(ctx, environ, os.Stdout))
 	})
 	os.Exit(m.Run())
 }

@@ -23,6 +23,7 @@ type Report struct {
 	Realistic  *RealisticResult  `json:"realistic,omitempty"`
 	Scaleout   *ScaleoutResult   `json:"scaleout,omitempty"`
 	Tenants    *TenantsResult    `json:"tenants,omitempty"`
+	Traffic    *TrafficResult    `json:"traffic,omitempty"`
 	// Targets lists every target checked, met or not.
 	Targets []Target `json:"targets"`
 }
@@ -164,6 +165,22 @@ func Run(ctx context.Context, scenario string, opts Options, r *Report) error {
 			return err
 		}
 		r.Tenants = &res
+	case "traffic":
+		res, err := Traffic(ctx, opts)
+		if err != nil {
+			return err
+		}
+		r.Traffic = &res
+		// Fair share costs production traffic at most 5% of its rate
+		// (none measured without the throughput phase), and every end
+		// check holds: each a target of 0 violations.
+		if res.Pairs > 0 {
+			r.atLeast("traffic", "ratio", res.Ratio, 0.95)
+		}
+		r.atMost("traffic", "small_over_bound_p99", res.Small.OverBound, 1)
+		for _, c := range res.Checks {
+			r.Targets = append(r.Targets, Target{Scenario: "traffic", Name: "check " + c.Name, Value: float64(c.Violations), Goal: "0 violations", Met: c.Met})
+		}
 	default:
 		return fmt.Errorf("unknown scenario %q", scenario)
 	}
@@ -364,6 +381,49 @@ func (r Report) Rows() []Row {
 		for _, c := range te.Spread {
 			rows = append(rows, Row{Scenario: "tenants", Measure: fmt.Sprintf("one flood over %d ids: newcomer", c.IDs), Value: c.describe()})
 		}
+	}
+	if tr := r.Traffic; tr != nil {
+		add("traffic", "jobs", float64(tr.Jobs), fmt.Sprintf(" per run (%d tenants, the largest %d jobs, %d of 1–3 jobs; no tenant, 200 bytes, %d bytes by SQL; %s; %d unfetchable rows)",
+			tr.Tenants, tr.LargestTenantJobs, tr.SmallTenants, tr.LongTenantBytes, describeMix(tr.Mix), tr.Unfetchable))
+		if tr.Pairs > 0 {
+			add("traffic", "jobs_per_s_on", tr.JobsPerSOn, fmt.Sprintf(" (median of %d runs; 99%% of the prompt jobs over their time)", tr.Pairs))
+			add("traffic", "jobs_per_s_off", tr.JobsPerSOff, " (fair share off)")
+			add("traffic", "ratio", tr.Ratio, "")
+		}
+		add("traffic", "small_wait_p99_ms", tr.Small.WaitP99, fmt.Sprintf(" ms (fair share on; off: %g ms)", tr.SmallOff.WaitP99))
+		add("traffic", "small_position_p99", tr.Small.Position, fmt.Sprintf(" (bound p99 %g; off: position %g)", tr.Small.Bound, tr.SmallOff.Position))
+		add("traffic", "small_over_bound_p99", tr.Small.OverBound, fmt.Sprintf(" (off: %g; worst: %s)", tr.SmallOff.OverBound, tr.Small.Worst))
+		f := tr.Faults
+		rows = append(rows, Row{Scenario: "traffic", Measure: "faults", Value: fmt.Sprintf(
+			"killed %s (%d jobs running) and the leader %s at %gs; %s led after %gs; %d rescued jobs ended %gs after the kill",
+			f.KilledWorker, f.KilledRunning, f.KilledScheduler, f.AtSeconds, f.NewLeader, f.TakeoverSeconds, f.Rescued, f.RecoverySeconds)})
+		for _, c := range tr.Checks {
+			add("traffic", "check "+c.Name, float64(c.Violations), " violations ("+c.Detail+")")
+		}
+	}
+	return rows
+}
+
+// describeMix is a traffic mix in a line: each class's jobs.
+func describeMix(mix map[string]int) string {
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(mix)) {
+		parts = append(parts, fmt.Sprintf("%s %d", name, mix[name]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Table is the traffic scenario's runs as a table, one row per run, under
+// a header: what tierctl bench prints after the result table.
+func (r TrafficResult) Table() [][]string {
+	rows := [][]string{{"RUN", "PHASE", "FAIR SHARE", "JOBS/S", "99% BY (s)", "SETTLED (s)", "COMPLETED", "CANCELLED", "DEAD",
+		"LOST", "STRANDED", "UNEXPECTED", "RAN TWICE", "HELD PEAK", "LENT", "SAMPLES", "OUTSIDE", "SMALL P99 (ms)", "POSITION/BOUND P99"}}
+	g := func(v float64) string { return fmt.Sprintf("%g", v) }
+	for i, run := range r.Runs {
+		rows = append(rows, []string{fmt.Sprint(i + 1), run.Phase, onOff(run.FairShare), g(run.JobsPerS), g(run.Seconds), g(run.SettleSeconds),
+			fmt.Sprint(run.Completed), fmt.Sprint(run.Cancelled), fmt.Sprint(run.DeadLettered), fmt.Sprint(run.Lost), fmt.Sprint(run.Stranded),
+			fmt.Sprint(run.Unexpected), fmt.Sprint(run.RanTwice), fmt.Sprint(run.HeldPeak), fmt.Sprint(run.Lent), fmt.Sprint(run.Samples),
+			fmt.Sprint(run.SamplesOutside), g(run.Small.WaitP99), g(run.Small.OverBound)})
 	}
 	return rows
 }

@@ -20,12 +20,14 @@ import (
 
 	"github.com/tierq/tierq/bench"
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/examples/thumbnail"
+	thumbnailapp "github.com/tierq/tierq/examples/thumbnail/app"
 	"github.com/tierq/tierq/internal/refapp"
 	"github.com/tierq/tierq/jobs"
 )
 
 // benchScenarios are tierctl bench's scenarios, in the order "all" runs them.
-var benchScenarios = []string{"isolation", "throughput", "sweeps", "dlq", "insert", "fairness", "lending", "realistic", "scaleout", "tenants"}
+var benchScenarios = []string{"isolation", "throughput", "sweeps", "dlq", "insert", "fairness", "lending", "realistic", "scaleout", "tenants", "traffic"}
 
 func (a *app) benchCommand() *cobra.Command {
 	var (
@@ -61,6 +63,12 @@ Scenarios:
   tenants     a newcomer tenant's first start beside 10 to 10,000 active tenants
               with a backlog each, and beside one flood spread over 50 tenant
               ids; what a fair-share pass costs there (docs/fairness.md)
+  traffic     production traffic through the real processes (this binary,
+              re-executed: workers of the reference app's services and the
+              thumbnail example's, two schedulers, the API): 1,000 tenants of
+              Zipf sizes, odd tenant ids, retries, failures, snoozes, bad args,
+              unfetchable rows; fair share on and off alternated, then a worker
+              and the leading scheduler killed midway; every job accounted for
 
 Each prints a table with every target met or not; --json adds one JSON object
 as the last line. See docs/benchmarks.md.`,
@@ -105,12 +113,23 @@ as the last line. See docs/benchmarks.md.`,
 			opts := bench.Options{
 				DatabaseURL: cfg.URL, Quick: quick, Runs: runs, WorkerEnv: set, Progress: progress,
 				Service: analyzer, Registry: services, ProducerArgs: benchAnalysis,
-				WorkerCommand: benchWorker(self),
+				WorkerCommand: benchWorker(self), AppCommand: benchApp(self),
+			}
+			// The traffic scenario runs the reference app's services and
+			// the thumbnail example's at once, as the example's scheduler
+			// and API do.
+			withThumbnails, err := thumbnail.WithReference(jobs.Deps{})
+			if err != nil {
+				return err
 			}
 			report := bench.Report{}
 			var runErr error
 			for _, s := range scenarios {
-				if runErr = bench.Run(cmd.Context(), s, opts, &report); runErr != nil {
+				scenarioOpts := opts
+				if s == "traffic" {
+					scenarioOpts.Registry = withThumbnails
+				}
+				if runErr = bench.Run(cmd.Context(), s, scenarioOpts, &report); runErr != nil {
 					break
 				}
 			}
@@ -123,6 +142,10 @@ as the last line. See docs/benchmarks.md.`,
 			if report.Tenants != nil {
 				fmt.Fprintln(a.stdout)
 				a.printTable(report.Tenants.Table())
+			}
+			if report.Traffic != nil {
+				fmt.Fprintln(a.stdout)
+				a.printTable(report.Traffic.Table())
 			}
 			if runErr != nil {
 				return runErr
@@ -194,6 +217,53 @@ func (a *app) benchWorkerCommand() *cobra.Command {
 func benchWorker(self string) func(environ []string) *exec.Cmd {
 	return func(environ []string) *exec.Cmd {
 		cmd := exec.Command(self, benchWorkerUse) //nolint:gosec // tierctl itself
+		cmd.Env = environ
+		return cmd
+	}
+}
+
+// benchProcessUse is the hidden command that runs one process of the
+// traffic scenario's application.
+const benchProcessUse = "bench-process"
+
+// benchProcessCommand is a process tierctl bench traffic starts: a worker
+// deployment (the reference app's, as cmd/worker runs it, or the thumbnail
+// example's for WORKER_SERVICE=thumbnailer, as thumbnail-worker runs it), a
+// scheduler replica or the API of the reference app's services and the
+// thumbnail example's (as thumbnail-scheduler and thumbnail-api run them),
+// configured by the environment alone. Hidden: it is the bench's.
+func (a *app) benchProcessCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:    benchProcessUse + " worker|scheduler|api",
+		Short:  "Run one process of the traffic scenario's application (tierctl bench traffic's processes)",
+		Hidden: true,
+		Args:   usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch bench.Role(args[0]) {
+			case bench.RoleWorker:
+				if slices.Contains(a.environ, "WORKER_SERVICE="+thumbnail.ServiceName) {
+					// The traffic is the load-test workload: the source
+					// and output directories are never read.
+					dirs := []string{"THUMBNAIL_SOURCE_DIR=" + os.TempDir(), "THUMBNAIL_OUTPUT_DIR=" + os.TempDir()}
+					return thumbnailapp.RunWorker(cmd.Context(), append(dirs, a.environ...), a.stdout)
+				}
+				return refapp.RunWorker(cmd.Context(), a.environ, a.stdout)
+			case bench.RoleScheduler:
+				return thumbnailapp.RunScheduler(cmd.Context(), a.environ, a.stdout)
+			case bench.RoleAPI:
+				return thumbnailapp.RunAPI(cmd.Context(), a.environ, a.stdout)
+			}
+			return &usageError{fmt.Errorf("unknown role %q (want worker, scheduler or api)", args[0])}
+		},
+	}
+}
+
+// benchApp is bench.Options.AppCommand for tierctl: the executable self
+// running its hidden bench-process command with exactly the bench's
+// environment.
+func benchApp(self string) func(role bench.Role, environ []string) *exec.Cmd {
+	return func(role bench.Role, environ []string) *exec.Cmd {
+		cmd := exec.Command(self, benchProcessUse, string(role)) //nolint:gosec // tierctl itself
 		cmd.Env = environ
 		return cmd
 	}

@@ -61,7 +61,7 @@ func run(ctx context.Context, args, environ []string, stdout io.Writer) error {
 	root.SetOut(stdout)
 	root.SetErr(stdout)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(app.migrateCommand(), app.enqueueCommand(), app.watchCommand(), app.demoCommand(), app.escalateCommand(), app.dlqCommand(), app.subscriptionsCommand(), app.benchCommand(), app.benchWorkerCommand())
+	root.AddCommand(app.migrateCommand(), app.enqueueCommand(), app.watchCommand(), app.demoCommand(), app.escalateCommand(), app.dlqCommand(), app.subscriptionsCommand(), app.benchCommand(), app.benchWorkerCommand(), app.benchProcessCommand())
 	root.SetArgs(args[1:])
 	err := root.ExecuteContext(ctx)
 	if err != nil && strings.HasPrefix(err.Error(), "unknown command") {

@@ -1,0 +1,271 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/jobmeta"
+)
+
+// metricsFresh is how long after one read of the API's /metrics the next
+// reads the database again (api.MetricsCacheFor, and a margin): a sample
+// compares only fresh metrics with SQL.
+const metricsFresh = api.MetricsCacheFor + 300*time.Millisecond
+
+// heldCondition is a held job of river_job j, as fair share marks it.
+const heldCondition = `j.state = 'pending' AND j.metadata ? '` + jobmeta.HeldAt + `' AND jsonb_typeof(j.metadata) = 'object'`
+
+// waitingSQL reads, per queue, the jobs held now and the longest wait of a
+// job waiting now (available or held, due, from its due time): the
+// definitions of docs/operations.md, read straight from river_job.
+var waitingSQL = `
+SELECT now(), q.queue,
+       (SELECT count(*) FROM river_job AS j WHERE ` + heldCondition + ` AND j.queue = q.queue)::int,
+       greatest(coalesce(extract(epoch FROM now() - (
+           SELECT min(` + db.DueAtSQL("j") + `) FROM river_job AS j
+           WHERE (j.state = 'available' OR (` + heldCondition + `)) AND j.queue = q.queue
+             AND ` + db.FiniteSQL("j.scheduled_at") + ` AND j.scheduled_at <= now())), 0), 0)::float8
+FROM unnest($1::text[]) AS q(queue)`
+
+// sqlRead is one read of waitingSQL.
+type sqlRead struct {
+	at     time.Time
+	held   map[string]int
+	oldest map[string]float64
+}
+
+func (t *trafficRunner) readSQL(ctx context.Context) (sqlRead, error) {
+	r := sqlRead{held: map[string]int{}, oldest: map[string]float64{}}
+	rows, err := t.e.Pool.Query(ctx, waitingSQL, t.queues())
+	if err != nil {
+		return r, fmt.Errorf("read the waiting jobs: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			queue  string
+			held   int
+			oldest float64
+		)
+		if err := rows.Scan(&r.at, &queue, &held, &oldest); err != nil {
+			return r, fmt.Errorf("read the waiting jobs: %w", err)
+		}
+		r.held[queue], r.oldest[queue] = held, oldest
+	}
+	return r, rows.Err()
+}
+
+// apiQueue is one queue of GET /v1/queues; a field the API does not send
+// stays nil.
+type apiQueue struct {
+	Name          string   `json:"name"`
+	Held          *int     `json:"held"`
+	OldestWaiting *float64 `json:"oldest_waiting_seconds"`
+	Unfetchable   int      `json:"unfetchable"`
+}
+
+func (t *trafficRunner) readAPI(ctx context.Context) ([]apiQueue, error) {
+	body, err := t.api.get(ctx, "/v1/queues")
+	if err != nil {
+		return nil, err
+	}
+	var out struct {
+		Queues []apiQueue `json:"queues"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		return nil, fmt.Errorf("GET /v1/queues: %w", err)
+	}
+	return out.Queues, nil
+}
+
+// metricsRead is what a scrape of the API's /metrics says per queue: held
+// jobs (tierq_held_jobs), the oldest wait (tierq_oldest_waiting_seconds)
+// and the unfetchable jobs (tierq_unfetchable_jobs).
+type metricsRead struct {
+	held        map[string]float64
+	oldest      map[string]float64
+	unfetchable map[string]float64
+}
+
+func (t *trafficRunner) readMetrics(ctx context.Context) (metricsRead, error) {
+	body, err := t.api.get(ctx, "/metrics")
+	t.lastScrape = time.Now()
+	if err != nil {
+		return metricsRead{}, err
+	}
+	m := metricsRead{held: map[string]float64{}, oldest: map[string]float64{}, unfetchable: map[string]float64{}}
+	s := bufio.NewScanner(bytes.NewReader(body))
+	s.Buffer(nil, 1<<20)
+	for s.Scan() {
+		name, labels, v, ok := parseSample(s.Text())
+		if !ok {
+			continue
+		}
+		switch {
+		case name == "tierq_held_jobs":
+			m.held[labels["queue"]] = v
+		case name == "tierq_oldest_waiting_seconds":
+			m.oldest[labels["queue"]] = v
+		case name == "tierq_unfetchable_jobs":
+			m.unfetchable[labels["queue"]] = v
+		}
+	}
+	return m, s.Err()
+}
+
+// parseSample parses one sample line of Prometheus' text format with
+// simple label values (no escaped quotes or commas: queue names and
+// states).
+func parseSample(line string) (name string, labels map[string]string, v float64, ok bool) {
+	if line == "" || line[0] == '#' {
+		return "", nil, 0, false
+	}
+	open, end := strings.IndexByte(line, '{'), strings.LastIndexByte(line, ' ')
+	if end < 0 {
+		return "", nil, 0, false
+	}
+	v, err := strconv.ParseFloat(line[end+1:], 64)
+	if err != nil {
+		return "", nil, 0, false
+	}
+	labels = map[string]string{}
+	if open < 0 {
+		return line[:end], labels, v, true
+	}
+	closing := strings.LastIndexByte(line[:end], '}')
+	if closing < open {
+		return "", nil, 0, false
+	}
+	for _, kv := range strings.Split(line[open+1:closing], ",") {
+		k, val, found := strings.Cut(kv, "=")
+		if found {
+			labels[k] = strings.Trim(val, `"`)
+		}
+	}
+	return line[:open], labels, v, true
+}
+
+// sampleLog gathers a run's samples.
+type sampleLog struct {
+	mu         sync.Mutex
+	samples    int
+	outside    int
+	violations []string // the first maxViolations
+	heldPeak   int
+}
+
+// maxViolations is how many violations a run describes (all are counted
+// in the checks).
+const maxViolations = 20
+
+func (l *sampleLog) add(violations []string, held int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.samples++
+	l.heldPeak = max(l.heldPeak, held)
+	l.outside += len(violations)
+	l.violations = append(l.violations, violations[:min(len(violations), maxViolations-len(l.violations))]...)
+}
+
+func (l *sampleLog) result() (samples, outside int, violations []string, heldPeak int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.samples, l.outside, l.violations, l.heldPeak
+}
+
+// sampleUntil takes a sample whenever the API's metrics are fresh again
+// (every 5.3 s), at least a second apart, until ctx ends.
+func (t *trafficRunner) sampleUntil(ctx context.Context, log *sampleLog) {
+	for {
+		if err := sleep(ctx, max(time.Second, time.Until(t.lastScrape.Add(metricsFresh)))); err != nil {
+			return
+		}
+		violations, held, err := t.sample(ctx)
+		if ctx.Err() != nil {
+			return // cut short by the run's end: not a sample
+		}
+		if err != nil {
+			violations = append(violations, "sample failed: "+err.Error())
+		}
+		log.add(violations, held)
+	}
+}
+
+// sample reads SQL, then GET /v1/queues, then /metrics, then SQL again,
+// and returns every value of the API and the metrics outside what the two
+// SQL reads allow, and the jobs held at the first read. For a queue's held
+// jobs that is between the two counts. For its oldest wait, which grows
+// with the clock while the oldest job waits and drops when it starts, at
+// least the smaller of the first read and the second less the time between
+// them, and at most the larger of the first read plus that time and the
+// second.
+func (t *trafficRunner) sample(ctx context.Context) ([]string, int, error) {
+	before, err := t.readSQL(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	queues, err := t.readAPI(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	met, err := t.readMetrics(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	after, err := t.readSQL(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	var violations []string
+	held := 0
+	for _, n := range before.held {
+		held += n
+	}
+	bad := func(format string, args ...any) { violations = append(violations, fmt.Sprintf(format, args...)) }
+	byName := map[string]apiQueue{}
+	for _, q := range queues {
+		byName[q.Name] = q
+	}
+	dt := after.at.Sub(before.at).Seconds()
+	const eps = 0.001
+	for _, queue := range t.queues() {
+		hb, ha := before.held[queue], after.held[queue]
+		hLo, hHi := float64(min(hb, ha)), float64(max(hb, ha))
+		ob, oa := before.oldest[queue], after.oldest[queue]
+		oLo, oHi := min(ob, oa-dt)-eps, max(ob+dt, oa)+eps
+		q, ok := byName[queue]
+		switch {
+		case !ok:
+			bad("GET /v1/queues lists no %s", queue)
+		case q.Held == nil || q.OldestWaiting == nil:
+			bad("GET /v1/queues has no held or oldest_waiting_seconds for %s", queue)
+		default:
+			if v := float64(*q.Held); v < hLo || v > hHi {
+				bad("GET /v1/queues %s held %g, SQL %d then %d", queue, v, hb, ha)
+			}
+			if v := *q.OldestWaiting; v < oLo || v > oHi {
+				bad("GET /v1/queues %s oldest_waiting_seconds %.3f, SQL %.3f then %.3f (%.3f s apart)", queue, v, ob, oa, dt)
+			}
+		}
+		if v, ok := met.held[queue]; !ok || v < hLo || v > hHi {
+			bad("/metrics tierq_held_jobs{queue=%q} %g (present: %t), SQL %d then %d", queue, v, ok, hb, ha)
+		}
+		if v, ok := met.oldest[queue]; !ok || v < oLo || v > oHi {
+			bad("/metrics tierq_oldest_waiting_seconds{queue=%q} %.3f (present: %t), SQL %.3f then %.3f (%.3f s apart)", queue, v, ok, ob, oa, dt)
+		}
+	}
+	if math.IsNaN(dt) {
+		bad("no SQL clock")
+	}
+	return violations, held, nil
+}
