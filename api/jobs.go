@@ -37,9 +37,10 @@ type CreateJobRequest struct {
 
 // ParseCreateJob decodes and validates a POST /v1/jobs body into the job to
 // insert, without the tier (the caller looks it up and sets it). The kind
-// must be one of services' kinds; its args are decoded strictly into the
-// kind's args type and checked by it (service.Kind.DecodeArgs). Every
-// failure is a client error.
+// must be one of services' kinds; every string and key is UTF-8 without NUL
+// (CheckText); args give no key twice and neither tier nor user_id (the
+// server's), and are decoded strictly into the kind's args type and checked
+// by it (service.Kind.DecodeArgs). Every failure is a client error.
 func ParseCreateJob(body []byte, services *service.Registry) (CreateJobRequest, producer.Job, error) {
 	var req CreateJobRequest
 	if err := DecodeStrict(body, &req); err != nil {
