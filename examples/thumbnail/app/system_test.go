@@ -206,7 +206,7 @@ func TestThumbnailsBesideTheReferenceApp(t *testing.T) {
 	status, body = s.call(t, http.MethodPost, "/v1/jobs", producerToken,
 		map[string]any{"kind": "thumbnail", "user_id": "u_pro", "args": map[string]any{"image": "a.png", "width": 128, "tier": "enterprise"}})
 	require.Equal(t, http.StatusBadRequest, status)
-	require.Equal(t, `invalid args: unknown field "tier"`, body["error"])
+	require.Equal(t, `args may not set tier or user_id, not even empty (args.tier given): the server sets both`, body["error"])
 
 	// A free request waits in thumbnails_default, which this deployment
 	// does not serve: aging lifts it, escalation moves it to the priority
