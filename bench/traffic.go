@@ -33,8 +33,8 @@ import (
 // background work; and Unfetchable rows of a kind no worker runs, which
 // must stay where they are and be reported. The tenants with more than 3
 // jobs are queued at the start of a run, as one producer's batches; the
-// small ones arrive one by one over StreamSeconds. Every job records its
-// executions (load_test_executions).
+// small ones arrive one by one over StreamSeconds, from WarmSeconds after
+// that insert. Every job records its executions (load_test_executions).
 //
 // Phases:
 //
@@ -69,6 +69,7 @@ type TrafficResult struct {
 	Mix               map[string]int `json:"mix"`  // jobs per class
 	Unfetchable       int            `json:"unfetchable_rows"`
 	StreamSeconds     float64        `json:"stream_seconds"`
+	WarmSeconds       float64        `json:"warm_seconds"`
 	// Workers are each queue's workers across the worker processes,
 	// Processes the processes per role (worker processes per service).
 	Workers   map[string]int `json:"workers"`
@@ -110,6 +111,9 @@ type TrafficRun struct {
 	Prompt   int     `json:"prompt"`
 	Seconds  float64 `json:"seconds"`
 	JobsPerS float64 `json:"jobs_per_s"`
+	// QueueSeconds is, per queue, the time until 99% of its prompt jobs
+	// had ended.
+	QueueSeconds map[string]float64 `json:"queue_seconds"`
 	// SettleSeconds is the time until every job had ended.
 	SettleSeconds float64 `json:"settle_seconds"`
 	Executions    int     `json:"executions"`
@@ -146,6 +150,9 @@ type TrafficRun struct {
 	Samples          int      `json:"samples"`
 	SamplesOutside   int      `json:"samples_outside"`
 	SampleViolations []string `json:"sample_violations,omitempty"`
+	// APISlowestMs is the slowest answer of GET /v1/queues or /metrics at
+	// a sample.
+	APISlowestMs float64 `json:"api_slowest_ms"`
 	// Small is this run's small tenants' first starts.
 	Small SmallTenants `json:"small"`
 }
@@ -158,10 +165,15 @@ type TrafficRun struct {
 // River's strict priority, not other tenants' turns); its bound the
 // capacity of the queue (its workers across the processes, as fair share
 // counts them: a killed process's for its heartbeat's 15 s lease) plus the
-// tenants active at its priority when it arrived (with a job due and
-// waiting then: inserted, or its snooze or retry delay passed, and not
-// started yet): docs/fairness.md, "Many tenants": a newcomer waits behind
-// up to about capacity + k jobs.
+// other tenants active at its priority while it waited (with a job due and
+// waiting at some moment between its insert and its first start:
+// inserted, or its snooze or retry delay passed, and not started yet):
+// docs/fairness.md, "Many tenants": a newcomer waits behind up to about
+// capacity + k jobs, k the active tenants. While a better priority waits,
+// fair share holds every job of a worse one (their windows are 0): a
+// newcomer there competes, when its priority's turn comes, with every
+// tenant that arrived meanwhile, in no order of arrival (Overtaken: the
+// starts ahead of it of jobs inserted after it).
 type SmallTenants struct {
 	Tenants  int     `json:"tenants"`
 	WaitP50  float64 `json:"wait_p50_ms"`
@@ -172,6 +184,7 @@ type SmallTenants struct {
 	// holds for 99% of them. Beyond the worst is its tenant.
 	OverBound float64 `json:"over_bound_p99"`
 	Worst     string  `json:"worst,omitempty"`
+	Overtaken float64 `json:"overtaken_p99"`
 }
 
 // TrafficFaults is the faults phase's kills and the recovery.
@@ -213,6 +226,13 @@ type trafficSizes struct {
 	midway bool
 	// settle bounds a run, from its start.
 	settle time.Duration
+	// warm is the time from the end of the backlog's insert to the
+	// stream's start: fair share's first pass over a fresh flood holds it
+	// back in one statement (0.36 s for 5,000 jobs, BenchmarkFirstHold),
+	// and a tenant arriving before it ends waits behind the flood's first
+	// jobs. The bound is the line's once passes hold the backlog, as
+	// tierctl bench tenants measures it.
+	warm time.Duration
 }
 
 func (o Options) trafficSizes() trafficSizes {
@@ -221,16 +241,16 @@ func (o Options) trafficSizes() trafficSizes {
 	switch {
 	case o.tiny:
 		shape.tenants, shape.head, shape.stream, shape.noLongDelays = 40, 120, time.Second, true
-		sz = trafficSizes{pairs: 1, workers: 1, settle: 2 * time.Minute}
+		sz = trafficSizes{pairs: 1, workers: 1, settle: 2 * time.Minute, warm: 500 * time.Millisecond}
 	case o.TrafficShort:
 		shape.tenants, shape.head, shape.stream = 1_000, 1_000, 5*time.Second
-		sz = trafficSizes{pairs: 0, workers: 2, midway: true, settle: 4 * time.Minute}
+		sz = trafficSizes{pairs: 0, workers: 2, midway: true, settle: 4 * time.Minute, warm: time.Second}
 	case o.Quick:
-		shape.tenants, shape.head, shape.stream = 300, 1_500, 8*time.Second
-		sz = trafficSizes{pairs: 1, workers: 2, midway: true, settle: 4 * time.Minute}
+		shape.tenants, shape.head, shape.stream = 300, 1_500, 5*time.Second
+		sz = trafficSizes{pairs: 1, workers: 2, midway: true, settle: 4 * time.Minute, warm: time.Second}
 	default:
 		shape.tenants, shape.head, shape.stream = 1_000, 5_000, 20*time.Second
-		sz = trafficSizes{pairs: 2, workers: 2, midway: true, settle: 5 * time.Minute}
+		sz = trafficSizes{pairs: 2, workers: 2, midway: true, settle: 5 * time.Minute, warm: 2 * time.Second}
 	}
 	if o.Runs > 0 && sz.pairs > 0 {
 		sz.pairs = o.Runs
@@ -263,7 +283,7 @@ func Traffic(ctx context.Context, opts Options) (TrafficResult, error) {
 	res := TrafficResult{
 		Tenants: sz.shape.tenants, LargestTenantJobs: zipfJobs(sz.shape.head, sz.shape.exponent, 1),
 		LongTenantBytes: longTenantBytes, Jobs: len(plan.jobs), Mix: plan.mix(), Unfetchable: len(plan.unfetchable),
-		StreamSeconds: sz.shape.stream.Seconds(), Workers: map[string]int{}, Processes: map[string]int{}, Pairs: sz.pairs,
+		StreamSeconds: sz.shape.stream.Seconds(), WarmSeconds: sz.warm.Seconds(), Workers: map[string]int{}, Processes: map[string]int{}, Pairs: sz.pairs,
 	}
 	for _, t := range plan.tenants {
 		if t.rank > 0 && t.small {

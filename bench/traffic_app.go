@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/service"
 )
 
@@ -127,7 +128,7 @@ func (a *app) start(ctx context.Context, role Role, svc string, extra ...string)
 const (
 	workerConns    = "DATABASE_MAX_CONNS=10"
 	schedulerConns = "DATABASE_MAX_CONNS=6"
-	apiConns       = "DATABASE_MAX_CONNS=4"
+	apiConns       = "DATABASE_MAX_CONNS=8"
 )
 
 // worker starts a worker process of svc with the scenario's worker settings.
@@ -277,9 +278,10 @@ func (p *appProcess) readStart() bool {
 	return false
 }
 
-// get reads path from the API (with the admin token for /v1/ paths).
+// get reads path from the API (with the admin token for /v1/ paths),
+// waiting as long as the API's own request timeout.
 func (p *appProcess) get(ctx context.Context, path string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, api.DefaultRequestTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.addr+path, nil)
 	if err != nil {

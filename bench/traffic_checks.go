@@ -19,6 +19,7 @@ func (t *trafficRunner) account(r *TrafficRun, c collected, start time.Time, hit
 		hit[id] = true
 	}
 	var ends []float64 // the prompt jobs' ends, seconds from start
+	queueEnds := map[string][]float64{}
 	for i, j := range t.plan.jobs {
 		end := c.jobs[i]
 		if end.lent {
@@ -59,6 +60,8 @@ func (t *trafficRunner) account(r *TrafficRun, c collected, start time.Time, hit
 		}
 		if j.prompt && end.finalized != nil {
 			ends = append(ends, end.finalized.Sub(start).Seconds())
+			queue := j.queue(t.services)
+			queueEnds[queue] = append(queueEnds[queue], end.finalized.Sub(start).Seconds())
 		}
 	}
 	// A snooze gives the job its attempt back (River 0.44 and later): a job
@@ -85,6 +88,11 @@ func (t *trafficRunner) account(r *TrafficRun, c collected, start time.Time, hit
 		}
 	}
 	slices.Sort(ends)
+	r.QueueSeconds = map[string]float64{}
+	for queue, xs := range queueEnds {
+		slices.Sort(xs)
+		r.QueueSeconds[queue] = round(percentile(xs, 99), 2)
+	}
 	for _, j := range t.plan.jobs {
 		if j.prompt {
 			r.Prompt++
@@ -170,10 +178,10 @@ func (c capacity) at(queue string, t time.Time) int {
 }
 
 // smallTenants measures the small tenants' first starts in their home
-// queue (SmallTenants says how). A tenant is active at a moment when one
-// of its jobs of the queue at that priority waits then: due (inserted, or
-// its snooze or retry delay after its previous run passed) and not started
-// again yet.
+// queue (SmallTenants says how). Another tenant is active while one of its
+// jobs of the queue at that priority waits: due (inserted, or its snooze
+// or retry delay after its previous run passed) and not started again
+// yet.
 func (t *trafficRunner) smallTenants(c collected, capa capacity) SmallTenants {
 	lines := map[string][]start{}
 	spans := make([][]span, len(t.plan.jobs))
@@ -204,7 +212,7 @@ func (t *trafficRunner) smallTenants(c collected, capa capacity) SmallTenants {
 		byQueue[j.queue(t.services)] = append(byQueue[j.queue(t.services)], i)
 	}
 
-	var waits, positions, bounds, ratios []float64
+	var waits, positions, bounds, ratios, overtaken []float64
 	worst, worstRatio := "", -1.0
 	for ti, tenant := range t.plan.tenants {
 		if !tenant.small || tenant.rank == 0 {
@@ -235,7 +243,8 @@ func (t *trafficRunner) smallTenants(c collected, capa capacity) SmallTenants {
 		if arrival.IsZero() || first.IsZero() {
 			continue // lost or never started: the accounting reports it
 		}
-		position := 1
+		position, later := 1, 0
+		ahead := map[int]int{}
 		for _, s := range lines[home] {
 			if !s.at.After(arrival) {
 				continue
@@ -245,6 +254,10 @@ func (t *trafficRunner) smallTenants(c collected, capa capacity) SmallTenants {
 			}
 			if s.level >= level && t.plan.jobs[s.job].tenant != ti {
 				position++
+				ahead[t.plan.jobs[s.job].tenant]++
+				if c.jobs[s.job].created.After(arrival) {
+					later++
+				}
 			}
 		}
 		active := map[int]bool{}
@@ -254,7 +267,7 @@ func (t *trafficRunner) smallTenants(c collected, capa capacity) SmallTenants {
 				continue
 			}
 			for _, w := range spans[ji] {
-				if !w.from.After(arrival) && w.to.After(arrival) {
+				if w.from.Before(first) && w.to.After(arrival) {
 					active[j.tenant] = true
 					break
 				}
@@ -267,19 +280,30 @@ func (t *trafficRunner) smallTenants(c collected, capa capacity) SmallTenants {
 		positions = append(positions, float64(position))
 		bounds = append(bounds, float64(bound))
 		ratios = append(ratios, ratio)
+		overtaken = append(overtaken, float64(later))
 		if ratio > worstRatio {
 			worstRatio = ratio
-			worst = fmt.Sprintf("%s in %s: position %d, bound %d (%d workers + %d active tenants), wait %s",
-				tenant.id, home, position, bound, workers, len(active), first.Sub(arrival).Round(time.Millisecond))
+			most, mostN := -1, 0
+			for u, n := range ahead {
+				if n > mostN {
+					most, mostN = u, n
+				}
+			}
+			worst = fmt.Sprintf("%s (%s) in %s: position %d, bound %d (%d workers + %d tenants active while it waited), wait %s; ahead: %d tenants, %d starts of jobs inserted after it",
+				tenant.id, tenant.tier, home, position, bound, workers, len(active), first.Sub(arrival).Round(time.Millisecond), len(ahead), later)
+			if most >= 0 {
+				worst += fmt.Sprintf(", %d of %q (%s, %d jobs)", mostN, shortID(t.plan.tenants[most].id), t.plan.tenants[most].tier, t.plan.tenants[most].jobs)
+			}
 		}
 	}
 	s := SmallTenants{Tenants: len(waits), Worst: worst}
 	if len(waits) == 0 {
 		return s
 	}
-	for _, xs := range [][]float64{waits, positions, bounds, ratios} {
+	for _, xs := range [][]float64{waits, positions, bounds, ratios, overtaken} {
 		slices.Sort(xs)
 	}
+	s.Overtaken = percentile(overtaken, 99)
 	s.WaitP50, s.WaitP99 = round(percentile(waits, 50), 2), round(percentile(waits, 99), 2)
 	s.Position, s.Bound = percentile(positions, 99), percentile(bounds, 99)
 	s.OverBound = round(percentile(ratios, 99), 3)
@@ -307,6 +331,7 @@ func medianSmall(runs []SmallTenants) SmallTenants {
 		Position:  pick(func(s SmallTenants) float64 { return s.Position }),
 		Bound:     pick(func(s SmallTenants) float64 { return s.Bound }),
 		OverBound: round(pick(func(s SmallTenants) float64 { return s.OverBound }), 3),
+		Overtaken: pick(func(s SmallTenants) float64 { return s.Overtaken }),
 		Worst:     worst.Worst,
 	}
 }
@@ -365,4 +390,12 @@ func trafficChecks(res TrafficResult) []TrafficCheck {
 		fmt.Sprintf("%d of the killed worker's %d jobs ended; %s took over from %s after %gs",
 			res.Faults.Rescued, res.Faults.KilledRunning, res.Faults.NewLeader, res.Faults.KilledScheduler, res.Faults.TakeoverSeconds)))
 	return checks
+}
+
+// shortID is a tenant id for a message: at most 24 bytes of it.
+func shortID(id string) string {
+	if len(id) > 24 {
+		return id[:24] + "…"
+	}
+	return id
 }

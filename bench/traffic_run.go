@@ -73,11 +73,13 @@ func (t *trafficRunner) run(ctx context.Context, m runMode, faults *TrafficFault
 		return r, err
 	}
 
-	// The small tenants arrive while the workers work.
+	// The small tenants arrive while the workers work, from warm after the
+	// backlog is queued.
+	streamStart := time.Now().Add(t.sz.warm)
 	streamErr := make(chan error, 1)
 	wg.Go(func() {
 		for _, ti := range stream {
-			if err := sleep(runCtx, time.Until(began.Add(t.plan.tenants[ti].at))); err != nil {
+			if err := sleep(runCtx, time.Until(streamStart.Add(t.plan.tenants[ti].at))); err != nil {
 				streamErr <- err
 				return
 			}
@@ -146,11 +148,16 @@ func (t *trafficRunner) run(ctx context.Context, m runMode, faults *TrafficFault
 			return r, fmt.Errorf("recover from the kills (within the settle limit, %s): %w", t.sz.settle, err)
 		}
 	}
-	r.Samples, r.SamplesOutside, r.SampleViolations, r.HeldPeak = samples.result()
-
-	// The unfetchable rows, while the workers that do not fetch them still
-	// beat: still there, and reported.
-	if err := t.readUnfetchable(ctx, &r); err != nil {
+	// A closing sample, once every job ended, while the workers that do
+	// not fetch the unfetchable rows still beat: they are still there, and
+	// reported.
+	if err := sleep(ctx, time.Until(t.lastScrape.Add(metricsFresh))); err != nil {
+		return r, err
+	}
+	closing, err := t.sample(ctx)
+	samples.add(closing, err)
+	samples.result(&r)
+	if err := t.readUnfetchable(ctx, &r, closing); err != nil {
 		return r, err
 	}
 	c, err := t.collect(ctx, ids)
@@ -339,28 +346,17 @@ func (t *trafficRunner) replace(ctx context.Context, settings []string, k *kill,
 	return err
 }
 
-// readUnfetchable reads the unfetchable rows left, and what the API and
-// the metrics report of them.
-func (t *trafficRunner) readUnfetchable(ctx context.Context, r *TrafficRun) error {
+// readUnfetchable reads the unfetchable rows left, and what the closing
+// sample's API and metrics reported of them.
+func (t *trafficRunner) readUnfetchable(ctx context.Context, r *TrafficRun, closing sampled) error {
 	if err := t.e.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'available'`,
 		trafficUnknownKind).Scan(&r.UnfetchableLeft); err != nil {
 		return fmt.Errorf("count the unfetchable rows: %w", err)
 	}
-	api, err := t.readAPI(ctx)
-	if err != nil {
-		return err
-	}
-	if err := sleep(ctx, time.Until(t.lastScrape.Add(metricsFresh))); err != nil {
-		return err
-	}
-	met, err := t.readMetrics(ctx)
-	if err != nil {
-		return err
-	}
-	for _, q := range api {
+	for _, q := range closing.queues {
 		r.UnfetchableAPI += q.Unfetchable
 	}
-	for _, n := range met.unfetchable {
+	for _, n := range closing.metrics.unfetchable {
 		r.UnfetchableMetric += int(n)
 	}
 	return nil

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/internal/db"
 	"github.com/tierq/tierq/jobmeta"
@@ -25,27 +27,42 @@ const metricsFresh = api.MetricsCacheFor + 300*time.Millisecond
 // heldCondition is a held job of river_job j, as fair share marks it.
 const heldCondition = `j.state = 'pending' AND j.metadata ? '` + jobmeta.HeldAt + `' AND jsonb_typeof(j.metadata) = 'object'`
 
-// waitingSQL reads, per queue, the jobs held now and the longest wait of a
-// job waiting now (available or held, due, from its due time): the
-// definitions of docs/operations.md, read straight from river_job.
+// waitingSQL reads, per queue, the jobs held now (their ids) and the
+// longest wait of a job waiting now (available or held, due, from its due
+// time): the definitions of docs/operations.md, read straight from
+// river_job.
 var waitingSQL = `
 SELECT now(), q.queue,
-       (SELECT count(*) FROM river_job AS j WHERE ` + heldCondition + ` AND j.queue = q.queue)::int,
+       coalesce((SELECT array_agg(j.id) FROM river_job AS j WHERE ` + heldCondition + ` AND j.queue = q.queue), '{}'),
        greatest(coalesce(extract(epoch FROM now() - (
            SELECT min(` + db.DueAtSQL("j") + `) FROM river_job AS j
            WHERE (j.state = 'available' OR (` + heldCondition + `)) AND j.queue = q.queue
              AND ` + db.FiniteSQL("j.scheduled_at") + ` AND j.scheduled_at <= now())), 0), 0)::float8
 FROM unnest($1::text[]) AS q(queue)`
 
+// passedThroughSQL counts, per queue, the jobs that may have been held and
+// admitted again between two reads of waitingSQL, seen by neither: not
+// held at either read ($2: the ids held at one or the other), and moved
+// since $3 (Unix microseconds): admission writes the time of the move,
+// jobmeta.MovedAt (so do the newcomer rule's moves: counted too, the bound
+// is looser for them).
+var passedThroughSQL = `
+SELECT q.queue,
+       (SELECT count(*) FROM river_job AS j
+        WHERE j.queue = q.queue AND NOT (j.id = ANY($2::bigint[])) AND jsonb_typeof(j.metadata) = 'object'
+          AND (j.metadata->>'` + jobmeta.MovedAt + `') ~ '^[0-9]{1,18}$'
+          AND (j.metadata->>'` + jobmeta.MovedAt + `')::bigint >= $3)::int
+FROM unnest($1::text[]) AS q(queue)`
+
 // sqlRead is one read of waitingSQL.
 type sqlRead struct {
 	at     time.Time
-	held   map[string]int
+	held   map[string][]int64
 	oldest map[string]float64
 }
 
 func (t *trafficRunner) readSQL(ctx context.Context) (sqlRead, error) {
-	r := sqlRead{held: map[string]int{}, oldest: map[string]float64{}}
+	r := sqlRead{held: map[string][]int64{}, oldest: map[string]float64{}}
 	rows, err := t.e.Pool.Query(ctx, waitingSQL, t.queues())
 	if err != nil {
 		return r, fmt.Errorf("read the waiting jobs: %w", err)
@@ -54,7 +71,7 @@ func (t *trafficRunner) readSQL(ctx context.Context) (sqlRead, error) {
 	for rows.Next() {
 		var (
 			queue  string
-			held   int
+			held   []int64
 			oldest float64
 		)
 		if err := rows.Scan(&r.at, &queue, &held, &oldest); err != nil {
@@ -63,6 +80,49 @@ func (t *trafficRunner) readSQL(ctx context.Context) (sqlRead, error) {
 		r.held[queue], r.oldest[queue] = held, oldest
 	}
 	return r, rows.Err()
+}
+
+// heldBounds are, per queue, the fewest and the most jobs held at any
+// moment between the reads before and after: at least those held at both,
+// at most those held at either and those that may have passed through
+// (passedThroughSQL) since a second before the first read.
+func (t *trafficRunner) heldBounds(ctx context.Context, before, after sqlRead) (lo, hi map[string]int, err error) {
+	lo, hi = map[string]int{}, map[string]int{}
+	var either []int64
+	for queue, ids := range before.held {
+		both := map[int64]bool{}
+		for _, id := range ids {
+			both[id] = true
+		}
+		for _, id := range after.held[queue] {
+			if both[id] {
+				lo[queue]++
+			}
+		}
+		hi[queue] = len(ids) + len(after.held[queue]) - lo[queue]
+		either = append(either, ids...)
+	}
+	for queue, ids := range after.held {
+		either = append(either, ids...)
+		if _, ok := before.held[queue]; !ok {
+			hi[queue] = len(ids)
+		}
+	}
+	rows, err := t.e.Pool.Query(ctx, passedThroughSQL, t.queues(), either, before.at.Add(-time.Second).UnixMicro())
+	if err != nil {
+		return nil, nil, fmt.Errorf("count the jobs moved between two reads: %w", err)
+	}
+	var (
+		queue string
+		n     int
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&queue, &n}, func() error {
+		hi[queue] += n
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("count the jobs moved between two reads: %w", err)
+	}
+	return lo, hi, nil
 }
 
 // apiQueue is one queue of GET /v1/queues; a field the API does not send
@@ -162,25 +222,32 @@ type sampleLog struct {
 	outside    int
 	violations []string // the first maxViolations
 	heldPeak   int
+	slowest    time.Duration // the slowest read of GET /v1/queues and /metrics
 }
 
 // maxViolations is how many violations a run describes (all are counted
 // in the checks).
 const maxViolations = 20
 
-func (l *sampleLog) add(violations []string, held int) {
+func (l *sampleLog) add(s sampled, err error) {
+	violations := s.violations
+	if err != nil {
+		violations = append(violations, "sample failed: "+err.Error())
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.samples++
-	l.heldPeak = max(l.heldPeak, held)
+	l.heldPeak = max(l.heldPeak, s.held)
+	l.slowest = max(l.slowest, s.took)
 	l.outside += len(violations)
 	l.violations = append(l.violations, violations[:min(len(violations), maxViolations-len(l.violations))]...)
 }
 
-func (l *sampleLog) result() (samples, outside int, violations []string, heldPeak int) {
+func (l *sampleLog) result(r *TrafficRun) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.samples, l.outside, l.violations, l.heldPeak
+	r.Samples, r.SamplesOutside, r.SampleViolations, r.HeldPeak = l.samples, l.outside, l.violations, l.heldPeak
+	r.APISlowestMs = round(float64(l.slowest.Microseconds())/1000, 1)
 }
 
 // sampleUntil takes a sample whenever the API's metrics are fresh again
@@ -190,46 +257,53 @@ func (t *trafficRunner) sampleUntil(ctx context.Context, log *sampleLog) {
 		if err := sleep(ctx, max(time.Second, time.Until(t.lastScrape.Add(metricsFresh)))); err != nil {
 			return
 		}
-		violations, held, err := t.sample(ctx)
+		s, err := t.sample(ctx)
 		if ctx.Err() != nil {
 			return // cut short by the run's end: not a sample
 		}
-		if err != nil {
-			violations = append(violations, "sample failed: "+err.Error())
-		}
-		log.add(violations, held)
+		log.add(s, err)
 	}
 }
 
 // sample reads SQL, then GET /v1/queues, then /metrics, then SQL again,
 // and returns every value of the API and the metrics outside what the two
 // SQL reads allow, and the jobs held at the first read. For a queue's held
-// jobs that is between the two counts. For its oldest wait, which grows
+// jobs that is heldBounds: at least the jobs held at both reads, at most
+// those held at either and those that may have been held and admitted in
+// between. For its oldest wait, which grows
 // with the clock while the oldest job waits and drops when it starts, at
 // least the smaller of the first read and the second less the time between
 // them, and at most the larger of the first read plus that time and the
 // second.
-func (t *trafficRunner) sample(ctx context.Context) ([]string, int, error) {
+func (t *trafficRunner) sample(ctx context.Context) (s sampled, err error) {
 	before, err := t.readSQL(ctx)
 	if err != nil {
-		return nil, 0, err
+		return s, err
 	}
-	queues, err := t.readAPI(ctx)
-	if err != nil {
-		return nil, 0, err
+	began := time.Now()
+	if s.queues, err = t.readAPI(ctx); err != nil {
+		s.took = time.Since(began)
+		return s, err
 	}
-	met, err := t.readMetrics(ctx)
+	s.took = time.Since(began)
+	began = time.Now()
+	s.metrics, err = t.readMetrics(ctx)
+	s.took = max(s.took, time.Since(began))
 	if err != nil {
-		return nil, 0, err
+		return s, err
 	}
 	after, err := t.readSQL(ctx)
 	if err != nil {
-		return nil, 0, err
+		return s, err
 	}
+	lo, hi, err := t.heldBounds(ctx, before, after)
+	if err != nil {
+		return s, err
+	}
+	queues, met := s.queues, s.metrics
 	var violations []string
-	held := 0
-	for _, n := range before.held {
-		held += n
+	for _, ids := range before.held {
+		s.held += len(ids)
 	}
 	bad := func(format string, args ...any) { violations = append(violations, fmt.Sprintf(format, args...)) }
 	byName := map[string]apiQueue{}
@@ -239,8 +313,8 @@ func (t *trafficRunner) sample(ctx context.Context) ([]string, int, error) {
 	dt := after.at.Sub(before.at).Seconds()
 	const eps = 0.001
 	for _, queue := range t.queues() {
-		hb, ha := before.held[queue], after.held[queue]
-		hLo, hHi := float64(min(hb, ha)), float64(max(hb, ha))
+		hb, ha := len(before.held[queue]), len(after.held[queue])
+		hLo, hHi := float64(lo[queue]), float64(hi[queue])
 		ob, oa := before.oldest[queue], after.oldest[queue]
 		oLo, oHi := min(ob, oa-dt)-eps, max(ob+dt, oa)+eps
 		q, ok := byName[queue]
@@ -251,14 +325,14 @@ func (t *trafficRunner) sample(ctx context.Context) ([]string, int, error) {
 			bad("GET /v1/queues has no held or oldest_waiting_seconds for %s", queue)
 		default:
 			if v := float64(*q.Held); v < hLo || v > hHi {
-				bad("GET /v1/queues %s held %g, SQL %d then %d", queue, v, hb, ha)
+				bad("GET /v1/queues %s held %g, SQL %d then %d (bounds %g–%g)", queue, v, hb, ha, hLo, hHi)
 			}
 			if v := *q.OldestWaiting; v < oLo || v > oHi {
 				bad("GET /v1/queues %s oldest_waiting_seconds %.3f, SQL %.3f then %.3f (%.3f s apart)", queue, v, ob, oa, dt)
 			}
 		}
 		if v, ok := met.held[queue]; !ok || v < hLo || v > hHi {
-			bad("/metrics tierq_held_jobs{queue=%q} %g (present: %t), SQL %d then %d", queue, v, ok, hb, ha)
+			bad("/metrics tierq_held_jobs{queue=%q} %g (present: %t), SQL %d then %d (bounds %g–%g)", queue, v, ok, hb, ha, hLo, hHi)
 		}
 		if v, ok := met.oldest[queue]; !ok || v < oLo || v > oHi {
 			bad("/metrics tierq_oldest_waiting_seconds{queue=%q} %.3f (present: %t), SQL %.3f then %.3f (%.3f s apart)", queue, v, ok, ob, oa, dt)
@@ -267,5 +341,17 @@ func (t *trafficRunner) sample(ctx context.Context) ([]string, int, error) {
 	if math.IsNaN(dt) {
 		bad("no SQL clock")
 	}
-	return violations, held, nil
+	s.violations = violations
+	return s, nil
+}
+
+// sampled is one sample: what fell outside, the jobs held at its first
+// read, how long the slower of the API's two answers took, and the
+// answers.
+type sampled struct {
+	violations []string
+	held       int
+	took       time.Duration
+	queues     []apiQueue
+	metrics    metricsRead
 }
