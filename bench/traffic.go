@@ -185,6 +185,13 @@ type SmallTenants struct {
 	OverBound float64 `json:"over_bound_p99"`
 	Worst     string  `json:"worst,omitempty"`
 	Overtaken float64 `json:"overtaken_p99"`
+	// Inverted is the p99 of the starts at a worse priority than its own
+	// while it waited (a job inserted at a worse priority is available
+	// until a pass holds it, and a worker the better priority's line left
+	// idle between passes takes it), InvertedTenants how many tenants saw
+	// any.
+	Inverted        float64 `json:"inverted_p99"`
+	InvertedTenants int     `json:"inverted_tenants"`
 }
 
 // TrafficFaults is the faults phase's kills and the recovery.

@@ -120,7 +120,7 @@ func (t *trafficRunner) recovery(f *TrafficFaults, c collected, killedAt time.Ti
 	}
 	var last time.Time
 	for _, end := range c.jobs {
-		if !hit[end.id] || end.finalized == nil || (end.state != "completed" && end.state != "dead_lettered") {
+		if !hit[end.id] || end.finalized == nil || (end.state != "completed" && end.state != "cancelled" && end.state != "dead_lettered") {
 			continue
 		}
 		f.Rescued++
@@ -212,7 +212,7 @@ func (t *trafficRunner) smallTenants(c collected, capa capacity) SmallTenants {
 		byQueue[j.queue(t.services)] = append(byQueue[j.queue(t.services)], i)
 	}
 
-	var waits, positions, bounds, ratios, overtaken []float64
+	var waits, positions, bounds, ratios, overtaken, inversions []float64
 	worst, worstRatio := "", -1.0
 	for ti, tenant := range t.plan.tenants {
 		if !tenant.small || tenant.rank == 0 {
@@ -243,7 +243,7 @@ func (t *trafficRunner) smallTenants(c collected, capa capacity) SmallTenants {
 		if arrival.IsZero() || first.IsZero() {
 			continue // lost or never started: the accounting reports it
 		}
-		position, later := 1, 0
+		position, later, inverted := 1, 0, 0
 		ahead := map[int]int{}
 		for _, s := range lines[home] {
 			if !s.at.After(arrival) {
@@ -257,6 +257,9 @@ func (t *trafficRunner) smallTenants(c collected, capa capacity) SmallTenants {
 				ahead[t.plan.jobs[s.job].tenant]++
 				if c.jobs[s.job].created.After(arrival) {
 					later++
+				}
+				if s.level > level {
+					inverted++
 				}
 			}
 		}
@@ -281,6 +284,7 @@ func (t *trafficRunner) smallTenants(c collected, capa capacity) SmallTenants {
 		bounds = append(bounds, float64(bound))
 		ratios = append(ratios, ratio)
 		overtaken = append(overtaken, float64(later))
+		inversions = append(inversions, float64(inverted))
 		if ratio > worstRatio {
 			worstRatio = ratio
 			most, mostN := -1, 0
@@ -289,8 +293,8 @@ func (t *trafficRunner) smallTenants(c collected, capa capacity) SmallTenants {
 					most, mostN = u, n
 				}
 			}
-			worst = fmt.Sprintf("%s (%s) in %s: position %d, bound %d (%d workers + %d tenants active while it waited), wait %s; ahead: %d tenants, %d starts of jobs inserted after it",
-				tenant.id, tenant.tier, home, position, bound, workers, len(active), first.Sub(arrival).Round(time.Millisecond), len(ahead), later)
+			worst = fmt.Sprintf("%s (%s) in %s: position %d, bound %d (%d workers + %d tenants active while it waited), wait %s; ahead: %d tenants, %d starts of jobs inserted after it, %d at a worse priority",
+				tenant.id, tenant.tier, home, position, bound, workers, len(active), first.Sub(arrival).Round(time.Millisecond), len(ahead), later, inverted)
 			if most >= 0 {
 				worst += fmt.Sprintf(", %d of %q (%s, %d jobs)", mostN, shortID(t.plan.tenants[most].id), t.plan.tenants[most].tier, t.plan.tenants[most].jobs)
 			}
@@ -300,10 +304,15 @@ func (t *trafficRunner) smallTenants(c collected, capa capacity) SmallTenants {
 	if len(waits) == 0 {
 		return s
 	}
-	for _, xs := range [][]float64{waits, positions, bounds, ratios, overtaken} {
+	for _, x := range inversions {
+		if x > 0 {
+			s.InvertedTenants++
+		}
+	}
+	for _, xs := range [][]float64{waits, positions, bounds, ratios, overtaken, inversions} {
 		slices.Sort(xs)
 	}
-	s.Overtaken = percentile(overtaken, 99)
+	s.Overtaken, s.Inverted = percentile(overtaken, 99), percentile(inversions, 99)
 	s.WaitP50, s.WaitP99 = round(percentile(waits, 50), 2), round(percentile(waits, 99), 2)
 	s.Position, s.Bound = percentile(positions, 99), percentile(bounds, 99)
 	s.OverBound = round(percentile(ratios, 99), 3)
@@ -325,14 +334,16 @@ func medianSmall(runs []SmallTenants) SmallTenants {
 	}
 	worst := slices.MaxFunc(runs, func(a, b SmallTenants) int { return cmp.Compare(a.OverBound, b.OverBound) })
 	return SmallTenants{
-		Tenants:   int(pick(func(s SmallTenants) float64 { return float64(s.Tenants) })),
-		WaitP50:   round(pick(func(s SmallTenants) float64 { return s.WaitP50 }), 2),
-		WaitP99:   round(pick(func(s SmallTenants) float64 { return s.WaitP99 }), 2),
-		Position:  pick(func(s SmallTenants) float64 { return s.Position }),
-		Bound:     pick(func(s SmallTenants) float64 { return s.Bound }),
-		OverBound: round(pick(func(s SmallTenants) float64 { return s.OverBound }), 3),
-		Overtaken: pick(func(s SmallTenants) float64 { return s.Overtaken }),
-		Worst:     worst.Worst,
+		Tenants:         int(pick(func(s SmallTenants) float64 { return float64(s.Tenants) })),
+		WaitP50:         round(pick(func(s SmallTenants) float64 { return s.WaitP50 }), 2),
+		WaitP99:         round(pick(func(s SmallTenants) float64 { return s.WaitP99 }), 2),
+		Position:        pick(func(s SmallTenants) float64 { return s.Position }),
+		Bound:           pick(func(s SmallTenants) float64 { return s.Bound }),
+		OverBound:       round(pick(func(s SmallTenants) float64 { return s.OverBound }), 3),
+		Overtaken:       pick(func(s SmallTenants) float64 { return s.Overtaken }),
+		Inverted:        pick(func(s SmallTenants) float64 { return s.Inverted }),
+		InvertedTenants: int(pick(func(s SmallTenants) float64 { return float64(s.InvertedTenants) })),
+		Worst:           worst.Worst,
 	}
 }
 

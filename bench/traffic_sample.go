@@ -27,13 +27,15 @@ const metricsFresh = api.MetricsCacheFor + 300*time.Millisecond
 // heldCondition is a held job of river_job j, as fair share marks it.
 const heldCondition = `j.state = 'pending' AND j.metadata ? '` + jobmeta.HeldAt + `' AND jsonb_typeof(j.metadata) = 'object'`
 
-// waitingSQL reads, per queue, the jobs held now (their ids) and the
+// waitingSQL reads, per queue, the jobs held now (id@held_at: a job held
+// again after an admission has another held_at) and the
 // longest wait of a job waiting now (available or held, due, from its due
 // time): the definitions of docs/operations.md, read straight from
 // river_job.
 var waitingSQL = `
 SELECT now(), q.queue,
-       coalesce((SELECT array_agg(j.id) FROM river_job AS j WHERE ` + heldCondition + ` AND j.queue = q.queue), '{}'),
+       coalesce((SELECT array_agg(j.id::text || '@' || (j.metadata->>'` + jobmeta.HeldAt + `')) FROM river_job AS j
+                 WHERE ` + heldCondition + ` AND j.queue = q.queue), '{}'),
        greatest(coalesce(extract(epoch FROM now() - (
            SELECT min(` + db.DueAtSQL("j") + `) FROM river_job AS j
            WHERE (j.state = 'available' OR (` + heldCondition + `)) AND j.queue = q.queue
@@ -57,12 +59,12 @@ FROM unnest($1::text[]) AS q(queue)`
 // sqlRead is one read of waitingSQL.
 type sqlRead struct {
 	at     time.Time
-	held   map[string][]int64
+	held   map[string][]string // id@held_at
 	oldest map[string]float64
 }
 
 func (t *trafficRunner) readSQL(ctx context.Context) (sqlRead, error) {
-	r := sqlRead{held: map[string][]int64{}, oldest: map[string]float64{}}
+	r := sqlRead{held: map[string][]string{}, oldest: map[string]float64{}}
 	rows, err := t.e.Pool.Query(ctx, waitingSQL, t.queues())
 	if err != nil {
 		return r, fmt.Errorf("read the waiting jobs: %w", err)
@@ -71,7 +73,7 @@ func (t *trafficRunner) readSQL(ctx context.Context) (sqlRead, error) {
 	for rows.Next() {
 		var (
 			queue  string
-			held   []int64
+			held   []string
 			oldest float64
 		)
 		if err := rows.Scan(&r.at, &queue, &held, &oldest); err != nil {
@@ -83,29 +85,28 @@ func (t *trafficRunner) readSQL(ctx context.Context) (sqlRead, error) {
 }
 
 // heldBounds are, per queue, the fewest and the most jobs held at any
-// moment between the reads before and after: at least those held at both,
-// at most those held at either and those that may have passed through
+// moment between the reads before and after: at least those held at both
+// with the same hold (not admitted and held again in between), at most
+// those held at either and those that may have passed through
 // (passedThroughSQL) since a second before the first read.
 func (t *trafficRunner) heldBounds(ctx context.Context, before, after sqlRead) (lo, hi map[string]int, err error) {
 	lo, hi = map[string]int{}, map[string]int{}
 	var either []int64
-	for queue, ids := range before.held {
-		both := map[int64]bool{}
-		for _, id := range ids {
-			both[id] = true
+	for _, queue := range t.queues() {
+		holds, ids := map[string]bool{}, map[int64]bool{}
+		for _, h := range before.held[queue] {
+			holds[h] = true
+			ids[heldID(h)] = true
 		}
-		for _, id := range after.held[queue] {
-			if both[id] {
+		for _, h := range after.held[queue] {
+			if holds[h] {
 				lo[queue]++
 			}
+			ids[heldID(h)] = true
 		}
-		hi[queue] = len(ids) + len(after.held[queue]) - lo[queue]
-		either = append(either, ids...)
-	}
-	for queue, ids := range after.held {
-		either = append(either, ids...)
-		if _, ok := before.held[queue]; !ok {
-			hi[queue] = len(ids)
+		hi[queue] = len(ids)
+		for id := range ids {
+			either = append(either, id)
 		}
 	}
 	rows, err := t.e.Pool.Query(ctx, passedThroughSQL, t.queues(), either, before.at.Add(-time.Second).UnixMicro())
@@ -354,4 +355,11 @@ type sampled struct {
 	took       time.Duration
 	queues     []apiQueue
 	metrics    metricsRead
+}
+
+// heldID is the id of an id@held_at.
+func heldID(h string) int64 {
+	id, _, _ := strings.Cut(h, "@")
+	n, _ := strconv.ParseInt(id, 10, 64)
+	return n
 }
