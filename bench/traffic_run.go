@@ -292,22 +292,32 @@ type kill struct {
 func (t *trafficRunner) kill(ctx context.Context, f *TrafficFaults) (*kill, error) {
 	svc := t.services[0]
 	var victim *appProcess
-	most := -1
-	for _, p := range t.app.live(RoleWorker) {
-		if p.service != svc.Name() {
-			continue
+	// The worker running the most jobs, waiting up to 10 s for one that
+	// runs any (the tests' sizes kill before the traffic: none).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		most := -1
+		for _, p := range t.app.live(RoleWorker) {
+			if p.service != svc.Name() {
+				continue
+			}
+			var n int
+			if err := t.e.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'running' AND attempted_by[array_length(attempted_by, 1)] = $1`,
+				p.clientID).Scan(&n); err != nil {
+				return nil, fmt.Errorf("count a worker's running jobs: %w", err)
+			}
+			if n > most {
+				victim, most = p, n
+			}
 		}
-		var n int
-		if err := t.e.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'running' AND attempted_by[array_length(attempted_by, 1)] = $1`,
-			p.clientID).Scan(&n); err != nil {
-			return nil, fmt.Errorf("count a worker's running jobs: %w", err)
+		if victim == nil {
+			return nil, fmt.Errorf("no worker process of %s to kill", svc.Name())
 		}
-		if n > most {
-			victim, most = p, n
+		if most > 0 || !t.sz.midway || time.Now().After(deadline) {
+			break
 		}
-	}
-	if victim == nil {
-		return nil, fmt.Errorf("no worker process of %s to kill", svc.Name())
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return nil, err
+		}
 	}
 	leader, err := t.app.waitLeader(ctx, time.Minute)
 	if err != nil {

@@ -50,7 +50,10 @@ func runSuite(m *testing.M) int {
 	// recovery, and two cores are busy enough).
 	suite.bin = filepath.Join(suite.base, "bin")
 	build := exec.Command("go", "build", "-o", suite.bin+string(filepath.Separator),
-		"./cmd/worker", "./cmd/scheduler", "./cmd/api", "./cmd/tierctl")
+		"./cmd/worker", "./cmd/scheduler", "./cmd/api", "./cmd/tierctl",
+		// The production-traffic scenario runs the thumbnail example beside
+		// the reference app, under the example's scheduler and API.
+		"./examples/thumbnail/cmd/thumbnail-worker", "./examples/thumbnail/cmd/thumbnail-scheduler", "./examples/thumbnail/cmd/thumbnail-api")
 	build.Dir = ".."
 	if out, err := build.CombinedOutput(); err != nil {
 		return fail(fmt.Errorf("go build: %v\n%s", err, out))
