@@ -149,20 +149,32 @@ func withAppName(databaseURL, name string) (string, error) {
 // waitStarted waits for the process's "worker started" line and reads its
 // River client ID from it.
 func (p *workerProcess) waitStarted(ctx context.Context, deadline time.Time) error {
-	for {
+	return waitStart(ctx, "worker process "+p.appName, p.exited, func() error { return p.waitErr }, p.out, deadline, func() bool {
 		if id := p.out.startedClientID(); id != "" {
 			p.clientID = id
+			return true
+		}
+		return false
+	})
+}
+
+// waitStart polls started every 20ms until it reports true, and fails when
+// the process named name exits first (its exit from waitErr, once exited
+// is closed), ctx ends or deadline passes, showing out.
+func waitStart(ctx context.Context, name string, exited <-chan struct{}, waitErr func() error, out *logBuffer, deadline time.Time, started func() bool) error {
+	for {
+		if started() {
 			return nil
 		}
 		select {
-		case <-p.exited:
-			return fmt.Errorf("worker process %s exited before it started (%v):\n%s", p.appName, p.waitErr, p.out)
+		case <-exited:
+			return fmt.Errorf("%s exited before it started (%v):\n%s", name, waitErr(), out)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("worker process %s not started after %s:\n%s", p.appName, processStartTimeout, p.out)
+			return fmt.Errorf("%s not started after %s:\n%s", name, processStartTimeout, out)
 		}
 	}
 }

@@ -230,22 +230,7 @@ func (p *appProcess) stop() error {
 // waitStarted waits for the process's start line: "<role> started" with
 // its River client's ID, or the API's "api listening" with its address.
 func (p *appProcess) waitStarted(ctx context.Context) error {
-	deadline := time.Now().Add(processStartTimeout)
-	for {
-		if p.readStart() {
-			return nil
-		}
-		select {
-		case <-p.exited:
-			return fmt.Errorf("%s exited before it started (%v):\n%s", p.name, p.waitErr, p.out)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not started after %s:\n%s", p.name, processStartTimeout, p.out)
-		}
-	}
+	return waitStart(ctx, p.name, p.exited, func() error { return p.waitErr }, p.out, time.Now().Add(processStartTimeout), p.readStart)
 }
 
 // readStart looks for the start line in the process's first output.
