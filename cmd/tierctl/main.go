@@ -7,6 +7,7 @@
 //	tierctl escalate JOB_ID    move a queued job to another queue (audited)
 //	tierctl dlq ...            list, show, replay, purge and drain dead letters
 //	tierctl subscriptions ...  set and list users' tiers
+//	tierctl queues ...         list queues; pause and resume one (River's pause)
 //
 // It reads DATABASE_URL (and DATABASE_SCHEMA, LOG_LEVEL, LOG_FORMAT) from the
 // environment. Invalid configuration or usage exits with status 2.
@@ -61,7 +62,7 @@ func run(ctx context.Context, args, environ []string, stdout io.Writer) error {
 	root.SetOut(stdout)
 	root.SetErr(stdout)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(app.migrateCommand(), app.enqueueCommand(), app.watchCommand(), app.demoCommand(), app.escalateCommand(), app.dlqCommand(), app.subscriptionsCommand(), app.benchCommand(), app.benchWorkerCommand(), app.benchProcessCommand())
+	root.AddCommand(app.migrateCommand(), app.enqueueCommand(), app.watchCommand(), app.demoCommand(), app.escalateCommand(), app.dlqCommand(), app.subscriptionsCommand(), app.queuesCommand(), app.benchCommand(), app.benchWorkerCommand(), app.benchProcessCommand())
 	root.SetArgs(args[1:])
 	err := root.ExecuteContext(ctx)
 	if err != nil && strings.HasPrefix(err.Error(), "unknown command") {

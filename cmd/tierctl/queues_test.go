@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/internal/testdb"
+)
+
+// queuesTestArgs is a job the queues test's worker completes at once.
+type queuesTestArgs struct{}
+
+func (queuesTestArgs) Kind() string { return "queues_test" }
+
+// TestQueuesPauseResume pauses and resumes analysis_default under a real
+// River worker client: the pause is River's (river_queue.paused_at), a job
+// inserted while paused is worked once the queue is resumed, and names that
+// are no queue, or a queue no worker has registered, are refused.
+func TestQueuesPauseResume(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	env := dbEnv(db)
+	ctx := context.Background()
+	pausedAt := func(queue string) *time.Time {
+		t.Helper()
+		var at *time.Time
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT paused_at FROM river_queue WHERE name = $1`, queue).Scan(&at))
+		return at
+	}
+
+	// No worker has served a queue yet: nothing to pause (exit 1).
+	_, err := runTierctl(t, env, "queues", "pause", "analysis_default")
+	require.ErrorIs(t, err, errQueueNotRegistered)
+	require.EqualError(t, err, "queue not registered: queue analysis_default has no row in river_queue: no worker serving it has started yet, so there is nothing to pause (start one, e.g. make run, and try again)")
+	var usage *usageError
+	require.False(t, errors.As(err, &usage))
+
+	// A name that is no queue: a usage error naming the queues.
+	_, err = runTierctl(t, env, "queues", "pause", "analysis_defualt")
+	require.True(t, errors.As(err, &usage), "%v", err)
+	require.EqualError(t, err, `"analysis_defualt" is not a queue; the queues are analysis_priority, analysis_default, analysis_scheduled, specview_priority, specview_default, specview_scheduled, scheduler`)
+
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[queuesTestArgs]) error { return nil }))
+	db.Start(t, &river.Config{
+		Schema:            db.Schema,
+		Queues:            map[string]river.QueueConfig{"analysis_default": {MaxWorkers: 1}},
+		Workers:           workers,
+		FetchPollInterval: 100 * time.Millisecond,
+	})
+	testdb.WaitFor(t, 10*time.Second, "analysis_default in river_queue", func() bool {
+		return db.Count(t, `SELECT count(*) FROM river_queue WHERE name = 'analysis_default'`) == 1
+	})
+
+	out, err := runTierctl(t, env, "queues", "list")
+	require.NoError(t, err, out)
+	require.Regexp(t, `^QUEUE\s+KIND\s+STATE\s+LAST WORKER REPORT\n`+
+		`analysis_priority\s+service\s+active\s+never \(no worker has served it\)\n`+
+		`analysis_default\s+service\s+active\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ\n`+
+		`(?s:.*)scheduler\s+scheduler\s+active\s+never`, out)
+
+	out, err = runTierctl(t, env, "queues", "pause", "analysis_default")
+	require.NoError(t, err, out)
+	require.Equal(t, "queue analysis_default paused: workers fetch no new jobs from it (running jobs finish) until `tierctl queues resume analysis_default`\n", out)
+	at := pausedAt("analysis_default")
+	require.NotNil(t, at)
+
+	out, err = runTierctl(t, env, "queues", "pause", "analysis_default")
+	require.NoError(t, err, out)
+	require.Equal(t, "queue analysis_default was already paused (since "+formatTime(*at)+"); nothing changed\n", out)
+
+	out, err = runTierctl(t, env, "queues", "list", "--json")
+	require.NoError(t, err, out)
+	require.Contains(t, out, `"name": "analysis_default",
+    "kind": "service",
+    "paused_at": "`)
+
+	res, err := db.Producer(t).Insert(ctx, queuesTestArgs{}, &river.InsertOpts{Queue: "analysis_default"})
+	require.NoError(t, err)
+
+	out, err = runTierctl(t, env, "queues", "resume", "analysis_default")
+	require.NoError(t, err, out)
+	require.Regexp(t, `^queue analysis_default resumed \(it was paused for \d+s\)\n$`, out)
+	require.Nil(t, pausedAt("analysis_default"))
+	testdb.WaitFor(t, 10*time.Second, "the job inserted while paused completed", func() bool {
+		return db.Count(t, `SELECT count(*) FROM river_job WHERE id = $1 AND state = 'completed'`, res.Job.ID) == 1
+	})
+
+	out, err = runTierctl(t, env, "queues", "resume", "analysis_default")
+	require.NoError(t, err, out)
+	require.Equal(t, "queue analysis_default is not paused; nothing changed\n", out)
+}
+
+func TestQueuesUsageErrors(t *testing.T) {
+	t.Parallel()
+	environ := []string{"DATABASE_URL=postgres://127.0.0.1:1/none"}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "no subcommand", args: []string{"queues"}, want: "queues needs a subcommand: list, pause or resume"},
+		{name: "pause without queue", args: []string{"queues", "pause"}, want: "accepts 1 arg(s), received 0"},
+		{name: "resume two queues", args: []string{"queues", "resume", "a", "b"}, want: "accepts 1 arg(s), received 2"},
+		{name: "every queue", args: []string{"queues", "pause", "*"}, want: `queue name "*": only letters, digits, '_' and '-' (River's rule)`},
+		{name: "escape in name", args: []string{"queues", "pause", "a\x1b[2Jb"}, want: `queue name "a\x1b[2Jb": only letters`},
+		{name: "empty name", args: []string{"queues", "resume", ""}, want: `queue name "": want 1 to 128 bytes`},
+		{name: "list extra argument", args: []string{"queues", "list", "x"}, want: `unknown command "x"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := runTierctl(t, environ, tt.args...)
+			var usage *usageError
+			require.True(t, errors.As(err, &usage), "%v", err)
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+}
