@@ -4,6 +4,14 @@
 //
 // Up is idempotent and safe to run from several processes at once: it holds a
 // PostgreSQL advisory lock, one per schema, for the whole run.
+//
+// Check (and Read) is what every other tierq process does before it starts:
+// it reads the versions recorded in river_migration and tierq_schema_version,
+// changing nothing, and returns a *SchemaError saying what it found and what
+// this build needs when a migration is missing, so that the process exits
+// with "run `tierctl migrate`" instead of a missing relation. A schema
+// migrated by a newer tierq passes: migrations only add, and a rolling
+// deploy runs the old processes on the migrated database.
 package migrate
 
 import (
