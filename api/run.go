@@ -15,6 +15,7 @@ import (
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/process"
+	"github.com/tierq/tierq/migrate"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/service"
 )
@@ -22,6 +23,27 @@ import (
 // ShutdownTimeout is how long Run lets requests in flight finish once it
 // is asked to stop.
 const ShutdownTimeout = 10 * time.Second
+
+// StartCheckTimeout bounds Run's check of the database schema at start.
+const StartCheckTimeout = 5 * time.Second
+
+// checkSchemaAtStart checks the schema as every tierq process does
+// (process.CheckSchema): a schema missing a migration stops the API with a
+// *migrate.SchemaError ("run `tierctl migrate`"). A database that does not
+// answer within StartCheckTimeout does not: the API starts, logs a warning,
+// and /readyz answers 503 (and checks the migrations) until it answers.
+func checkSchemaAtStart(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) error {
+	checkCtx, cancel := context.WithTimeout(ctx, StartCheckTimeout)
+	defer cancel()
+	err := process.CheckSchema(checkCtx, pool, schema, logger)
+	var schemaErr *migrate.SchemaError
+	if err == nil || errors.As(err, &schemaErr) || ctx.Err() != nil {
+		return err
+	}
+	logger.WarnContext(ctx, "database unreachable at start: serving anyway; requests that need it fail and /readyz answers 503 until it answers (schema not checked)",
+		slog.String("error", err.Error()))
+	return nil
+}
 
 // Run serves the API of cfg on cfg.Addr until ctx ends or the process gets
 // SIGINT or SIGTERM: it connects to cfg's database, makes an insert-only
@@ -34,7 +56,11 @@ const ShutdownTimeout = 10 * time.Second
 //
 // On the first signal it stops accepting connections and lets requests in
 // flight finish for up to ShutdownTimeout, then returns nil; a second
-// signal kills the process at once. An error to listen or to serve is
+// signal kills the process at once. Before it listens it checks the
+// schema: a missing migration is a *migrate.SchemaError returned at once
+// (the process exits 1 saying to run `tierctl migrate`); a database that
+// does not answer is logged as a warning and the API serves anyway. An
+// error to listen or to serve is
 // returned, and so is a registry without an OpenAPI document (OpenAPIFor's
 // error: a kind's hand-written args schema that does not describe its args
 // type, say), before anything listens.
@@ -51,6 +77,9 @@ func Run(ctx context.Context, cfg config.API, logger *slog.Logger, newServices f
 		return fmt.Errorf("connect to database: %w", err)
 	}
 	defer pool.Close()
+	if err := checkSchemaAtStart(ctx, pool, cfg.Schema, logger); err != nil {
+		return err
+	}
 	// Insert-only: no queues, never a leader.
 	client, err := process.NewClient(pool, producer.ClientConfig(cfg.Schema, logger))
 	if err != nil {

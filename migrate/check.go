@@ -138,7 +138,7 @@ func Read(ctx context.Context, pool *pgxpool.Pool, schema string) (Status, error
 	if schema == "" {
 		var current *string
 		if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&current); err != nil {
-			return Status{}, fmt.Errorf("migrate: read schema version: %w", err)
+			return Status{}, fmt.Errorf("read schema version: %w", err)
 		}
 		if current == nil {
 			return st, nil
@@ -147,7 +147,7 @@ func Read(ctx context.Context, pool *pgxpool.Pool, schema string) (Status, error
 	}
 	var riverTable, lineColumn, tierqTable bool
 	if err := pool.QueryRow(ctx, tablesSQL, st.Schema).Scan(&riverTable, &lineColumn, &tierqTable); err != nil {
-		return Status{}, fmt.Errorf("migrate: read schema version: %w", err)
+		return Status{}, fmt.Errorf("read schema version: %w", err)
 	}
 	if riverTable {
 		q := `SELECT coalesce(max(version), 0) FROM ` + pgx.Identifier{st.Schema, "river_migration"}.Sanitize()
@@ -155,13 +155,13 @@ func Read(ctx context.Context, pool *pgxpool.Pool, schema string) (Status, error
 			q += ` WHERE line = 'main'`
 		}
 		if err := pool.QueryRow(ctx, q).Scan(&st.Found.River); err != nil {
-			return Status{}, fmt.Errorf("migrate: read River's schema version: %w", err)
+			return Status{}, fmt.Errorf("read River's schema version: %w", err)
 		}
 	}
 	if tierqTable {
 		q := `SELECT coalesce(max(version_id), 0) FROM ` + pgx.Identifier{st.Schema, versionTable}.Sanitize()
 		if err := pool.QueryRow(ctx, q).Scan(&st.Found.Tierq); err != nil {
-			return Status{}, fmt.Errorf("migrate: read tierq's schema version: %w", err)
+			return Status{}, fmt.Errorf("read tierq's schema version: %w", err)
 		}
 	}
 	return st, nil

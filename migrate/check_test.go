@@ -160,6 +160,6 @@ func TestCheck(t *testing.T) {
 		require.Error(t, err)
 		var se *migrate.SchemaError
 		require.False(t, errors.As(err, &se))
-		require.Contains(t, err.Error(), "migrate: read schema version: ")
+		require.Contains(t, err.Error(), "read schema version: ")
 	})
 }

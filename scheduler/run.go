@@ -117,6 +117,7 @@ func Run(ctx context.Context, cfg config.Scheduler, logger *slog.Logger, newServ
 		Name:            "scheduler",
 		Logger:          logger,
 		Pool:            poolConfig,
+		Schema:          cfg.Schema,
 		SoftStopTimeout: cfg.SoftStopTimeout,
 		NewClient: func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
 			services, err := newServices(pool)

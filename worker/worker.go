@@ -197,6 +197,7 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, newService
 		Name:            "worker",
 		Logger:          logger,
 		Pool:            poolConfig,
+		Schema:          cfg.Schema,
 		SoftStopTimeout: cfg.SoftStopTimeout,
 		NewClient: func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
 			services, err := newServices(pool)

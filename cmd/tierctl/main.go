@@ -10,7 +10,10 @@
 //	tierctl queues ...         list queues; pause and resume one (River's pause)
 //
 // It reads DATABASE_URL (and DATABASE_SCHEMA, LOG_LEVEL, LOG_FORMAT) from the
-// environment. Invalid configuration or usage exits with status 2.
+// environment. Invalid configuration or usage exits with status 2. Every
+// command but migrate first checks that the schema has every migration this
+// build needs (migrate.Check); when it does not, it exits 1 saying which
+// versions it found and needs and to run `tierctl migrate`.
 package main
 
 import (
@@ -28,6 +31,7 @@ import (
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/migrate"
 	"github.com/tierq/tierq/service"
 )
 
@@ -102,8 +106,28 @@ func (a *app) serviceQueues() ([]string, error) {
 	return registry.Queues(), nil
 }
 
-// connect loads the configuration and opens a pool; the caller closes it.
+// connect loads the configuration, opens a pool and checks that the
+// schema has every migration (migrate.Check: a *migrate.SchemaError says
+// to run `tierctl migrate`, exit status 1); the caller closes the pool.
 func (a *app) connect(ctx context.Context) (config.CLI, *pgxpool.Pool, error) {
+	cfg, pool, err := a.open(ctx)
+	if err != nil {
+		return cfg, nil, err
+	}
+	if err := migrate.Check(ctx, pool, cfg.Schema); err != nil {
+		pool.Close()
+		var schemaErr *migrate.SchemaError
+		if !errors.As(err, &schemaErr) {
+			err = fmt.Errorf("connect to database: %w", err)
+		}
+		return cfg, nil, err
+	}
+	return cfg, pool, nil
+}
+
+// open loads the configuration and opens a pool without checking the
+// schema (tierctl migrate); the caller closes it.
+func (a *app) open(ctx context.Context) (config.CLI, *pgxpool.Pool, error) {
 	cfg, err := config.Load[config.CLI](a.environ)
 	if err != nil {
 		return cfg, nil, err

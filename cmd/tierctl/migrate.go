@@ -15,7 +15,7 @@ func (a *app) migrateCommand() *cobra.Command {
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			cfg, pool, err := a.connect(ctx)
+			cfg, pool, err := a.open(ctx) // not connect: its schema check is what this command fixes
 			if err != nil {
 				return err
 			}

@@ -21,6 +21,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/migrate"
 )
 
 // Exit ends a command whose run returned err: status 0 on nil, 2 (after the
@@ -34,6 +35,27 @@ func Exit(name string, err error) {
 		os.Exit(config.ExitCodeInvalid)
 	}
 	os.Exit(1)
+}
+
+// CheckSchema reads schema's migration versions (migrate.Read) before a
+// process starts: a schema missing a migration is a *migrate.SchemaError
+// (its message says what was found, what is needed and to run `tierctl
+// migrate`; the process exits 1), a database that does not answer is an
+// error too, and a schema a newer tierq migrated is logged and accepted (a
+// rolling deploy runs the old processes on the migrated database).
+func CheckSchema(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) error {
+	st, err := migrate.Read(ctx, pool, schema)
+	if err != nil {
+		return fmt.Errorf("connect to database: %w", err)
+	}
+	if err := st.Err(); err != nil {
+		return err
+	}
+	if st.Newer() {
+		logger.InfoContext(ctx, "database schema is newer than this binary (a newer tierq migrated it; fine during a rolling deploy)",
+			slog.String("schema", st.Schema), slog.String("found", st.Found.String()), slog.String("needs", st.Need.String()))
+	}
+	return nil
 }
 
 // NewClient returns a River client on pool with cfg and hooks added; every
@@ -54,6 +76,9 @@ type Spec struct {
 	Logger *slog.Logger
 	// Pool is the pgxpool configuration of the process's database.
 	Pool *pgxpool.Config
+	// Schema is the database schema (DATABASE_SCHEMA; empty: the pool's
+	// search_path), checked before the client starts (CheckSchema).
+	Schema string
 	// SoftStopTimeout is logged when stopping; River's client enforces it.
 	SoftStopTimeout time.Duration
 	// NewClient builds the River client on the connected pool.
@@ -104,6 +129,9 @@ func Run(ctx context.Context, s Spec) error {
 		return fmt.Errorf("connect to database: %w", err)
 	}
 	defer pool.Close()
+	if err := CheckSchema(ctx, pool, s.Schema, s.Logger); err != nil {
+		return err
+	}
 
 	client, err := s.NewClient(pool)
 	if err != nil {
