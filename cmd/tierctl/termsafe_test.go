@@ -184,20 +184,21 @@ func TestDeadLetterOutputIsTerminalSafe(t *testing.T) {
 }
 
 // TestWatchIsTerminalSafe: a queue name from a job's row is escaped in
-// both of watch's tables.
+// both of watch's tables and in the paused queues' line.
 func TestWatchIsTerminalSafe(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	testdb.InsertRaw(t, db, testdb.RawJob{Kind: "analysis", Queue: "q\x1b[2J\u009b", Metadata: `{"tierq:tier": "pro"}`})
 	testdb.InsertRaw(t, db, testdb.RawJob{Kind: "analysis", Queue: "q\x1b[2J\u009b", State: "discarded"})
 	// As a River client with that queue registers it.
-	_, err := db.Pool.Exec(context.Background(), `INSERT INTO river_queue (name, created_at, updated_at) VALUES ($1, now(), now())`, "q\x1b[2J\u009b")
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO river_queue (name, created_at, updated_at, paused_at) VALUES ($1, now(), now(), now())`, "q\x1b[2J\u009b")
 	require.NoError(t, err)
 	out, err := runTierctl(t, dbEnv(db), "watch", "--once")
 	require.NoError(t, err, out)
 	requireTerminalSafe(t, out, false)
-	require.Regexp(t, `(?m)^\s*q\\x1b\[2J\\u009b\s+0\s+0\s+0\s+1\s`, out)
-	require.Regexp(t, `(?m)^\s*q\\x1b\[2J\\u009b\s+unknown\s+1\s`, out)
+	require.Regexp(t, `(?m)^\s*q\\x1b\[2J\\u009b \(paused\)\s+0\s+0\s+0\s+1\s`, out)
+	require.Regexp(t, `(?m)^  q\\x1b\[2J\\u009b since \d\d:\d\d:\d\d$`, out)
+	require.Regexp(t, `(?m)^\s*q\\x1b\[2J\\u009b\s+\(any\)\s+1\s`, out)
 }
 
 // requireTerminalSafe fails unless s is UTF-8 with no character a terminal

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,12 +14,15 @@ import (
 
 	"github.com/charmbracelet/x/ansi"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/internal/db"
 	"github.com/tierq/tierq/internal/queuestats"
+	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -38,8 +42,12 @@ const waitWindow = 5 * time.Minute
 // jobs are left out: River has already set their scheduled_at to the next
 // retry, so the due time of the attempt that ran is gone.
 //
-// The tier is db.TierSQL's: the job's metadata (jobmeta.Tier), else its
-// args' "tier", else "unknown".
+// The tier is db.TierSQL's (the job's metadata (jobmeta.Tier), else its
+// args' "tier", else "unknown") in the queues $2 lists, the services'
+// priority and default queues, where the tier decided the queue and the
+// starting priority; elsewhere it is '' and the queue's jobs make one row:
+// a service's scheduled queue holds background work of any tier, the
+// scheduler's queue tierq's own periodic jobs, which have none.
 //
 // Indexes: attempted_at has none. Running jobs are found through River's
 // (state, queue, priority, scheduled_at, id) index (they are few: one per
@@ -66,7 +74,7 @@ SELECT j.queue, t.tier, count(*),
        percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM j.attempted_at - d.at))::float8[]
 FROM started AS j,
      LATERAL (SELECT ` + db.DueAtSQL("j") + ` AS at) AS d,
-     LATERAL (SELECT ` + db.TierSQL("j") + ` AS tier) AS t
+     LATERAL (SELECT CASE WHEN j.queue = ANY($2::text[]) THEN ` + db.TierSQL("j") + ` ELSE '' END AS tier) AS t
 WHERE ` + db.FiniteSQL("j.scheduled_at") + ` AND ` + db.FiniteSQL("j.attempted_at") + `
 GROUP BY j.queue, t.tier`
 
@@ -74,7 +82,7 @@ GROUP BY j.queue, t.tier`
 // one queue.
 type tierWait struct {
 	Queue    string
-	Tier     string
+	Tier     string // "" outside the tiered queues: all the queue's jobs
 	Started  int
 	P50, P99 float64 // seconds
 }
@@ -83,10 +91,30 @@ type tierWait struct {
 type dashboard struct {
 	At     time.Time
 	Queues []queuestats.Summary
+	Paused map[string]time.Time // river_queue.paused_at of the paused queues
 	Dead   dlq.Depth
 	Waits  []tierWait // the queue and tier pairs that started jobs, in queue order then tier order
 	Leader string     // "" when none
 }
+
+// watchQueues are the reference app's queues as watch groups them.
+type watchQueues struct {
+	// Service are every service's queues (service.Registry.Queues), listed
+	// first.
+	Service []string
+	// Tiered are the services' priority and default queues, where a job's
+	// tier chose the queue: their waits are shown per tier.
+	Tiered []string
+}
+
+// pausedSQL lists the queues River has paused (River's QueuePause, tierctl
+// queues pause, River UI's button): a handful of rows at most.
+const pausedSQL = `SELECT name, paused_at FROM river_queue WHERE paused_at IS NOT NULL`
+
+// watchReadTimeout bounds one refresh's reads: a database that stops
+// answering (a partition, a hung connect) shows as unreachable instead of
+// freezing the view.
+const watchReadTimeout = 10 * time.Second
 
 func (a *app) watchCommand() *cobra.Command {
 	var (
@@ -96,13 +124,21 @@ func (a *app) watchCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "watch",
 		Short: "Show a live dashboard of queues, waits by tier, dead letters and the leader until interrupted",
-		Long: `Show, per queue, jobs by queued state, the jobs fair share holds back
+		Long: `Show, per queue, jobs by River state, the jobs fair share holds back
 (HELD, part of PENDING), the oldest wait (OLDEST: the longest-waiting job,
 available or held, from when it became due; a job scheduled ahead is not
-waiting yet) and the dead letters pending; the p50 and p99 wait of the jobs
-started in the last 5 minutes by tier; and which scheduler leads River. On a
-terminal the view is redrawn in place; otherwise each refresh is appended
-with a timestamp.
+waiting yet) and the dead letters pending, with "(paused)" after a queue
+River has paused; the p50 and p99 wait of the jobs started in the last 5
+minutes, by tier in the priority and default queues (where the tier chose
+the queue) and as one row for a background (_scheduled) queue or the
+scheduler's periodic jobs; and which scheduler leads River. On a terminal
+the view is redrawn in place; otherwise each refresh is appended with a
+timestamp. docs/operations.md ("Watching") explains every row and column.
+
+When the database stops answering, watch keeps running: it says "database
+unreachable since TIME: ERROR" (with the last view below it on a terminal),
+retries at every refresh and shows the live view again once the database
+answers. With --once an error exits 1.
 
 Each refresh reads every waiting job of each queue for OLDEST (about 20 ms
 for 50,000 waiting jobs; several times that when all of them were moved by
@@ -113,10 +149,11 @@ the database.`,
 			if interval < 100*time.Millisecond {
 				return &usageError{fmt.Errorf("--interval must be at least 100ms, not %s", interval)}
 			}
-			queues, err := a.serviceQueues()
+			registry, err := referenceRegistry()
 			if err != nil {
 				return err
 			}
+			queues := watchQueues{Service: registry.Queues(), Tiered: registry.QueuesOf(routing.Priority, routing.Default)}
 			ctx := cmd.Context()
 			_, pool, err := a.connect(ctx)
 			if err != nil {
@@ -126,41 +163,107 @@ the database.`,
 
 			out := newScreen(a.stdout, !once)
 			defer out.close()
-			ticker := time.NewTicker(interval)
-			defer ticker.Stop()
-			for {
+			if once {
 				d, err := readDashboard(ctx, pool, queues)
 				if err != nil {
-					if ctx.Err() != nil {
-						return nil // interrupted
-					}
 					return err
 				}
 				out.draw(renderDashboard(d))
-				if once {
-					return nil
-				}
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-ticker.C:
-				}
+				return nil
 			}
+			return watchLoop(ctx, pool, queues, out, interval, time.Now)
 		},
 	}
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "refresh interval")
-	cmd.Flags().BoolVar(&once, "once", false, "print the dashboard once and exit")
+	cmd.Flags().BoolVar(&once, "once", false, "print the dashboard once and exit (an error exits 1)")
 	return cmd
 }
 
+// watchLoop draws a frame every interval until ctx ends, and returns nil
+// then. A refresh that fails does not end it: the frame says since when the
+// database has been unreachable and why (on a terminal, above the last
+// view, which stays on screen), and the next refresh tries again; the pool
+// replaces connections that broke. Once a refresh succeeds the live view is
+// back.
+func watchLoop(ctx context.Context, q db.Querier, queues watchQueues, out *screen, interval time.Duration, now func() time.Time) error {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	var (
+		last string    // the last good frame
+		down time.Time // when the refreshes started failing; zero while they succeed
+	)
+	for {
+		readCtx, cancel := context.WithTimeout(ctx, watchReadTimeout)
+		d, err := readDashboard(readCtx, q, queues)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil // interrupted
+		case err != nil:
+			if down.IsZero() {
+				down = now()
+			}
+			frame := renderDown(now(), down, interval, err)
+			if out.live() && last != "" {
+				frame += "the last view, from before:\n\n" + last
+			}
+			out.draw(frame)
+		default:
+			down = time.Time{}
+			last = renderDashboard(d)
+			out.draw(last)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// renderDown is the line watch shows while refreshes fail: "database
+// unreachable" when no connection could be made or kept (a network error,
+// a refused or failed login, a connection the server ended), "database
+// error" when the server answered with an SQL error (a missing table, a
+// permission).
+func renderDown(at, since time.Time, interval time.Duration, err error) string {
+	what := "unreachable"
+	var pgErr *pgconn.PgError
+	var connectErr *pgconn.ConnectError
+	if !errors.As(err, &connectErr) && errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "08", "53", "57": // connection exception, insufficient resources, operator intervention
+		default:
+			what = "error"
+		}
+	}
+	return fmt.Sprintf("%s  database %s since %s (%s): %s\n  retrying every %s; Ctrl-C stops\n\n",
+		at.Format("15:04:05"), what, since.Format("15:04:05"), at.Sub(since).Round(time.Second),
+		oneLine(err.Error(), 300), interval)
+}
+
 // readDashboard reads one frame, reusing the API's queue summaries and
-// leader query (queuestats) and the dead-letter depth; serviceQueues are
-// listed first.
-func readDashboard(ctx context.Context, q db.Querier, serviceQueues []string) (dashboard, error) {
-	d := dashboard{At: time.Now()}
+// leader query (queuestats) and the dead-letter depth; the service queues
+// are listed first.
+func readDashboard(ctx context.Context, q db.Querier, queues watchQueues) (dashboard, error) {
+	d := dashboard{At: time.Now(), Paused: map[string]time.Time{}}
 	var err error
-	if d.Queues, err = queuestats.Summaries(ctx, q, serviceQueues); err != nil {
+	if d.Queues, err = queuestats.Summaries(ctx, q, queues.Service); err != nil {
 		return d, fmt.Errorf("summarize queues: %w", err)
+	}
+	rows, err := q.Query(ctx, pausedSQL)
+	if err != nil {
+		return d, fmt.Errorf("read paused queues: %w", err)
+	}
+	var (
+		name string
+		at   time.Time
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&name, &at}, func() error {
+		d.Paused[name] = at
+		return nil
+	}); err != nil {
+		return d, fmt.Errorf("read paused queues: %w", err)
 	}
 	if d.Dead, err = dlq.PendingDepth(ctx, q); err != nil {
 		return d, err
@@ -169,7 +272,7 @@ func readDashboard(ctx context.Context, q db.Querier, serviceQueues []string) (d
 	for _, s := range d.Queues {
 		queueOrder = append(queueOrder, s.Name)
 	}
-	if d.Waits, err = startedWaits(ctx, q, waitWindow, queueOrder); err != nil {
+	if d.Waits, err = startedWaits(ctx, q, waitWindow, queues.Tiered, queueOrder); err != nil {
 		return d, err
 	}
 	if d.Leader, err = queuestats.RecentLeader(ctx, q); err != nil {
@@ -179,10 +282,11 @@ func readDashboard(ctx context.Context, q db.Querier, serviceQueues []string) (d
 }
 
 // startedWaits runs startedWaitsSQL: a row for each queue and tier that
-// started jobs, ordered by queue as queueOrder lists them (others after,
-// by name), then by tier (tiers.All() order, "unknown" last).
-func startedWaits(ctx context.Context, q db.Querier, window time.Duration, queueOrder []string) ([]tierWait, error) {
-	rows, err := q.Query(ctx, startedWaitsSQL, window.Seconds())
+// started jobs (tiers only in the tiered queues), ordered by queue as
+// queueOrder lists them (others after, by name), then by tier (tiers.All()
+// order, "unknown" last).
+func startedWaits(ctx context.Context, q db.Querier, window time.Duration, tiered, queueOrder []string) ([]tierWait, error) {
+	rows, err := q.Query(ctx, startedWaitsSQL, window.Seconds(), tiered)
 	if err != nil {
 		return nil, fmt.Errorf("read waits: %w", err)
 	}
@@ -220,7 +324,8 @@ func startedWaits(ctx context.Context, q db.Querier, window time.Duration, queue
 	return out, nil
 }
 
-// renderDashboard lays out a frame in fewer than 100 columns.
+// renderDashboard lays out a frame in fewer than 100 columns (a few more
+// while a queue is paused: its name is marked).
 func renderDashboard(d dashboard) string {
 	var b strings.Builder
 	leader := d.Leader
@@ -231,9 +336,16 @@ func renderDashboard(d dashboard) string {
 
 	// Numbers align right; names are padded to one width so that they
 	// read left-aligned. Queue names come from jobs' rows: termSafe.
+	names := make([]string, len(d.Queues))
+	var paused []string
 	nameWidth := len("QUEUE")
-	for _, q := range d.Queues {
-		nameWidth = max(nameWidth, len(termSafe(q.Name)))
+	for i, q := range d.Queues {
+		names[i] = termSafe(q.Name)
+		if at, ok := d.Paused[q.Name]; ok {
+			paused = append(paused, fmt.Sprintf("%s since %s", names[i], at.Local().Format("15:04:05")))
+			names[i] += " (paused)"
+		}
+		nameWidth = max(nameWidth, len(names[i]))
 	}
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%-*s\t", nameWidth, "QUEUE")
@@ -244,8 +356,8 @@ func renderDashboard(d dashboard) string {
 		}
 	}
 	fmt.Fprint(tw, "OLDEST\tDEAD\t\n")
-	for _, q := range d.Queues {
-		fmt.Fprintf(tw, "%-*s\t", nameWidth, termSafe(q.Name))
+	for i, q := range d.Queues {
+		fmt.Fprintf(tw, "%-*s\t", nameWidth, names[i])
 		for _, state := range watchStates {
 			fmt.Fprintf(tw, "%d\t", q.Counts[state])
 			if state == "pending" {
@@ -255,20 +367,54 @@ func renderDashboard(d dashboard) string {
 		fmt.Fprintf(tw, "%s\t%d\t\n", formatSeconds(q.OldestWaitingSeconds), d.Dead.ByQueue[q.Name])
 	}
 	_ = tw.Flush()
+	if len(paused) > 0 {
+		fmt.Fprintf(&b, "paused (River's pause: no worker fetches from it until `tierctl queues resume QUEUE`):\n  %s\n",
+			strings.Join(paused, ", "))
+	}
 
 	fmt.Fprintf(&b, "\nwait from due to start, jobs started in the last %.0f minutes\n", waitWindow.Minutes())
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	tierWidth := len("enterprise")
+	nameWidth = len("QUEUE")
+	for _, q := range d.Queues {
+		nameWidth = max(nameWidth, len(termSafe(q.Name)))
+	}
+	tierWidth := len(waitGroupLabel("x_scheduled")) // "(background)", the widest
 	fmt.Fprintf(tw, "%-*s\t%-*s\tSTARTED\tP50\tP99\t\n", nameWidth, "QUEUE", tierWidth, "TIER")
 	if len(d.Waits) == 0 {
 		fmt.Fprintf(tw, "%-*s\t%-*s\t0\t-\t-\t\n", nameWidth, "(none)", tierWidth, "")
 	}
 	for _, w := range d.Waits {
-		fmt.Fprintf(tw, "%-*s\t%-*s\t%d\t%s\t%s\t\n", nameWidth, termSafe(w.Queue), tierWidth, termSafe(w.Tier), w.Started, formatSeconds(w.P50), formatSeconds(w.P99))
+		tier := termSafe(w.Tier)
+		if w.Tier == "" {
+			tier = waitGroupLabel(w.Queue)
+		}
+		fmt.Fprintf(tw, "%-*s\t%-*s\t%d\t%s\t%s\t\n", nameWidth, termSafe(w.Queue), tierWidth, tier, w.Started, formatSeconds(w.P50), formatSeconds(w.P99))
 	}
 	_ = tw.Flush()
+	b.WriteString(watchLegend)
 	return b.String()
 }
+
+// waitGroupLabel is the TIER cell of a queue whose waits are not split by
+// tier: "(background)" for a _scheduled queue (background work the
+// scheduler makes, of any tier), "(periodic)" for the scheduler's own
+// queue (tierq's sweeps and drain: no tier), "(any)" for another queue.
+func waitGroupLabel(queue string) string {
+	if queue == scheduler.Queue {
+		return "(periodic)"
+	}
+	if _, class, ok := routing.ClassOf(queue); ok && class == routing.Scheduled {
+		return "(background)"
+	}
+	return "(any)"
+}
+
+// watchLegend closes every frame: what the queue names and the state
+// columns mean, for whoever reads the view for the first time.
+const watchLegend = `
+_priority: paid tiers' jobs; _default: free and unknown tiers'; _scheduled: background jobs
+of any tier; scheduler: tierq's periodic jobs; SCHEDULED is River's state (due later), not a queue
+`
 
 // formatSeconds shows a wait or an age: whole milliseconds under a second
 // ("3ms"), so that paid waits read as what they are, tenths of a second
@@ -303,6 +449,9 @@ func newScreen(w io.Writer, live bool) *screen {
 	}
 	return s
 }
+
+// live is whether frames replace each other in place (a terminal).
+func (s *screen) live() bool { return s.fd >= 0 }
 
 func (s *screen) draw(frame string) {
 	if s.fd < 0 {

@@ -31,22 +31,23 @@ func BenchmarkStartedWaits(b *testing.B) {
 		       CASE WHEN i > 100 THEN now() - make_interval(secs => i % 240) END
 		FROM generate_series(1, 2100) AS i`)
 	require.NoError(b, err)
+	tiered := []string{"analysis_priority", "analysis_default"}
 	_, err = db.Pool.Exec(ctx, `VACUUM ANALYZE river_job`)
 	require.NoError(b, err)
 
-	rows, err := db.Pool.Query(ctx, "EXPLAIN "+startedWaitsSQL, waitWindow.Seconds())
+	rows, err := db.Pool.Query(ctx, "EXPLAIN "+startedWaitsSQL, waitWindow.Seconds(), tiered)
 	require.NoError(b, err)
 	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(b, err)
 	require.NotContains(b, strings.Join(plan, "\n"), "Seq Scan on river_job", strings.Join(plan, "\n"))
-	testdb.WriteExplain(b, db, "started_waits.txt", startedWaitsSQL, waitWindow.Seconds())
+	testdb.WriteExplain(b, db, "started_waits.txt", startedWaitsSQL, waitWindow.Seconds(), tiered)
 	if os.Getenv("TIERQ_EXPLAIN") != "" {
 		b.Log(strings.Join(plan, "\n"))
 	}
 
 	b.ResetTimer()
 	for range b.N {
-		waits, err := startedWaits(ctx, db.Pool, waitWindow, nil)
+		waits, err := startedWaits(ctx, db.Pool, waitWindow, tiered, nil)
 		require.NoError(b, err)
 		require.Len(b, waits, 4)
 	}

@@ -87,6 +87,11 @@ func TestWatchDashboard(t *testing.T) {
 	for _, args := range unknownArgs {
 		started("completed", "specview_default", args, `"x"`, 150, 100)
 	}
+	// Background work in a _scheduled queue, of any tier, and the
+	// scheduler's periodic jobs (no tier): one row per queue.
+	started("completed", "analysis_scheduled", `{"tier": "pro"}`, `{"tierq:tier": "pro"}`, 100, 2)
+	started("completed", "analysis_scheduled", `{"tier": "free"}`, `{}`, 100, 4)
+	started("completed", "scheduler", `{}`, `{}`, 50, 0.5)
 	// Not counted: started before the window, and retryable (its
 	// scheduled_at is already the next retry's).
 	started("completed", "analysis_priority", `{"tier": "enterprise"}`, `{}`, 900, 1)
@@ -116,7 +121,7 @@ func TestWatchDashboard(t *testing.T) {
 	queueRow("specview_default", `0\s+0\s+0\s+0\s+0\s+0`, 0, "0")
 
 	// QUEUE TIER STARTED P50 P99, in the queues' order, then the tiers'.
-	waitRows := regexp.MustCompile(`(?m)^\s*(\S+)\s+(free|pro|pro_plus|enterprise|unknown)\s+(\d+)\s+(\S+)\s+(\S+)$`).FindAllStringSubmatch(out, -1)
+	waitRows := regexp.MustCompile(`(?m)^\s*(\S+)\s+(free|pro|pro_plus|enterprise|unknown|\(background\)|\(periodic\))\s+(\d+)\s+(\S+)\s+(\S+)$`).FindAllStringSubmatch(out, -1)
 	want := []struct {
 		queue, tier string
 		waits       []float64
@@ -124,8 +129,10 @@ func TestWatchDashboard(t *testing.T) {
 		{"analysis_priority", "pro", []float64{7}},
 		{"analysis_priority", "enterprise", enterprise},
 		{"analysis_default", "free", free},
+		{"analysis_scheduled", "(background)", []float64{2, 4}},
 		{"specview_priority", "pro_plus", []float64{0.004, 0.008}},
 		{"specview_default", "unknown", slices.Repeat([]float64{100}, len(unknownArgs))},
+		{"scheduler", "(periodic)", []float64{0.5}},
 	}
 	require.Len(t, waitRows, len(want), out)
 	for i, w := range want {
@@ -138,6 +145,8 @@ func TestWatchDashboard(t *testing.T) {
 		}
 	}
 	require.Regexp(t, `(?m)^\s*specview_priority\s+pro_plus\s+2\s+6ms\s+8ms$`, out, "waits under a second in milliseconds")
+	require.Contains(t, out, "\n"+watchLegend[1:], "the legend closes the frame")
+	require.NotContains(t, out, "(paused)")
 
 	// Without a leader lease in the last minute: "none".
 	exec(`UPDATE river_leader SET expires_at = now() - interval '2 minutes'`)

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"math"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/tiers"
+)
+
+// frames is a writer that hands each write (watch appends one frame per
+// write when stdout is not a terminal) to the test.
+type frames chan string
+
+func (f frames) Write(p []byte) (int, error) {
+	f <- string(p)
+	return len(p), nil
+}
+
+// next returns the first frame from f that matches re, failing after a
+// timeout; frames before it are passed over.
+func (f frames) next(t *testing.T, re string) []string {
+	t.Helper()
+	pattern := regexp.MustCompile(re)
+	timeout := time.After(20 * time.Second)
+	var last string
+	for {
+		select {
+		case frame := <-f:
+			if m := pattern.FindStringSubmatch(frame); m != nil {
+				return m
+			}
+			last = frame
+		case <-timeout:
+			t.Fatalf("no frame matching %s in 20s; the last:\n%s", re, last)
+		}
+	}
+}
+
+// TestWatchSurvivesDatabaseBlips runs a live watch as its own database role
+// and takes the database away from it for real: the role's connections are
+// terminated (pg_terminate_backend) and it may not log in again (NOLOGIN),
+// then its read of one table is revoked. Watch keeps running through both,
+// saying since when the database has been unreachable (or failing) and why,
+// and shows the live view again once the role may log in and read again.
+func TestWatchSurvivesDatabaseBlips(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	exec := func(sql string) {
+		t.Helper()
+		_, err := db.Pool.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	role := db.Schema + "_watch"
+	terminate := `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = '` + role + `'`
+	exec(`CREATE ROLE ` + role + ` LOGIN`)
+	t.Cleanup(func() {
+		for _, sql := range []string{terminate, `DROP OWNED BY ` + role, `DROP ROLE ` + role} {
+			_, err := db.Pool.Exec(context.Background(), sql)
+			require.NoError(t, err, sql)
+		}
+	})
+	exec(`GRANT USAGE ON SCHEMA ` + db.Schema + ` TO ` + role)
+	exec(`GRANT SELECT ON ALL TABLES IN SCHEMA ` + db.Schema + ` TO ` + role)
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	u.User = url.User(role)
+
+	out := make(frames, 1000)
+	watchCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(watchCtx, []string{"tierctl", "watch", "--interval", "100ms"},
+			[]string{"DATABASE_URL=" + u.String(), "DATABASE_SCHEMA=" + db.Schema}, out)
+	}()
+	out.next(t, `^\d\d:\d\d:\d\d  leader: none  dead letters pending: 0\n`)
+
+	// The database goes away: the connections the pool holds are ended
+	// and new ones are refused.
+	exec(`ALTER ROLE ` + role + ` NOLOGIN`)
+	exec(terminate)
+	since := out.next(t, `^\d\d:\d\d:\d\d  database unreachable since (\d\d:\d\d:\d\d) \(\d+s\): `)[1]
+	m := out.next(t, `^\d\d:\d\d:\d\d  database unreachable since (\d\d:\d\d:\d\d) \((\d+)s\): (.*)\n  retrying every 100ms; Ctrl-C stops\n\n$`)
+	require.Equal(t, since, m[1], "since the first failed refresh")
+	if !strings.Contains(m[3], "is not permitted to log in") {
+		// The first failures may still be the ended connections'.
+		m = out.next(t, `^\d\d:\d\d:\d\d  database unreachable since `+since+` \(\d+s\): (failed to connect to .*role "`+role+`" is not permitted to log in \(SQLSTATE 28000\))\n`)
+	}
+
+	t.Log("\n" + m[0])
+
+	exec(`ALTER ROLE ` + role + ` LOGIN`)
+	out.next(t, `^\d\d:\d\d:\d\d  leader: none  dead letters pending: 0\n`)
+
+	// The server answers, with an error: "database error".
+	exec(`REVOKE SELECT ON dead_letter_jobs FROM ` + role)
+	m = out.next(t, `^\d\d:\d\d:\d\d  database error since \d\d:\d\d:\d\d \(\d+s\): (.*)\n`)
+	t.Log("\n" + m[0])
+	require.Equal(t, "ERROR: permission denied for table dead_letter_jobs (SQLSTATE 42501)", m[1][strings.LastIndex(m[1], ": ERROR")+2:])
+	exec(`GRANT SELECT ON dead_letter_jobs TO ` + role)
+	out.next(t, `^\d\d:\d\d:\d\d  leader: none  dead letters pending: 0\n`)
+
+	stop()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "interrupted: watch ends cleanly")
+	case <-time.After(20 * time.Second):
+		t.Fatal("watch did not stop")
+	}
+}
+
+// TestWatchOnceFailsOnDatabaseError: with --once there is no next refresh,
+// so a database error ends watch with status 1, as before.
+func TestWatchOnceFailsOnDatabaseError(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	_, err := db.Pool.Exec(context.Background(), `DROP TABLE dead_letter_jobs`)
+	require.NoError(t, err)
+	out, err := runTierctl(t, dbEnv(db), "watch", "--once")
+	require.ErrorContains(t, err, `relation "dead_letter_jobs" does not exist`)
+	require.Empty(t, out)
+}
+
+// TestWatchShowsPausedQueues pauses analysis_default with tierctl queues
+// pause (River's pause): its row is marked "(paused)" and a line under the
+// table says since when and how to resume it; resumed, the marks go.
+func TestWatchShowsPausedQueues(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	env := dbEnv(db)
+	// As a worker serving the queue registers it.
+	_, err := db.Pool.Exec(ctx, `INSERT INTO river_queue (name, created_at, updated_at) VALUES ('analysis_default', now(), now())`)
+	require.NoError(t, err)
+	out, err := runTierctl(t, env, "queues", "pause", "analysis_default")
+	require.NoError(t, err, out)
+	for range 2 {
+		_, err := db.Producer(t).Insert(ctx, jobs.LoadTestArgs{}, testdb.Service(t, jobs.ServiceAnalyzer).InsertOpts(tiers.Free, "", false))
+		require.NoError(t, err)
+	}
+	var pausedAt time.Time
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT paused_at FROM river_queue WHERE name = 'analysis_default'`).Scan(&pausedAt))
+
+	out, err = runTierctl(t, env, "watch", "--once")
+	require.NoError(t, err, out)
+	t.Log("\n" + out)
+	require.Regexp(t, `(?m)^\s*QUEUE\s+SCHEDULED\s+PENDING\s+HELD\s+AVAILABLE\s+RETRYABLE\s+RUNNING\s+OLDEST\s+DEAD$`, out)
+	require.Regexp(t, `(?m)^\s*analysis_default \(paused\)\s+0\s+0\s+0\s+2\s+0\s+0\s+\d+ms\s+0$`, out)
+	require.Regexp(t, `(?m)^\s*analysis_priority\s+0\s+0\s+0\s+0\s+0\s+0\s+0ms\s+0$`, out)
+	require.Contains(t, out, "\npaused (River's pause: no worker fetches from it until `tierctl queues resume QUEUE`):\n"+
+		"  analysis_default since "+pausedAt.Local().Format("15:04:05")+"\n\n")
+
+	out, err = runTierctl(t, env, "queues", "resume", "analysis_default")
+	require.NoError(t, err, out)
+	out, err = runTierctl(t, env, "watch", "--once")
+	require.NoError(t, err, out)
+	require.Regexp(t, `(?m)^\s*analysis_default\s+0\s+0\s+0\s+2\s+0\s+0\s+\S+\s+0$`, out)
+	require.NotContains(t, out, "paused")
+}
+
+// TestWatchKeepsTheLastViewOnATerminal: on a terminal the failing
+// refresh's message is drawn above the last good view, which stays on
+// screen; here the failure is a table dropped from the test's schema.
+func TestWatchKeepsTheLastViewOnATerminal(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	out := make(frames, 1000)
+	s := &screen{w: out, fd: math.MaxInt32} // "a terminal" with no width to cut to
+	queues := watchQueues{Service: testdb.Registry(t).Queues(), Tiered: testdb.Registry(t).QueuesOf(routing.Priority, routing.Default)}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- watchLoop(ctx, db.Pool, queues, s, 100*time.Millisecond, time.Now) }()
+	good := out.next(t, `^\d\d:\d\d:\d\d  leader: none  dead letters pending: 0\n(?s:.*)$`)[0]
+
+	_, err := db.Pool.Exec(context.Background(), `DROP TABLE dead_letter_jobs`)
+	require.NoError(t, err)
+	m := out.next(t, `^\d\d:\d\d:\d\d  database error since \d\d:\d\d:\d\d \(\d+s\): dead-letter depth: ERROR: relation "dead_letter_jobs" does not exist \(SQLSTATE 42P01\)\n  retrying every 100ms; Ctrl-C stops\n\nthe last view, from before:\n\n((?s:.*))$`)
+	require.Equal(t, good, m[1])
+
+	stop()
+	require.NoError(t, <-done)
+}
