@@ -45,7 +45,7 @@ const waitWindow = 5 * time.Minute
 // The tier is db.TierSQL's (the job's metadata (jobmeta.Tier), else its
 // args' "tier", else "unknown") in the queues $2 lists, the services'
 // priority and default queues, where the tier decided the queue and the
-// starting priority; elsewhere it is ” and the queue's jobs make one row:
+// starting priority; elsewhere it is empty and the queue's jobs make one row:
 // a service's scheduled queue holds background work of any tier, the
 // scheduler's queue tierq's own periodic jobs, which have none.
 //
