@@ -1,0 +1,104 @@
+package runscript
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestRunStopsCleanly drives scripts/run.sh as a terminal does, mid-demo:
+// Ctrl-C (SIGINT to its process group), the terminal closed (SIGHUP), and a
+// second Ctrl-C while it stops. Each time the workers, the scheduler and the
+// API get one SIGTERM, the jobs running at the signal finish (SOFT_STOP_TIMEOUT
+// is longer than their sleeps) and none is left running, every process the
+// script started is gone when it exits, and the API's port is free.
+func TestRunStopsCleanly(t *testing.T) {
+	b := setup(t)
+
+	// A short demo of jobs that sleep 1-3 s (2-6 s with a second Ctrl-C):
+	// signalled once some run, it never reaches its end.
+	run := func(t *testing.T, sleepMS string) (*script, []int64, []proc) {
+		t.Helper()
+		s := b.start(t,
+			"DEMO_SLEEP_MS="+sleepMS,
+			"DEMO_FLAGS=--free 60 --burst 0s --duration 60s --paid-every 500ms --background 2 --report-every 1s",
+			"DEMO_JOBS=4",
+			"SOFT_STOP_TIMEOUT=20s",
+		)
+		s.waitFor(90*time.Second, "three load-test jobs running", func() bool {
+			return s.counted(3, `SELECT count(*) FROM river_job WHERE kind = 'loadtest' AND state = 'running'`)
+		})
+		procs := s.descendants()
+		var running []int64
+		rows, err := s.pool.Query(t.Context(), `SELECT id FROM river_job WHERE state = 'running' ORDER BY id`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var id int64
+			require.NoError(t, rows.Scan(&id))
+			running = append(running, id)
+		}
+		require.NoError(t, rows.Err())
+		require.Len(t, s.startedPIDs(), 4, "workers, scheduler and API started; output:\n%s", s.out)
+		return s, running, procs
+	}
+
+	// check is what a clean stop leaves.
+	check := func(t *testing.T, s *script, running []int64, procs []proc) {
+		t.Helper()
+		s.requireGone(procs)
+		s.requirePortFree()
+		require.Equal(t, 0, s.count(`SELECT count(*) FROM river_job WHERE state = 'running'`), "jobs left running")
+		require.Equal(t, len(running), s.count(`SELECT count(*) FROM river_job WHERE id = ANY($1) AND state = 'completed'`, running),
+			"the jobs running at the signal finished (ids %v)", running)
+		require.Equal(t, []string{"stopped: worker analyzer exit 0, worker specgen exit 0, scheduler exit 0, api exit 0. Logs: " + s.logs + "/"},
+			s.lines("stopped:"))
+		require.Equal(t, []string{"jobs left running: 0"}, s.lines("jobs left running:"))
+		// One signal each: a worker logs stopping once and stops; with a
+		// second signal it would die without "worker stopped".
+		for _, log := range []string{"worker-analyzer.log", "worker-specgen.log", "scheduler.log", "api.log"} {
+			raw, err := os.ReadFile(filepath.Join(s.logs, log))
+			require.NoError(t, err)
+			text := string(raw)
+			switch log {
+			case "api.log":
+				require.Contains(t, text, "api stopped", log)
+			case "scheduler.log":
+				require.Equal(t, 1, strings.Count(text, "scheduler stopping"), "%s:\n%s", log, text)
+				require.Contains(t, text, "scheduler stopped", log)
+			default:
+				require.Equal(t, 1, strings.Count(text, "worker stopping"), "%s:\n%s", log, text)
+				require.Contains(t, text, "worker stopped", log)
+			}
+		}
+	}
+
+	t.Run("CtrlCMidDemo", func(t *testing.T) {
+		s, running, procs := run(t, "2000")
+		s.signal(syscall.SIGINT)
+		s.wait(60 * time.Second)
+		require.Contains(t, s.out.String(), "demo interrupted after")
+		check(t, s, running, procs)
+	})
+
+	t.Run("TerminalClosed", func(t *testing.T) {
+		s, running, procs := run(t, "2000")
+		s.signal(syscall.SIGHUP)
+		s.wait(60 * time.Second)
+		check(t, s, running, procs)
+	})
+
+	t.Run("SecondCtrlCWhileStopping", func(t *testing.T) {
+		s, running, procs := run(t, "4000")
+		s.signal(syscall.SIGINT)
+		s.waitOutput("stopping: one SIGTERM each", 10*time.Second)
+		s.signal(syscall.SIGINT)
+		s.waitOutput("still stopping, no second signal sent: waiting for worker", 10*time.Second)
+		s.wait(60 * time.Second)
+		check(t, s, running, procs)
+	})
+}
