@@ -110,7 +110,7 @@ func TestReadmeSession(t *testing.T) {
 	require.Len(t, steps, 12, "steps of the session (a new one: count it here)")
 
 	s := b.start(t, "DEMO=off", "DEMO_JOBS=4")
-	s.waitOutput("watching queues", 90*time.Second)
+	s.waitOutput("watching queues", 3*time.Minute)
 	// make run's own analyses done: the session's targets are new jobs,
 	// not duplicates of queued ones.
 	s.waitFor(60*time.Second, "make run's analyses finished", func() bool {

@@ -30,7 +30,7 @@ func TestRunStopsCleanly(t *testing.T) {
 			"DEMO_JOBS=4",
 			"SOFT_STOP_TIMEOUT=20s",
 		)
-		s.waitFor(90*time.Second, "three load-test jobs running", func() bool {
+		s.waitFor(3*time.Minute, "three load-test jobs running", func() bool {
 			return s.counted(3, `SELECT count(*) FROM river_job WHERE kind = 'loadtest' AND state = 'running'`)
 		})
 		procs := s.descendants()
