@@ -144,6 +144,8 @@ func (s *Server) routes() []Route {
 		{"POST /v1/dead-letters/replay", roleAdmin, s.replayDeadLetters},
 		{"DELETE /v1/dead-letters/{id}", roleAdmin, s.deleteDeadLetter},
 
+		{"GET /v1/escalations", roleAdmin, s.listEscalations},
+
 		{"GET /healthz", roleNone, s.healthz},
 		{"GET /readyz", roleNone, s.readyz},
 		{"GET /metrics", roleNone, s.metrics.Handler().ServeHTTP},
