@@ -8,6 +8,7 @@
 //	tierctl dlq ...            list, show, replay, purge and drain dead letters
 //	tierctl subscriptions ...  set and list users' tiers
 //	tierctl queues ...         list queues; pause and resume one (River's pause)
+//	tierctl escalations list   the escalation audit, newest first
 //
 // It reads DATABASE_URL (and DATABASE_SCHEMA, LOG_LEVEL, LOG_FORMAT) from the
 // environment. Invalid configuration or usage exits with status 2. Every
@@ -66,7 +67,7 @@ func run(ctx context.Context, args, environ []string, stdout io.Writer) error {
 	root.SetOut(stdout)
 	root.SetErr(stdout)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(app.migrateCommand(), app.enqueueCommand(), app.watchCommand(), app.demoCommand(), app.escalateCommand(), app.dlqCommand(), app.subscriptionsCommand(), app.queuesCommand(), app.benchCommand(), app.benchWorkerCommand(), app.benchProcessCommand())
+	root.AddCommand(app.migrateCommand(), app.enqueueCommand(), app.watchCommand(), app.demoCommand(), app.escalateCommand(), app.dlqCommand(), app.subscriptionsCommand(), app.queuesCommand(), app.escalationsCommand(), app.benchCommand(), app.benchWorkerCommand(), app.benchProcessCommand())
 	root.SetArgs(args[1:])
 	err := root.ExecuteContext(ctx)
 	if err != nil && strings.HasPrefix(err.Error(), "unknown command") {
