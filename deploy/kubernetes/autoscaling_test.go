@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/routing"
@@ -444,7 +445,10 @@ func TestReplicaBounds(t *testing.T) {
 // TestWorkerPools: each worker Deployment's DATABASE_MAX_CONNS is what one
 // of its pods can use at once, W + 2Q + 3 (docs/scaling.md, "Connections":
 // its running jobs, a fetch and a fair-share loop per queue, the completer,
-// the heartbeat, lending), from the queues it serves in its environment.
+// the heartbeat, lending), from the queues it serves in its environment;
+// in the prod overlays, the reference app's two worker Deployments have
+// prod's smaller pools instead (prodWorkerPools), which fit a stock
+// PostgreSQL (TestConnectionBudget).
 func TestWorkerPools(t *testing.T) {
 	t.Parallel()
 
@@ -454,30 +458,64 @@ func TestWorkerPools(t *testing.T) {
 			for _, qc := range queues {
 				w += qc.Workers
 			}
+			want := w + 2*len(queues) + 3
+			if pool, ok := prodWorkerPools[name]; ok && strings.HasPrefix(b.variant.name, "prod") {
+				require.Less(t, pool, want, "%s: %s: prod's pool is the smaller one", b.variant.name, name)
+				want = pool
+			}
 			c := one[*appsv1.Deployment](t, b, name).Spec.Template.Spec.Containers[0]
-			require.Equal(t, strconv.Itoa(w+2*len(queues)+3), containerEnv(t, b, c)["DATABASE_MAX_CONNS"], "%s: %s", b.variant.name, name)
+			require.Equal(t, strconv.Itoa(want), containerEnv(t, b, c)["DATABASE_MAX_CONNS"], "%s: %s", b.variant.name, name)
 		}
 	}
 }
+
+// prodWorkerPools are overlays/prod's DATABASE_MAX_CONNS for the reference
+// app's worker Deployments (the base has W + 2Q + 3: 19 and 15).
+var prodWorkerPools = map[string]int{"worker-analyzer": 10, "worker-specgen": 8}
+
+// The connection budget of prod and prod-split on a stock PostgreSQL 15
+// (docs/kubernetes.md, "Connection budget"), which lets max_connections 100
+// less superuser_reserved_connections 3 log in.
+const (
+	stockLogins = 97
+	// connectionBudget is the most tierq's Deployments may hold at their
+	// fewest replicas: 27 left for everything else.
+	connectionBudget = 70
+	// tierctlSessions are two operator sessions (watch and one command),
+	// 4 connections each, as docs/scaling.md's "Connection budget" counts.
+	tierctlSessions = 2 * 4
+	// otherLogins is docs/scaling.md's "others" row: an exporter, psql.
+	otherLogins = 5
+)
 
 // TestConnectionBudget is the most connections prod's tierq Deployments
 // may hold at once (docs/kubernetes.md), by docs/scaling.md's "Connection
 // budget": every Deployment at its most replicas, each pod its
 // DATABASE_MAX_CONNS plus, for workers and the scheduler (River clients
 // that work queues), the LISTEN connection River takes out of the pool;
-// and the same at the fewest replicas the autoscalers keep.
+// and the same at the fewest replicas the autoscalers keep (KEDA's
+// minReplicaCount, an HPA's minReplicas), which must stay within
+// connectionBudget and, with the migrate Job's pool, one connection per
+// KEDA PostgreSQL trigger, tierctl sessions and otherLogins, within a
+// stock server's 97.
 func TestConnectionBudget(t *testing.T) {
 	t.Parallel()
 
-	want := map[string][2]int{"prod": {154, 306}, "prod-split": {136, 304}} // {fewest, most}
+	want := map[string][2]int{"prod": {70, 154}, "prod-split": {70, 224}} // {fewest, most}
 	for _, b := range builds(t) {
 		n, ok := want[b.variant.name]
 		if !ok {
 			continue
 		}
 		bounds := map[string][2]int32{}
+		triggers := 0
 		for _, s := range scalers(t, b) {
 			bounds[s.target] = [2]int32{s.min, s.max}
+			for _, tr := range s.triggers {
+				if tr.source == "postgresql" {
+					triggers++ // KEDA keeps a pool per trigger: about one connection
+				}
+			}
 		}
 		var total [2]int
 		for _, d := range all[*appsv1.Deployment](b) {
@@ -500,6 +538,17 @@ func TestConnectionBudget(t *testing.T) {
 			}
 		}
 		require.Equal(t, n, total, b.variant.name)
+		require.LessOrEqual(t, total[0], connectionBudget, "%s at its fewest replicas", b.variant.name)
+
+		jobs := all[*batchv1.Job](b) // the migrate Job
+		require.Len(t, jobs, 1, b.variant.name)
+		migratePool, err := strconv.Atoi(containerEnv(t, b, jobs[0].Spec.Template.Spec.Containers[0])["DATABASE_MAX_CONNS"])
+		require.NoError(t, err)
+		require.Equal(t, 4, migratePool, b.variant.name)
+		require.Equal(t, 8, triggers, b.variant.name)
+		others := migratePool + triggers + tierctlSessions + otherLogins
+		require.Equal(t, 25, others, b.variant.name)
+		require.LessOrEqual(t, total[0]+others, stockLogins, "%s at its fewest replicas, with everything else", b.variant.name)
 	}
 }
 
