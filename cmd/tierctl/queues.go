@@ -22,6 +22,7 @@ import (
 
 	"github.com/tierq/tierq/internal/db"
 	"github.com/tierq/tierq/internal/queuestats"
+	"github.com/tierq/tierq/scheduler"
 )
 
 // errQueueNotRegistered: a queue tierq knows but River has no row for in
@@ -65,7 +66,7 @@ func (a *app) queuePauseCommand(pause bool) *cobra.Command {
 			}
 			// A service queue or the scheduler's is checked before
 			// connecting; another name only once river_queue is read.
-			known := append(slices.Clip(serviceQueues), "scheduler")
+			known := append(slices.Clip(serviceQueues), scheduler.Queue)
 			if err := checkQueueName(name); err != nil {
 				return &usageError{err}
 			}
@@ -104,6 +105,9 @@ func (a *app) queuePauseCommand(pause bool) *cobra.Command {
 					return fmt.Errorf("pause queue %s: %w", name, err)
 				}
 				fmt.Fprintf(a.stdout, "queue %s paused: workers fetch no new jobs from it (running jobs finish) until `tierctl queues resume %s`\n", name, name)
+				if name == scheduler.Queue {
+					fmt.Fprintln(a.stdout, "the scheduler's periodic jobs (the aging and escalation sweeps, the dead-letter drain, the services' periodic jobs) wait until then")
+				}
 			default:
 				if err := client.QueueResume(ctx, name, nil); err != nil {
 					return fmt.Errorf("resume queue %s: %w", name, err)
@@ -163,7 +167,7 @@ func listQueues(ctx context.Context, q db.Querier, serviceQueues []string) ([]qu
 		r.Kind = "other"
 		if slices.Contains(serviceQueues, r.Name) {
 			r.Kind = "service"
-		} else if r.Name == "scheduler" {
+		} else if r.Name == scheduler.Queue {
 			r.Kind = "scheduler"
 		}
 		out = append(out, r)

@@ -122,3 +122,35 @@ func TestQueuesUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestQueuesPauseScheduler: pausing the scheduler's queue says what stops
+// with it.
+func TestQueuesPauseScheduler(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	// As a scheduler's River client registers it.
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO river_queue (name, created_at, updated_at) VALUES ('scheduler', now(), now())`)
+	require.NoError(t, err)
+	out, err := runTierctl(t, dbEnv(db), "queues", "pause", "scheduler")
+	require.NoError(t, err, out)
+	require.Equal(t, "queue scheduler paused: workers fetch no new jobs from it (running jobs finish) until `tierctl queues resume scheduler`\n"+
+		"the scheduler's periodic jobs (the aging and escalation sweeps, the dead-letter drain, the services' periodic jobs) wait until then\n", out)
+	out, err = runTierctl(t, dbEnv(db), "queues", "list")
+	require.NoError(t, err, out)
+	require.Regexp(t, `(?m)^scheduler\s+scheduler\s+paused since \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ\s+\d{4}-`, out)
+}
+
+// TestQueuesAndEscalationsHideThePassword: as every command
+// (TestConnectErrorsHideThePassword), a refused connection's error names
+// no password.
+func TestQueuesAndEscalationsHideThePassword(t *testing.T) {
+	t.Parallel()
+	const password = "hunter2-secret"
+	for _, args := range [][]string{{"queues", "list"}, {"queues", "pause", "analysis_default"}, {"queues", "resume", "nope"},
+		{"escalations", "list"}, {"watch", "--once"}} {
+		out, err := runTierctl(t, []string{"DATABASE_URL=postgres://tierq:" + password + "@127.0.0.1:1/x?sslmode=disable&connect_timeout=5"}, args...)
+		require.ErrorContains(t, err, "connect", args)
+		require.NotContains(t, err.Error(), password)
+		require.NotContains(t, out, password)
+	}
+}
