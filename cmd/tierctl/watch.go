@@ -231,7 +231,7 @@ func renderDown(at, since time.Time, interval time.Duration, err error) string {
 	var pgErr *pgconn.PgError
 	var connectErr *pgconn.ConnectError
 	if !errors.As(err, &connectErr) && errors.As(err, &pgErr) {
-		switch pgErr.Code[:2] {
+		switch sqlStateClass(pgErr.Code) {
 		case "08", "53", "57": // connection exception, insufficient resources, operator intervention
 		default:
 			what = "error"
@@ -241,6 +241,9 @@ func renderDown(at, since time.Time, interval time.Duration, err error) string {
 		at.Format("15:04:05"), what, since.Format("15:04:05"), at.Sub(since).Round(time.Second),
 		oneLine(err.Error(), 300), interval)
 }
+
+// sqlStateClass is an SQLSTATE's class, its first two characters.
+func sqlStateClass(code string) string { return code[:min(2, len(code))] }
 
 // readDashboard reads one frame, reusing the API's queue summaries and
 // leader query (queuestats) and the dead-letter depth; the service queues
@@ -342,7 +345,7 @@ func renderDashboard(d dashboard) string {
 	for i, q := range d.Queues {
 		names[i] = termSafe(q.Name)
 		if at, ok := d.Paused[q.Name]; ok {
-			paused = append(paused, fmt.Sprintf("%s since %s", names[i], at.Local().Format("15:04:05")))
+			paused = append(paused, fmt.Sprintf("%s since %s", names[i], clockOrDate(at, d.At)))
 			names[i] += " (paused)"
 		}
 		nameWidth = max(nameWidth, len(names[i]))
@@ -393,6 +396,16 @@ func renderDashboard(d dashboard) string {
 	_ = tw.Flush()
 	b.WriteString(watchLegend)
 	return b.String()
+}
+
+// clockOrDate shows t in local time: the time of day when it is on the
+// same day as now, else the date too.
+func clockOrDate(t, now time.Time) string {
+	t, now = t.Local(), now.Local()
+	if y, m, d := t.Date(); now.Year() == y && now.Month() == m && now.Day() == d {
+		return t.Format("15:04:05")
+	}
+	return t.Format("2006-01-02 15:04:05")
 }
 
 // waitGroupLabel is the TIER cell of a queue whose waits are not split by

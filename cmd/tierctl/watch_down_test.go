@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"net/url"
 	"regexp"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/internal/testdb"
@@ -189,4 +192,52 @@ func TestWatchKeepsTheLastViewOnATerminal(t *testing.T) {
 
 	stop()
 	require.NoError(t, <-done)
+}
+
+func TestClockOrDate(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 27, 4, 5, 6, 0, time.Local)
+	tests := []struct {
+		name string
+		give time.Time
+		want string
+	}{
+		{name: "today", give: now.Add(-time.Hour), want: "03:05:06"},
+		{name: "yesterday", give: now.Add(-5 * time.Hour), want: "2026-11-26 23:05:06"},
+		{name: "another zone, same local day", give: now.Add(-time.Minute).In(time.FixedZone("", 14*3600)), want: "04:04:06"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, clockOrDate(tt.give, now))
+		})
+	}
+}
+
+func TestRenderDown(t *testing.T) {
+	t.Parallel()
+	since := time.Date(2026, 11, 27, 4, 0, 0, 0, time.Local)
+	at := since.Add(12 * time.Second)
+	tests := []struct {
+		name string
+		give error
+		want string
+	}{
+		{name: "network", give: errors.New("dial tcp 127.0.0.1:5432: connect: connection refused"),
+			want: "04:00:12  database unreachable since 04:00:00 (12s): dial tcp 127.0.0.1:5432: connect: connection refused\n  retrying every 1s; Ctrl-C stops\n\n"},
+		{name: "ended by an administrator", give: fmt.Errorf("summarize queues: %w", &pgconn.PgError{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}),
+			want: "04:00:12  database unreachable since 04:00:00 (12s): summarize queues: FATAL: terminating connection due to administrator command (SQLSTATE 57P01)\n  retrying every 1s; Ctrl-C stops\n\n"},
+		{name: "an SQL error", give: &pgconn.PgError{Severity: "ERROR", Code: "42P01", Message: "relation \"river_queue\" does not exist"},
+			want: "04:00:12  database error since 04:00:00 (12s): ERROR: relation \"river_queue\" does not exist (SQLSTATE 42P01)\n  retrying every 1s; Ctrl-C stops\n\n"},
+		{name: "no code", give: &pgconn.PgError{Severity: "ERROR", Message: "odd"},
+			want: "04:00:12  database error since 04:00:00 (12s): ERROR: odd (SQLSTATE )\n  retrying every 1s; Ctrl-C stops\n\n"},
+		{name: "escapes and newlines", give: errors.New("bad\x1b[2J\nthing"),
+			want: "04:00:12  database unreachable since 04:00:00 (12s): bad\\x1b[2J\\nthing\n  retrying every 1s; Ctrl-C stops\n\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, renderDown(at, since, time.Second, tt.give))
+		})
+	}
 }
