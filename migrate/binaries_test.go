@@ -174,6 +174,28 @@ func TestBinariesCheckSchema(t *testing.T) {
 		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 		require.NoError(t, waitExit(t, cmd), out.String())
 	})
+
+	// tierctl with no database answering: the check stays out of the way,
+	// a command reports its own error as before, and watch keeps retrying.
+	t.Run("TierctlWithoutDatabase", func(t *testing.T) {
+		t.Parallel()
+		const nowhere = "postgres://postgres@127.0.0.1:1/tierq?sslmode=disable"
+		cmd, out := command(t, dir, "tierctl", nowhere, "")
+		err := cmd.Run()
+		var exitErr *exec.ExitError
+		require.ErrorAs(t, err, &exitErr, out.String())
+		require.Equal(t, 1, exitErr.ExitCode(), out.String())
+		require.True(t, strings.HasPrefix(out.String(), "tierctl: list dead letters: failed to connect to `user=postgres database=tierq`"), out.String())
+
+		watch := exec.Command(filepath.Join(dir, "tierctl"), "watch", "--interval", "100ms") //nolint:gosec // built above
+		watch.Env = []string{"DATABASE_URL=" + nowhere}
+		watchOut := &proctest.Buffer{}
+		watch.Stdout, watch.Stderr = watchOut, watchOut
+		require.NoError(t, watch.Start())
+		proctest.WaitOutput(t, watchOut, "database unreachable since", 30*time.Second)
+		require.NoError(t, watch.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, waitExit(t, watch), watchOut.String())
+	})
 }
 
 // waitExit waits for cmd to exit, killing it after a minute.

@@ -109,18 +109,17 @@ func (a *app) serviceQueues() ([]string, error) {
 
 // connect loads the configuration, opens a pool and checks that the
 // schema has every migration (migrate.Check: a *migrate.SchemaError says
-// to run `tierctl migrate`, exit status 1); the caller closes the pool.
+// to run `tierctl migrate`, exit status 1); the caller closes the pool. A
+// database that does not answer is not an error here: the command meets
+// it at its first query and reports it as before (watch keeps retrying).
 func (a *app) connect(ctx context.Context) (config.CLI, *pgxpool.Pool, error) {
 	cfg, pool, err := a.open(ctx)
 	if err != nil {
 		return cfg, nil, err
 	}
-	if err := migrate.Check(ctx, pool, cfg.Schema); err != nil {
+	var schemaErr *migrate.SchemaError
+	if err := migrate.Check(ctx, pool, cfg.Schema); errors.As(err, &schemaErr) {
 		pool.Close()
-		var schemaErr *migrate.SchemaError
-		if !errors.As(err, &schemaErr) {
-			err = fmt.Errorf("connect to database: %w", err)
-		}
 		return cfg, nil, err
 	}
 	return cfg, pool, nil
