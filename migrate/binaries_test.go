@@ -143,6 +143,11 @@ func TestBinariesCheckSchema(t *testing.T) {
 			require.NoError(t, cmd.Start())
 			proctest.WaitOutput(t, out, started[name], 30*time.Second)
 			require.Contains(t, out.String(), newer, name)
+			if name == "api" {
+				// Ready: an old API stays in rotation on the migrated database.
+				status, body := readyz(t, out.String())
+				require.Equal(t, http.StatusOK, status, body)
+			}
 			require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 			require.NoError(t, waitExit(t, cmd), "%s: %s", name, out.String())
 		}
@@ -162,15 +167,9 @@ func TestBinariesCheckSchema(t *testing.T) {
 		lines := strings.Split(out.String(), "\n")
 		require.Contains(t, lines[0], `level=WARN msg="database unreachable at start: serving anyway; requests that need it fail and /readyz answers 503 until it answers (schema not checked)" error="connect to database: read schema version: failed to connect to `)
 		require.Contains(t, lines[1], `level=INFO msg="api listening"`)
-		addr := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(lines[1])
-		require.Len(t, addr, 2)
-		resp, err := http.Get("http://" + addr[1] + "/readyz") //nolint:noctx // a test's loopback URL
-		require.NoError(t, err)
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		require.NoError(t, err)
-		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
-		require.JSONEq(t, `{"status":"unavailable","error":"database unreachable","database":"unreachable","migrations":"unknown","leader":"unknown: database unreachable"}`, string(body))
+		status, body := readyz(t, lines[1])
+		require.Equal(t, http.StatusServiceUnavailable, status)
+		require.JSONEq(t, `{"status":"unavailable","error":"database unreachable","database":"unreachable","migrations":"unknown","leader":"unknown: database unreachable"}`, body)
 		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 		require.NoError(t, waitExit(t, cmd), out.String())
 	})
@@ -196,6 +195,20 @@ func TestBinariesCheckSchema(t *testing.T) {
 		require.NoError(t, watch.Process.Signal(syscall.SIGTERM))
 		require.NoError(t, waitExit(t, watch), watchOut.String())
 	})
+}
+
+// readyz GETs /readyz of the API whose "api listening" line is in log and
+// returns the status and body.
+func readyz(t *testing.T, log string) (int, string) {
+	t.Helper()
+	addr := regexp.MustCompile(`msg="api listening" addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(log)
+	require.Len(t, addr, 2, log)
+	resp, err := http.Get("http://" + addr[1] + "/readyz") //nolint:noctx // a test's loopback URL
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
 }
 
 // waitExit waits for cmd to exit, killing it after a minute.

@@ -97,7 +97,9 @@ type Spec struct {
 	Metrics     *prometheus.Registry
 }
 
-// Run runs the process until ctx ends or a signal arrives. On the first
+// Run runs the process until ctx ends or a signal arrives. It first checks
+// the schema (CheckSchema): one missing a migration, or a database that
+// does not answer, is an error returned before the client starts. On the first
 // SIGINT or SIGTERM River stops fetching and lets running jobs finish for up
 // to the soft-stop timeout, then cancels them; a second signal kills the
 // process at once.
