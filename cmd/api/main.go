@@ -7,7 +7,11 @@
 // API. An analysis target outside ANALYSIS_ROOTS is refused (400). SIGINT or
 // SIGTERM stops accepting connections and lets requests in flight finish for
 // up to 10 seconds. Invalid configuration exits 2 before any connection is
-// made.
+// made. A schema missing a River or tierq migration exits 1 with the
+// versions found and needed and "run `tierctl migrate`" (migrate.Check); a
+// database that does not answer at start is logged as a warning and the API
+// serves anyway (/readyz 503 until it answers). docs/operations.md,
+// "Schema version".
 //
 // The process is api.Run; a team's API of the reference services and its
 // own is the same few lines (example in package api).

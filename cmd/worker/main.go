@@ -9,7 +9,10 @@
 // SOFT_STOP_TIMEOUT; jobs still running then are cancelled (River records
 // them as errored and retries them), and the process exits 0. A second signal
 // kills the process at once. Invalid configuration exits 2 before any
-// database connection is made.
+// database connection is made. A schema missing a River or tierq migration
+// exits 1 with the versions found and needed and "run `tierctl migrate`"
+// (migrate.Check); one a newer tierq migrated is accepted and logged.
+// docs/operations.md, "Schema version".
 //
 // Each job kind has its own timeout (package jobs); JOB_TIMEOUT applies only
 // to kinds registered without one, and setting it logs a warning.
