@@ -272,10 +272,16 @@ func readDashboard(ctx context.Context, q db.Querier, queues watchQueues) (dashb
 		return d, err
 	}
 	queueOrder := make([]string, 0, len(d.Queues))
+	tiered := slices.Clone(queues.Tiered)
 	for _, s := range d.Queues {
 		queueOrder = append(queueOrder, s.Name)
+		// Another service's priority and default queues (registered in
+		// River by its workers) are tiered too: a team's own service.
+		if _, class, ok := routing.ClassOf(s.Name); ok && (class == routing.Priority || class == routing.Default) && !slices.Contains(tiered, s.Name) {
+			tiered = append(tiered, s.Name)
+		}
 	}
-	if d.Waits, err = startedWaits(ctx, q, waitWindow, queues.Tiered, queueOrder); err != nil {
+	if d.Waits, err = startedWaits(ctx, q, waitWindow, tiered, queueOrder); err != nil {
 		return d, err
 	}
 	if d.Leader, err = queuestats.RecentLeader(ctx, q); err != nil {
