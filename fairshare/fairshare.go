@@ -4,13 +4,15 @@
 // River fetches a queue's available jobs by (priority, scheduled_at, id):
 // one tenant that queues 5,000 jobs puts every other tenant of the same
 // priority behind them. Fair share bounds what each tenant has in that line.
-// A tenant's window is its share of the queue's capacity (the workers of
-// every process serving the queue, from their heartbeats), by weight,
-// default 1 each, at least one job:
-//
-//	window(t) = max(1, ceil(capacity × weight(t) / Σ weight of the active tenants))
-//
-// where a tenant is active while it has available or held jobs in the queue.
+// A tenant's window is its max-min fair share of the queue's capacity (the
+// workers of every process serving the queue, from their heartbeats) among
+// the active tenants of its priority, by weight, default 1 each, at least
+// one job: a tenant that wants less than its share by weight has what it
+// wants, and the others share the rest by weight, so the line holds the
+// capacity's worth of work whenever there is that much. Better priorities'
+// demand comes first; a priority left no capacity keeps one job of each of
+// its tenants in line. A tenant is active while it has available or held
+// jobs in the queue.
 // An Admitter runs in every worker process, beside its River client. A pass
 // over a queue holds back each tenant's available jobs beyond its window
 // (River state pending, marked with jobmeta.HeldAt, worst first in fetch
@@ -27,7 +29,9 @@
 // queues with fair share on has every worker busy (a tenant may be over its
 // window) or the last pass saw held jobs (admit as places free; a pass that
 // starts holding runs the next itself, since the hook learns of held work
-// only when the pass ends), at most one per Config.PassInterval per queue.
+// only when the pass ends), at most one per Config.PassInterval per queue,
+// and no sooner than three times the last pass's own time after it
+// (passRest): a pass costs more as tenants grow.
 // A tenant alone is never held: it needs no turns. While the last pass found
 // one tenant alone and nothing held, the process only looks, at most every
 // 10ms, for a job of another tenant inserted since (one index range over
@@ -259,6 +263,7 @@ type queueState struct {
 	// (loneCheckSQL) instead of passing. Only the queue's loop and Pass
 	// touch them, under mu.
 	mu        sync.Mutex
+	took      time.Duration // how long the last pass that ran took
 	lone      bool
 	loneName  *string   // nil: no tenant at all
 	watermark time.Time // the database's clock, less loneMargin
@@ -278,6 +283,16 @@ const fullPassTicks = 5
 // at the default), so that a contended queue served by 100 replicas costs
 // each of them at most about 30 attempts a second instead of 500.
 const maxMissBackoff = 4
+
+// passRest is how many times as long as a pass over a queue took the
+// process waits before its next pass over the queue: a pass's cost grows
+// with the queue's active tenants (about 10 ms at 1,000 on the development
+// machine), and run back to back every PassInterval while the queue is
+// contended, passes kept a database core busy per queue and took the
+// workers' CPU (tierctl bench traffic: fair share cost a quarter of the
+// throughput). With the line filled to the capacity by demand, refilling
+// it a few pass times later keeps the workers busy.
+const passRest = 3
 
 // loneCheckInterval is the shortest time between two lone checks of a
 // queue in one process: how long a newcomer may wait, when a tenant alone
@@ -474,6 +489,7 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 		lone     *string
 		now      time.Time
 	)
+	began := time.Now()
 	locked, err := a.locked(ctx, q.name, true, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, passSQL, q.name, q.cfg.Workers, q.cfg.Fair, q.localKinds(), q.every && q.cfg.Workers > 0).Scan(
 			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded)
@@ -485,6 +501,7 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 		p.Paused = locked // the lock was this process's: the queue is paused
 		return p, nil
 	}
+	q.took = time.Since(began)
 	p.Lone = p.Tenants <= 1 && p.Held == 0 && p.HeldTenants == 0
 	q.lone, q.loneName, q.watermark = p.Lone, lone, now.Add(-loneMargin)
 	if a.cfg.Observer != nil {
@@ -654,6 +671,8 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 		wait := a.cfg.PassInterval << min(misses, maxMissBackoff)
 		if p.Checked {
 			wait = max(wait, loneCheckInterval)
+		} else if p.Ran && !p.Paused {
+			wait = max(wait, passRest*q.took)
 		}
 		if wait > 0 {
 			select {

@@ -122,19 +122,20 @@ func TestPass(t *testing.T) {
 
 		p, err := b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
-		// Capacity 4, two tenants: windows of 2 each.
-		require.Equal(t, fairshare.Pass{Ran: true, Held: 98, Admitted: 0, Tenants: 2, HeldTenants: 0, Capacity: 4}, p)
-		require.Equal(t, map[string]int{"a/available": 2, "a/pending": 98, "b/available": 1}, b.counts(t))
+		// Capacity 4, two tenants: b needs one place, a has the other
+		// three (the capacity is shared by demand: max-min fairness).
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 97, Admitted: 0, Tenants: 2, HeldTenants: 0, Capacity: 4}, p)
+		require.Equal(t, map[string]int{"a/available": 3, "a/pending": 97, "b/available": 1}, b.counts(t))
 
-		// b's job is third in line, not 101st.
-		require.Equal(t, []string{"a", "a", "b"}, b.fetch(t, 4))
+		// b's job is fourth in line, not 101st.
+		require.Equal(t, []string{"a", "a", "a", "b"}, b.fetch(t, 4))
 
 		// b has nothing waiting (a running job takes no place in line): a,
 		// alone again, has the whole capacity for its window.
 		p, err = b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
 		require.Equal(t, fairshare.Pass{Ran: true, Held: 0, Admitted: 4, Tenants: 1, HeldTenants: 1, Capacity: 4}, p)
-		require.Equal(t, map[string]int{"a/available": 4, "a/pending": 94, "a/running": 2, "b/running": 1}, b.counts(t))
+		require.Equal(t, map[string]int{"a/available": 4, "a/pending": 93, "a/running": 3, "b/running": 1}, b.counts(t))
 	})
 
 	t.Run("TenantsTakeTurns", func(t *testing.T) {
@@ -187,10 +188,11 @@ func TestPass(t *testing.T) {
 		p, err := b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
 		// b is alone at its priority: a window of the whole capacity (4),
-		// its 6 others held. a, at a worse priority while b has more than
-		// it may have in line, gets a window of 0: all 30 held, so that no
-		// worker goes to a while b waits.
-		require.Equal(t, fairshare.Pass{Ran: true, Held: 36, Tenants: 2, Capacity: 4}, p)
+		// its 6 others held. a, at a worse priority while b wants all of
+		// the capacity, keeps one place, its best job, behind b's: 29
+		// held. River fetches it only when b has nothing in line, and
+		// then it, not a later insert of a worse priority still.
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 35, Tenants: 2, Capacity: 4}, p)
 		var order []string
 		for range 4 {
 			_, err := b.admitter.Pass(ctx, queue)
@@ -202,6 +204,25 @@ func TestPass(t *testing.T) {
 		require.Equal(t, []string{"b", "b", "b", "b", "b", "b", "b", "b", "b", "b", "a", "a"}, order)
 	})
 
+	t.Run("AWorsePriorityKeepsItsTurnBeforeFresherWork", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 4, true)
+		b.insert(t, "a", 2, 3, time.Minute)  // pro_plus, waiting first
+		b.insert(t, "b", 1, 10, time.Second) // an enterprise flood
+		p, err := b.admitter.Pass(ctx, queue)
+		require.NoError(t, err)
+		// b's window is the capacity, 6 held; a keeps its best job in
+		// line, 2 held.
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 8, Tenants: 2, Capacity: 4}, p)
+		b.insert(t, "c", 3, 1, 0) // pro, just now, available at once
+
+		// The workers empty b's line before the next pass: the next worker
+		// takes a's job, which waited longest at the better priority, not
+		// c's. (With every job of a held, it took c's: a worse priority,
+		// inserted after a's, ran first.)
+		require.Equal(t, []string{"b", "b", "b", "b", "a"}, b.fetch(t, 5))
+	})
+
 	t.Run("ANewcomerGoesFirst", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 4, true)
@@ -211,9 +232,10 @@ func TestPass(t *testing.T) {
 
 		p, err := b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
-		// Windows of 2: a's 17 beyond it held; b, with nothing running,
-		// has not had its turn: a's two places go behind its job.
-		require.Equal(t, fairshare.Pass{Ran: true, Held: 17, Tenants: 2, Capacity: 4, Yielded: 2}, p)
+		// b needs one place, a has three: a's 16 beyond them held; b,
+		// with nothing running, has not had its turn: a's three places go
+		// behind its job.
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 16, Tenants: 2, Capacity: 4, Yielded: 3}, p)
 		require.Equal(t, []string{"b"}, b.fetch(t, 1))
 
 		// b's next job, with b's first running, waits its turn behind a's
@@ -222,7 +244,53 @@ func TestPass(t *testing.T) {
 		p, err = b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
 		require.Zero(t, p.Yielded)
-		require.Equal(t, []string{"a", "a", "b"}, b.fetch(t, 3))
+		require.Equal(t, []string{"a", "a", "a", "b"}, b.fetch(t, 4))
+	})
+
+	t.Run("TheCapacityGoesWhereTheDemandIs", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 10, true)
+		b.insert(t, "a", 2, 100, time.Minute)
+		for _, x := range []string{"b", "c", "d"} {
+			b.insert(t, x, 2, 1, time.Second)
+		}
+		b.insert(t, "e", 2, 2, time.Second)
+
+		p, err := b.admitter.Pass(ctx, queue)
+		require.NoError(t, err)
+		// Capacity 10 over five tenants would be windows of 2; but b, c
+		// and d need one place each and e two: a has the other five, and
+		// the line holds ten jobs for ten workers. (With windows of 2 it
+		// held seven: three workers idle until the next pass.)
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 95, Tenants: 5, Capacity: 10}, p)
+		require.Equal(t, map[string]int{"a/available": 5, "a/pending": 95, "b/available": 1, "c/available": 1, "d/available": 1, "e/available": 2}, b.counts(t))
+	})
+
+	t.Run("HeldNewcomersAreAdmittedInTheirArrivalOrder", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 2, true)
+		arrivals := []struct {
+			tenant string
+			ago    time.Duration
+		}{{"n2", 10 * time.Second}, {"n6", 5 * time.Second}, {"n3", 40 * time.Second}, {"n4", 20 * time.Second}, {"n1", 50 * time.Second}, {"n5", 30 * time.Second}}
+		for _, n := range arrivals {
+			b.insert(t, n.tenant, 2, 2, n.ago)
+		}
+		// Capacity 2 over six tenants: windows of 1, each second job held.
+		p, err := b.admitter.Pass(ctx, queue)
+		require.NoError(t, err)
+		require.Equal(t, 6, p.Held)
+		require.Equal(t, []string{"n1", "n3", "n5", "n4", "n2", "n6"}, b.fetch(t, 6))
+		_, err = b.db.Pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE state = 'running'`)
+		require.NoError(t, err)
+
+		// Nothing of theirs is running or in line: their held jobs are
+		// admitted in one pass, in the order they became due (the order
+		// the tenants arrived), not at random.
+		p, err = b.admitter.Pass(ctx, queue)
+		require.NoError(t, err)
+		require.Equal(t, 6, p.Admitted)
+		require.Equal(t, []string{"n1", "n3", "n5", "n4", "n2", "n6"}, b.fetch(t, 6))
 	})
 
 	t.Run("OffReleasesEverythingHeld", func(t *testing.T) {

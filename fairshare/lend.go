@@ -27,6 +27,8 @@ type lendState struct {
 
 	mu       sync.Mutex
 	finished []finishedJob // oldest first
+
+	took time.Duration // how long the last lending pass that ran took (the loop's)
 }
 
 type finishedJob struct {
@@ -94,6 +96,7 @@ func (a *Admitter) LendPass(ctx context.Context) (LendPass, error) {
 		p        LendPass
 		notified int
 	)
+	began := time.Now()
 	locked, err := a.locked(ctx, "lend:"+l.cfg.Queue, false, func(tx pgx.Tx) error {
 		// Planned for its arguments at each execution (pgx's unnamed
 		// statement): see locked.
@@ -105,6 +108,9 @@ func (a *Admitter) LendPass(ctx context.Context) (LendPass, error) {
 		return LendPass{}, fmt.Errorf("lending pass over %s: %w", l.cfg.Queue, err)
 	}
 	p.Paused = !p.Ran && locked // the lock was this process's: a queue is paused
+	if p.Ran {
+		l.took = time.Since(began)
+	}
 	if p.Ran && a.cfg.Observer != nil {
 		a.cfg.Observer.Lend(l.cfg.Queue, p.Lent, p.Returned)
 	}
@@ -137,11 +143,19 @@ func (a *Admitter) lendLoop(ctx context.Context) {
 		case !p.Ran && !p.Paused:
 			a.lend.signal() // another process's pass may have missed what woke this one
 		}
-		if a.cfg.PassInterval > 0 {
+		// As after a pass (passRest): a lending pass is planned for its
+		// arguments each time, and woken by every paid job that ends, so
+		// back to back the lending loops of a busy application kept one
+		// to two database backends busy (tierctl bench traffic).
+		wait := a.cfg.PassInterval
+		if p.Ran {
+			wait = max(wait, passRest*a.lend.took)
+		}
+		if wait > 0 {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(a.cfg.PassInterval):
+			case <-time.After(wait):
 			}
 		}
 	}

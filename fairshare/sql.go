@@ -155,23 +155,35 @@ const admittedAtSQL = `greatest(now() - (t.total - t.pos) * interval '1 microsec
 //     river_job_tierq_held_idx), so a pass costs O(tenants), never O(held
 //     jobs). (A held job of a kind no worker fetches is left to
 //     releaseSQL.)
-//   - tenants, windows: every active tenant's window, its share of cap by
-//     weight (fair_share_weights, default 1) among the tenants of its level
-//     (the best priority it has waiting), at least one; or unlimited when
-//     $3 (fair share on) is false, or when one tenant alone is active and
-//     nothing is held (a tenant alone needs no turns: holding its backlog
-//     would cost two row updates per job for nothing; it is held the
-//     moment a second tenant shows up, and stays windowed until its held
-//     jobs are all admitted, so that a trickle of other tenants does not
-//     make the pass hold and release it over and over). Shares per level keep priority strict:
-//     the tenants of the best level waiting have the whole capacity in
-//     line between them, so a worse priority is fetched only when they have
-//     nothing left to fetch, not because their windows were full. And while
-//     a tenant has held jobs of a priority, or more available than its
-//     window (this pass holds them), tenants whose best waiting priority is
-//     worse get a window of 0: their places are held back too,
-//     so that a refill that comes late (the line of the better priority
-//     fetched empty before the next pass) cannot hand a worker to them.
+//   - held_counts: how many held jobs each of those has that River would
+//     fetch once admitted, counted up to cap (a probe of at most cap index
+//     entries per tenant): its demand beyond what it has in line.
+//   - tenants, levels, filling, windows: every active tenant's window, its
+//     max-min fair share of its level's capacity by weight
+//     (fair_share_weights, default 1) among the tenants of its level (the
+//     best priority it has waiting), at least one. Its demand d is its
+//     fetchable available and held jobs (at most cap); a level's capacity
+//     is cap less the demand of the better levels (never below 0). Water
+//     filling: tenants that want less than an equal share by weight get
+//     what they want, and the rest of the level's capacity is shared by
+//     weight among the others (tenants in order of d / weight; a tenant is
+//     satisfied when d × the weight of it and those after it is at most its
+//     weight × the capacity those before it left). So the line holds the
+//     capacity's worth of work whenever the demand is there: with windows
+//     of cap / tenants, tenants of one or two jobs left their places empty
+//     and the workers idle until the next pass. A level whose capacity the
+//     better ones took gets windows of one: each of its tenants keeps its
+//     best job in line, behind every better job (River fetches by priority
+//     first), so a worker that finds the better line empty before the next
+//     pass takes the longest waiting work of the next level, not a job of
+//     a worse priority inserted since (with windows of 0 there, every job
+//     of the level was held and such fresh inserts ran first). Unlimited
+//     when $3 (fair share on) is false, or when one tenant alone is active
+//     and nothing is held (a tenant alone needs no turns: holding its
+//     backlog would cost two row updates per job for nothing; it is held
+//     the moment a second tenant shows up, and stays windowed until its
+//     held jobs are all admitted, so that a trickle of other tenants does
+//     not make the pass hold and release it over and over).
 //   - pushed: each tenant's available jobs beyond its window, worst first
 //     in fetch order, go to pending with jobmeta.HeldAt. (cleared: an
 //     available job that still carries jobmeta.HeldAt, made available by
@@ -188,12 +200,19 @@ const admittedAtSQL = `greatest(now() - (t.total - t.pos) * interval '1 microsec
 //     next. Without this its job would wait behind every place the other
 //     tenants hold. (Moving the newcomer ahead instead would give it an
 //     earlier scheduled_at than its due time: aging and escalation would
-//     count a wait it never had.)
+//     count a wait it never had.) SKIP LOCKED, as every row this pass
+//     moves: a pass never waits for River's fetch or completer (waiting
+//     for a row lock, passes took 20 ms and more under production traffic,
+//     and one deadlocked with River's completer).
 //   - admitted: each tenant's best held jobs that are due and of known
 //     kinds, as many as its window has room for, go back to available with scheduled_at
 //     now() (admittedAtSQL: never before their own scheduled_at): the back
 //     of the queue in River's fetch order, so that tenants take turns, each
-//     with as many places in the line as its window. The time the job's
+//     with as many places in the line as its window. Jobs admitted together
+//     go in the order their places were freed, and the jobs of tenants with
+//     none running (newcomers held behind a better priority) in the order
+//     they became due: first come, first served (in random order, as
+//     before, a newcomer waited behind tenants that arrived after it). The time the job's
 //     attempt became due is kept (jobmeta.DueAt and MovedAt, as escalation
 //     keeps it), so its reported wait and its aging count the hold.
 //   - notified: River's insert notification for the queue when anything
@@ -226,30 +245,48 @@ held_levels(tenant, level) AS (
                   WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` > h.tenant AND ` + fetchableSQL("j") + `
                   ORDER BY ` + tenantSQL("j") + `, j.priority LIMIT 1) AS x
 ),
+held_counts AS (
+    SELECT h.tenant,
+           (SELECT count(*) FROM (SELECT 1 FROM river_job AS j
+                                  WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = h.tenant AND ` + fetchableSQL("j") + `
+                                  LIMIT (SELECT c FROM cap)) AS x) AS h
+    FROM held_levels AS h
+),
 tenants AS (
-    SELECT t.tenant, min(t.level) AS level, coalesce(max(a.n), 0) AS n, coalesce(max(w.weight), 1) AS weight
+    SELECT t.tenant, min(t.level) AS level, coalesce(max(a.n), 0) AS n, coalesce(max(w.weight), 1) AS weight,
+           least((SELECT c FROM cap), coalesce(max(a.n), 0) + coalesce(max(hc.h), 0)) AS d
     FROM (SELECT tenant, priority AS level FROM avail
           UNION ALL
           SELECT tenant, level FROM held_levels) AS t
     LEFT JOIN (SELECT tenant, count(*) AS n FROM avail GROUP BY tenant) AS a USING (tenant)
+    LEFT JOIN held_counts AS hc USING (tenant)
     LEFT JOIN fair_share_weights AS w USING (tenant)
     GROUP BY t.tenant
 ),
-shares AS (
-    SELECT t.tenant, t.n, t.level,
-           CASE WHEN NOT $3::bool THEN ` + itoa(unlimited) + `
-                WHEN NOT EXISTS (SELECT 1 FROM held_levels) AND (SELECT count(*) FROM tenants) = 1 THEN ` + itoa(unlimited) + `
-                ELSE greatest(1, ceil(cap.c::numeric * t.weight / sum(t.weight) OVER (PARTITION BY t.level)))::int END AS w
-    FROM tenants AS t, cap
+levels AS (
+    SELECT l.level,
+           greatest(0, cap.c - coalesce(sum(l.d) OVER (ORDER BY l.level ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)) AS c
+    FROM (SELECT level, sum(d) AS d FROM tenants GROUP BY level) AS l, cap
+),
+filling AS (
+    SELECT t.*,
+           bool_and(t.d::numeric * t.rest_w <= t.weight::numeric * (t.c - t.before_d))
+               OVER (PARTITION BY t.level ORDER BY t.d::numeric / t.weight, t.tenant ROWS UNBOUNDED PRECEDING) AS sat
+    FROM (SELECT t.*, l.c,
+                 coalesce(sum(t.d) OVER (PARTITION BY t.level ORDER BY t.d::numeric / t.weight, t.tenant
+                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before_d,
+                 sum(t.weight) OVER (PARTITION BY t.level ORDER BY t.d::numeric / t.weight, t.tenant
+                                     ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS rest_w
+          FROM tenants AS t JOIN levels AS l USING (level)) AS t
 ),
 windows AS (
-    SELECT s.tenant, s.n,
-           CASE WHEN s.w < ` + itoa(unlimited) + ` AND s.level > (
-                    SELECT min(b.level) FROM (SELECT level FROM held_levels
-                                              UNION ALL
-                                              SELECT level FROM shares WHERE n > w) AS b)
-                THEN 0 ELSE s.w END AS w
-    FROM shares AS s
+    SELECT f.tenant, f.n,
+           CASE WHEN NOT $3::bool THEN ` + itoa(unlimited) + `
+                WHEN NOT EXISTS (SELECT 1 FROM held_levels) AND (SELECT count(*) FROM tenants) = 1 THEN ` + itoa(unlimited) + `
+                WHEN f.sat THEN f.d::int
+                ELSE greatest(1, ceil(greatest(0, f.c - coalesce(sum(f.d) FILTER (WHERE f.sat) OVER (PARTITION BY f.level), 0))::numeric
+                                      * f.weight / sum(f.weight) FILTER (WHERE NOT f.sat) OVER (PARTITION BY f.level)))::int END AS w
+    FROM filling AS f
 ),
 ranked AS (
     SELECT a.id, a.tenant, a.priority, a.scheduled_at, a.marked, a.holdable, a.rank > w.w AND a.holdable AS over
@@ -274,13 +311,20 @@ yield AS (
       AND r.tenant IN (SELECT tenant FROM busy)
       AND r.scheduled_at < n.at
 ),
+yielding AS (
+    SELECT j.id
+    FROM river_job AS j
+    WHERE j.id = ANY(ARRAY(SELECT id FROM yield))
+      AND j.state = 'available'
+    FOR UPDATE SKIP LOCKED
+),
 yielded AS (
     UPDATE river_job AS j
     SET scheduled_at = y.back,
         metadata = j.metadata || jsonb_build_object(
             ` + keptDueSQL("j", `y.back`) + `)
     FROM yield AS y
-    WHERE j.id = y.id AND j.id = ANY(ARRAY(SELECT id FROM yield)) AND j.state = 'available'
+    WHERE j.id = y.id AND j.id = ANY(ARRAY(SELECT id FROM yielding)) AND j.state = 'available'
     RETURNING j.id
 ),
 excess AS (
@@ -290,11 +334,17 @@ excess AS (
       AND j.state = 'available'
     FOR UPDATE SKIP LOCKED
 ),
+clearing AS (
+    SELECT j.id
+    FROM river_job AS j
+    WHERE j.id = ANY(ARRAY(SELECT id FROM ranked WHERE marked AND NOT over))
+      AND j.state = 'available'
+    FOR UPDATE SKIP LOCKED
+),
 cleared AS (
     UPDATE river_job AS j
     SET metadata = j.metadata - '` + jobmeta.HeldAt + `'
-    WHERE j.id = ANY(ARRAY(SELECT id FROM ranked WHERE marked AND NOT over))
-      AND j.state = 'available'
+    WHERE j.id = ANY(ARRAY(SELECT id FROM clearing)) AND j.state = 'available'
     RETURNING j.id
 ),
 pushed AS (
@@ -305,10 +355,10 @@ pushed AS (
     RETURNING j.id
 ),
 admit AS (
-    SELECT x.id, w.tenant, x.priority, x.scheduled_at
+    SELECT x.id, w.tenant, x.priority, x.scheduled_at, x.due
     FROM windows AS w
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.scheduled_at
+        SELECT j.id, j.priority, j.scheduled_at, ` + db.DueAtSQL("j") + ` AS due
         FROM river_job AS j
         WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = w.tenant AND ` + fetchableSQL("j") + `
         ORDER BY j.priority, j.scheduled_at, j.id
@@ -324,8 +374,8 @@ starts AS (
       AND EXISTS (SELECT 1 FROM admit)
 ),
 places AS (
-    SELECT a.id, s.attempted_at AS freed_at, s.scheduled_at AS was_at
-    FROM (SELECT a.id, a.tenant,
+    SELECT a.id, a.due, s.attempted_at AS freed_at, s.scheduled_at AS was_at
+    FROM (SELECT a.id, a.tenant, a.due,
                  row_number() OVER (PARTITION BY a.tenant ORDER BY a.priority, a.scheduled_at, a.id) AS turn,
                  count(*) OVER (PARTITION BY a.tenant) AS k
           FROM admit AS a) AS a
@@ -333,7 +383,7 @@ places AS (
 ),
 turns AS (
     SELECT p.id,
-           row_number() OVER (ORDER BY coalesce(p.freed_at, now()), p.was_at, random()) AS pos,
+           row_number() OVER (ORDER BY coalesce(p.freed_at, now()), p.was_at, p.due, p.id) AS pos,
            count(*) OVER () AS total
     FROM places AS p
 ),

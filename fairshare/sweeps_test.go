@@ -29,24 +29,27 @@ func TestHeldWorkAgesAndEscalates(t *testing.T) {
 		b.insert(t, "z", 4, 1, 0)               // another tenant, just now
 		_, err := b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
-		require.Equal(t, map[string]int{"a/available": 2, "a/pending": 8, "z/available": 1}, b.counts(t))
+		// Capacity 4: z needs one place, a has the other three.
+		require.Equal(t, map[string]int{"a/available": 3, "a/pending": 7, "z/available": 1}, b.counts(t))
 
 		settings := aging.Settings{Step: time.Minute, MaxPriority: 1, Queues: []string{queue}}
 		res, err := aging.Sweep(ctx, b.db.Pool, settings)
 		require.NoError(t, err)
-		require.Equal(t, 2, res.Total, "the two in line, not the eight held")
-		require.Equal(t, 8, b.db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'pending' AND priority = 4`))
+		require.Equal(t, 3, res.Total, "the three in line, not the seven held")
+		require.Equal(t, 7, b.db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'pending' AND priority = 4`))
 
-		// Two start; the next two admitted are at the back of the line
-		// (scheduled_at now) but ten minutes due.
+		// Two start; a, now at priority 1 with one job in line, is alone
+		// at its level: its window is the capacity, and the next three
+		// admitted are at the back of the line (scheduled_at now) but ten
+		// minutes due.
 		require.Len(t, b.fetch(t, 2), 2)
 		p, err := b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
-		require.Equal(t, 2, p.Admitted)
+		require.Equal(t, 3, p.Admitted)
 		res, err = aging.Sweep(ctx, b.db.Pool, settings)
 		require.NoError(t, err)
-		require.Equal(t, 2, res.Total)
-		require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'available' AND priority = 1`))
+		require.Equal(t, 3, res.Total)
+		require.Equal(t, 4, b.db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'available' AND priority = 1`))
 	})
 
 	t.Run("Escalation", func(t *testing.T) {
@@ -71,8 +74,8 @@ func TestHeldWorkAgesAndEscalates(t *testing.T) {
 		queues := []string{"svc_scheduled", free, paid}
 		res, err := escalation.Sweep(ctx, db.Pool, queues, escalation.Rules(0, 5*time.Minute), 100)
 		require.NoError(t, err)
-		require.Equal(t, 2, res.Total, "the two in line for ten minutes move; the eight held stay")
-		require.Equal(t, 8, db.Count(t, `SELECT count(*) FROM river_job WHERE queue = $1 AND state = 'pending'`, free))
+		require.Equal(t, 3, res.Total, "the three in line for ten minutes move; the seven held stay")
+		require.Equal(t, 7, db.Count(t, `SELECT count(*) FROM river_job WHERE queue = $1 AND state = 'pending'`, free))
 
 		// Escalation measures the wait in line (scheduled_at): an admitted
 		// job's starts at its admission, so a flood does not move to the
@@ -80,15 +83,15 @@ func TestHeldWorkAgesAndEscalates(t *testing.T) {
 		// long as the rule says.
 		p, err := a.Pass(ctx, free)
 		require.NoError(t, err)
-		require.Equal(t, 2, p.Admitted)
+		require.Equal(t, 3, p.Admitted)
 		res, err = escalation.Sweep(ctx, db.Pool, queues, escalation.Rules(0, 5*time.Minute), 100)
 		require.NoError(t, err)
 		require.Zero(t, res.Total)
 		testdb.WaitFor(t, 10*time.Second, "the admitted jobs escalated after 100ms in line", func() bool {
 			_, err := escalation.Sweep(ctx, db.Pool, queues, escalation.Rules(0, 100*time.Millisecond), 100)
 			require.NoError(t, err)
-			return db.Count(t, `SELECT count(*) FROM river_job WHERE queue = $1 AND metadata->>'tierq:tenant' = 'a'`, paid) == 4
+			return db.Count(t, `SELECT count(*) FROM river_job WHERE queue = $1 AND metadata->>'tierq:tenant' = 'a'`, paid) == 6
 		})
-		require.Equal(t, 6, db.Count(t, `SELECT count(*) FROM river_job WHERE queue = $1 AND state = 'pending'`, free), "the held ones stay")
+		require.Equal(t, 4, db.Count(t, `SELECT count(*) FROM river_job WHERE queue = $1 AND state = 'pending'`, free), "the held ones stay")
 	})
 }
