@@ -293,6 +293,37 @@ func TestPass(t *testing.T) {
 		require.Equal(t, []string{"n1", "n3", "n5", "n4", "n2", "n6"}, b.fetch(t, 6))
 	})
 
+	t.Run("NeverWaitsForARowLock", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 4, true)
+		b.insert(t, "a", 2, 20, time.Minute)
+		require.Equal(t, []string{"a"}, b.fetch(t, 1), "a is under way")
+		b.insert(t, "b", 2, 1, 0)
+
+		// Another transaction (River's fetch or completer, a sweep) holds
+		// the row lock of a's first place in line, which the pass would
+		// move behind b's job.
+		tx, err := b.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		var locked int64
+		require.NoError(t, tx.QueryRow(ctx, `SELECT id FROM river_job WHERE queue = $1 AND state = 'available'
+			ORDER BY priority, scheduled_at, id LIMIT 1 FOR UPDATE`, queue).Scan(&locked))
+
+		// The pass does not wait for it: it moves the other two places and
+		// leaves the locked one where it is. (Its UPDATE waited for the
+		// lock, for as long as the other transaction held it: 20 ms and
+		// more under production traffic, and once a deadlock with River's
+		// completer.)
+		passCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		p, err := b.admitter.Pass(passCtx, queue)
+		require.NoError(t, err)
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 16, Tenants: 2, Capacity: 4, Yielded: 2}, p)
+		require.NoError(t, tx.Rollback(ctx))
+		require.Equal(t, []string{"a", "b", "a", "a"}, b.fetch(t, 4))
+	})
+
 	t.Run("OffReleasesEverythingHeld", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 2, true)
