@@ -30,8 +30,8 @@
 // window) or the last pass saw held jobs (admit as places free; a pass that
 // starts holding runs the next itself, since the hook learns of held work
 // only when the pass ends), at most one per Config.PassInterval per queue,
-// and no sooner than three times the last pass's own time after it
-// (passRest): a pass costs more as tenants grow.
+// and after a pass that moved nothing no sooner than three times that
+// pass's own time (passRest): a pass costs more as tenants grow.
 // A tenant alone is never held: it needs no turns. While the last pass found
 // one tenant alone and nothing held, the process only looks, at most every
 // 10ms, for a job of another tenant inserted since (one index range over
@@ -285,13 +285,15 @@ const fullPassTicks = 5
 const maxMissBackoff = 4
 
 // passRest is how many times as long as a pass over a queue took the
-// process waits before its next pass over the queue: a pass's cost grows
-// with the queue's active tenants (about 10 ms at 1,000 on the development
-// machine), and run back to back every PassInterval while the queue is
-// contended, passes kept a database core busy per queue and took the
-// workers' CPU (tierctl bench traffic: fair share cost a quarter of the
-// throughput). With the line filled to the capacity by demand, refilling
-// it a few pass times later keeps the workers busy.
+// process waits before its next pass over the queue when that pass moved
+// nothing, and before its next lending pass: a pass's cost grows with the
+// queue's active tenants (about 10 ms at 1,000 on the development
+// machine), and woken by every job that starts or ends, passes that found
+// nothing to do ran back to back every PassInterval, as lending passes
+// did, and took the workers' CPU (tierctl bench traffic). A pass that
+// moved jobs is not made to rest: resting after refills, the line ran dry
+// between passes (a newcomer's insert found no job in line in bench's
+// TestTenantsMeasuresANewcomer under make test's load).
 const passRest = 3
 
 // loneCheckInterval is the shortest time between two lone checks of a
@@ -671,7 +673,10 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 		wait := a.cfg.PassInterval << min(misses, maxMissBackoff)
 		if p.Checked {
 			wait = max(wait, loneCheckInterval)
-		} else if p.Ran && !p.Paused {
+		} else if p.Ran && !p.Paused && p.Held == 0 && p.Admitted == 0 && p.Yielded == 0 {
+			// A pass that moved nothing rests (passRest): one that refilled
+			// the line is followed by the next as soon as a job starts or
+			// ends, so that the line never runs dry for want of a pass.
 			wait = max(wait, passRest*q.took)
 		}
 		if wait > 0 {
