@@ -157,7 +157,13 @@ const admittedAtSQL = `greatest(now() - (t.total - t.pos) * interval '1 microsec
 //     releaseSQL.)
 //   - held_counts: how many held jobs each of those has that River would
 //     fetch once admitted, counted up to cap (a probe of at most cap index
-//     entries per tenant): its demand beyond what it has in line.
+//     entries per tenant): its demand beyond what it has in line. Counted
+//     only while the active tenants are fewer than cap: with as many
+//     tenants as places, no tenant wants less than an equal share and
+//     every window is 1 whatever the counts (with weights, a heavy tenant
+//     with few held jobs may then get a window it cannot fill), and
+//     counting cost a probe per tenant (about 4.5 ms a pass at 1,000
+//     tenants, BenchmarkPass).
 //   - tenants, levels, filling, windows: every active tenant's window, its
 //     max-min fair share of its level's capacity by weight
 //     (fair_share_weights, default 1) among the tenants of its level (the
@@ -247,9 +253,11 @@ held_levels(tenant, level) AS (
 ),
 held_counts AS (
     SELECT h.tenant,
-           (SELECT count(*) FROM (SELECT 1 FROM river_job AS j
-                                  WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = h.tenant AND ` + fetchableSQL("j") + `
-                                  LIMIT (SELECT c FROM cap)) AS x) AS h
+           CASE WHEN (SELECT count(*) FROM (SELECT tenant FROM avail UNION SELECT tenant FROM held_levels) AS k) >= (SELECT c FROM cap)
+                THEN (SELECT c FROM cap)
+                ELSE (SELECT count(*) FROM (SELECT 1 FROM river_job AS j
+                                            WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = h.tenant AND ` + fetchableSQL("j") + `
+                                            LIMIT (SELECT c FROM cap)) AS x) END AS h
     FROM held_levels AS h
 ),
 tenants AS (
@@ -271,11 +279,11 @@ levels AS (
 filling AS (
     SELECT t.*,
            bool_and(t.d::numeric * t.rest_w <= t.weight::numeric * (t.c - t.before_d))
-               OVER (PARTITION BY t.level ORDER BY t.d::numeric / t.weight, t.tenant ROWS UNBOUNDED PRECEDING) AS sat
+               OVER (PARTITION BY t.level ORDER BY t.d::float8 / t.weight, t.tenant COLLATE "C" ROWS UNBOUNDED PRECEDING) AS sat
     FROM (SELECT t.*, l.c,
-                 coalesce(sum(t.d) OVER (PARTITION BY t.level ORDER BY t.d::numeric / t.weight, t.tenant
+                 coalesce(sum(t.d) OVER (PARTITION BY t.level ORDER BY t.d::float8 / t.weight, t.tenant COLLATE "C"
                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before_d,
-                 sum(t.weight) OVER (PARTITION BY t.level ORDER BY t.d::numeric / t.weight, t.tenant
+                 sum(t.weight) OVER (PARTITION BY t.level ORDER BY t.d::float8 / t.weight, t.tenant COLLATE "C"
                                      ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS rest_w
           FROM tenants AS t JOIN levels AS l USING (level)) AS t
 ),
