@@ -107,8 +107,8 @@ func NewWorker(pool *pgxpool.Pool) *Worker {
 }
 
 // ErrFailure is the transient failure a load-test job asks for with
-// fail_until.
-var ErrFailure = errors.New("load test: failing on purpose (fail_until)")
+// fail_until or fail_attempts; the error returned wraps it and names which.
+var ErrFailure = errors.New("load test: failing on purpose")
 
 const insertLoadTestExecution = `
 INSERT INTO load_test_executions (job_id, attempt, pid, client_id)
@@ -134,10 +134,10 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		}
 	}
 	if args.FailUntil != nil && time.Now().Before(*args.FailUntil) {
-		return ErrFailure
+		return fmt.Errorf("%w (fail_until %s)", ErrFailure, args.FailUntil.UTC().Format(time.RFC3339))
 	}
 	if job.Attempt <= args.FailAttempts {
-		return ErrFailure
+		return fmt.Errorf("%w (fail_attempts %d, attempt %d)", ErrFailure, args.FailAttempts, job.Attempt)
 	}
 	if args.Snoozes > 0 && snoozes(job.Metadata) < args.Snoozes {
 		return river.JobSnooze(time.Duration(args.SnoozeMS) * time.Millisecond)
