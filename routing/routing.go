@@ -190,7 +190,8 @@ func TierOrDefault(ctx context.Context, logger *slog.Logger, name string) tiers.
 
 // unknownTiers counts routing decisions made for a tier that is not one of the
 // four. It is process-wide on purpose: it is a monotonically increasing
-// counter, like an expvar, read by UnknownTierCount and exported as a metric.
+// counter, like an expvar, read by UnknownTierCount (not exported as a metric:
+// docs/operations.md, Unknown tiers).
 var unknownTiers atomic.Uint64
 
 // UnknownTierCount is the number of routing decisions this process made for a
