@@ -677,7 +677,10 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 			// A pass that moved nothing rests (passRest): one that refilled
 			// the line is followed by the next as soon as a job starts or
 			// ends, so that the line never runs dry for want of a pass.
-			wait = max(wait, passRest*q.took)
+			q.mu.Lock()
+			took := q.took
+			q.mu.Unlock()
+			wait = max(wait, passRest*took)
 		}
 		if wait > 0 {
 			select {

@@ -28,7 +28,7 @@ type lendState struct {
 	mu       sync.Mutex
 	finished []finishedJob // oldest first
 
-	took time.Duration // how long the last lending pass that ran took (the loop's)
+	took time.Duration // how long the last lending pass that ran took; under mu
 }
 
 type finishedJob struct {
@@ -109,7 +109,9 @@ func (a *Admitter) LendPass(ctx context.Context) (LendPass, error) {
 	}
 	p.Paused = !p.Ran && locked // the lock was this process's: a queue is paused
 	if p.Ran {
+		l.mu.Lock()
 		l.took = time.Since(began)
+		l.mu.Unlock()
 	}
 	if p.Ran && a.cfg.Observer != nil {
 		a.cfg.Observer.Lend(l.cfg.Queue, p.Lent, p.Returned)
@@ -149,7 +151,9 @@ func (a *Admitter) lendLoop(ctx context.Context) {
 		// to two database backends busy (tierctl bench traffic).
 		wait := a.cfg.PassInterval
 		if p.Ran {
+			a.lend.mu.Lock()
 			wait = max(wait, passRest*a.lend.took)
+			a.lend.mu.Unlock()
 		}
 		if wait > 0 {
 			select {
