@@ -158,12 +158,14 @@ const admittedAtSQL = `greatest(now() - (t.total - t.pos) * interval '1 microsec
 //   - held_counts: how many held jobs each of those has that River would
 //     fetch once admitted, counted up to cap (a probe of at most cap index
 //     entries per tenant): its demand beyond what it has in line. Counted
-//     only while the active tenants are fewer than cap: with as many
-//     tenants as places, no tenant wants less than an equal share and
-//     every window is 1 whatever the counts (with weights, a heavy tenant
-//     with few held jobs may then get a window it cannot fill), and
-//     counting cost a probe per tenant (about 4.5 ms a pass at 1,000
-//     tenants, BenchmarkPass).
+//     only while the active tenants are fewer than cap; with as many
+//     tenants as places or more, every held tenant's demand is taken as
+//     cap: every tenant still has at least one place, so the line holds
+//     the capacity's worth whatever the counts, which would only move
+//     places between tenants (a tenant with few held jobs may get a window
+//     it cannot fill, a worse priority fewer places than the better one's
+//     true demand would leave it), and counting cost a probe per tenant
+//     (about 4.5 ms a pass at 1,000 tenants, BenchmarkPass).
 //   - tenants, levels, filling, windows: every active tenant's window, its
 //     max-min fair share of its level's capacity by weight
 //     (fair_share_weights, default 1) among the tenants of its level (the
