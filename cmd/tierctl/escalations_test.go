@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -104,12 +103,7 @@ func TestEscalationsList(t *testing.T) {
 
 func TestEscalationsListUsageErrors(t *testing.T) {
 	t.Parallel()
-	environ := []string{"DATABASE_URL=postgres://127.0.0.1:1/none"}
-	tests := []struct {
-		name string
-		args []string
-		want string
-	}{
+	requireUsageErrors(t, []usageCase{
 		{name: "no subcommand", args: []string{"escalations"}, want: "escalations needs a subcommand: list"},
 		{name: "bad since", args: []string{"escalations", "list", "--since", "yesterday"},
 			want: `--since "yesterday": want an RFC 3339 time such as 2026-11-27T10:00:00Z, or an age such as 90m, 24h or 7d`},
@@ -122,14 +116,5 @@ func TestEscalationsListUsageErrors(t *testing.T) {
 		{name: "actor too long", args: []string{"escalations", "list", "--actor", string(make([]byte, 201))}, want: "actor is at most 200 bytes"},
 		{name: "queue not UTF-8", args: []string{"escalations", "list", "--queue", "q\xff"}, want: "queue is not UTF-8"},
 		{name: "extra argument", args: []string{"escalations", "list", "x"}, want: `unknown command "x"`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := runTierctl(t, environ, tt.args...)
-			var usage *usageError
-			require.True(t, errors.As(err, &usage), "%v", err)
-			require.ErrorContains(t, err, tt.want)
-		})
-	}
+	})
 }

@@ -102,15 +102,33 @@ func TestEnqueueRoutesEveryTier(t *testing.T) {
 	require.Regexp(t, fmt.Sprintf(`(?m)^\s*analysis_priority\s+0\s+0\s+0\s+%d\s+0\s+0\s+(\d+ms|\d+\.\ds)\s+0$`, byQueue["analysis_priority"]), out)
 }
 
+// usageCase is a tierctl command line that must fail as a usage error
+// (exit 2) with a message containing want.
+type usageCase struct {
+	name string
+	args []string
+	want string
+}
+
+// requireUsageErrors runs each case against a database that is never
+// reached (usage errors come first).
+func requireUsageErrors(t *testing.T, tests []usageCase) {
+	t.Helper()
+	environ := []string{"DATABASE_URL=postgres://127.0.0.1:1/none"}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := runTierctl(t, environ, tt.args...)
+			var usage *usageError
+			require.True(t, errors.As(err, &usage), "%v", err)
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+}
+
 func TestUsageErrorsExitTwo(t *testing.T) {
 	t.Parallel()
-	environ := []string{"DATABASE_URL=postgres://127.0.0.1:1/none"}
-
-	tests := []struct {
-		name string
-		args []string
-		want string
-	}{
+	requireUsageErrors(t, []usageCase{
 		{name: "unknown command", args: []string{"frobnicate"}, want: "unknown command"},
 		{name: "bad flag value", args: []string{"enqueue", "--count", "many"}, want: "--count"},
 		{name: "count out of range", args: []string{"enqueue", "--count", "0"}, want: "--count must be"},
@@ -161,16 +179,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{name: "dlq list queue too long", args: []string{"dlq", "list", "--queue", strings.Repeat("q", 129)}, want: "at most 128 bytes"},
 		{name: "dlq purge batch", args: []string{"dlq", "purge", "--older-than", "1d", "--batch", "100001"}, want: "--batch must be"},
 		{name: "dlq replay batch", args: []string{"dlq", "replay", "--all", "--batch", "10001"}, want: "--batch must be"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := runTierctl(t, environ, tt.args...)
-			var usage *usageError
-			require.True(t, errors.As(err, &usage), "%v", err)
-			require.ErrorContains(t, err, tt.want)
-		})
-	}
+	})
 
 	_, err := runTierctl(t, nil, "migrate")
 	require.ErrorIs(t, err, config.ErrInvalid)

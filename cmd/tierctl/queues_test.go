@@ -98,12 +98,7 @@ func TestQueuesPauseResume(t *testing.T) {
 
 func TestQueuesUsageErrors(t *testing.T) {
 	t.Parallel()
-	environ := []string{"DATABASE_URL=postgres://127.0.0.1:1/none"}
-	tests := []struct {
-		name string
-		args []string
-		want string
-	}{
+	requireUsageErrors(t, []usageCase{
 		{name: "no subcommand", args: []string{"queues"}, want: "queues needs a subcommand: list, pause or resume"},
 		{name: "pause without queue", args: []string{"queues", "pause"}, want: "accepts 1 arg(s), received 0"},
 		{name: "resume two queues", args: []string{"queues", "resume", "a", "b"}, want: "accepts 1 arg(s), received 2"},
@@ -111,16 +106,7 @@ func TestQueuesUsageErrors(t *testing.T) {
 		{name: "escape in name", args: []string{"queues", "pause", "a\x1b[2Jb"}, want: `queue name "a\x1b[2Jb": only letters`},
 		{name: "empty name", args: []string{"queues", "resume", ""}, want: `queue name "": want 1 to 128 bytes`},
 		{name: "list extra argument", args: []string{"queues", "list", "x"}, want: `unknown command "x"`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := runTierctl(t, environ, tt.args...)
-			var usage *usageError
-			require.True(t, errors.As(err, &usage), "%v", err)
-			require.ErrorContains(t, err, tt.want)
-		})
-	}
+	})
 }
 
 // TestQueuesPauseScheduler: pausing the scheduler's queue says what stops
