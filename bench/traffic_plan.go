@@ -51,9 +51,6 @@ const trafficMaxAttempts = 3
 // args (loadtest's cancelBadArgs).
 const badArgsReason = "bad loadtest args"
 
-// failReason is the error of an attempt that fails on purpose.
-var failReason = loadtest.ErrFailure.Error()
-
 // outcome is where a traffic job must end.
 type outcome string
 
