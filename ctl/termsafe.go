@@ -1,4 +1,4 @@
-package main
+package ctl
 
 // Making job data safe for a terminal. A job's args, errors, metadata, kind,
 // queue, tags and tenant, and the actor of a replay or an escalation, are

@@ -1,8 +1,9 @@
-package main
+package ctl
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"os"
 	"strconv"
@@ -18,8 +19,17 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	proctest.RunMain(main)
+	proctest.RunMain(tierctlMain)
 	os.Exit(m.Run())
+}
+
+// tierctlMain is cmd/tierctl's main, for the processes tests start
+// (proctest.Command).
+func tierctlMain() {
+	if err := Main(context.Background(), os.Args, os.Environ(), os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "tierctl:", err)
+		os.Exit(ExitCode(err))
+	}
 }
 
 func TestDeadLetterCommands(t *testing.T) {

@@ -1,4 +1,4 @@
-package main
+package ctl
 
 // tierctl queues: River's own pause and resume (river.Client.QueuePause and
 // QueueResume, through an insert-only client), and the list of queues River

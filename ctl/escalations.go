@@ -1,4 +1,4 @@
-package main
+package ctl
 
 // tierctl escalations list: the escalation audit (job_escalations) through
 // escalation.List, the query GET /v1/escalations runs.

@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // five minutes and 100 running, and fails if the plan reads river_job
 // sequentially. With TIERQ_EXPLAIN set it writes the plan there.
 //
-//	go test -run '^$' -bench StartedWaits -benchtime 20x ./cmd/tierctl/
+//	go test -run '^$' -bench StartedWaits -benchtime 20x ./ctl/
 func BenchmarkStartedWaits(b *testing.B) {
 	db := testdb.New(b)
 	ctx := context.Background()

@@ -1,4 +1,4 @@
-package main
+package ctl
 
 // Helpers shared by tierctl's commands: connecting, flag and id parsing,
 // progress and JSON output.

@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"bytes"
@@ -55,7 +55,7 @@ func TestEnqueueRoutesEveryTier(t *testing.T) {
 
 	out, err := runTierctl(t, dbEnv(db), "enqueue", "--count", "40",
 		"--mix", "free=1,pro=1,pro_plus=1,enterprise=1", "--scheduled", "0.25",
-		"--target", "../../jobs/scan/testdata/fixture", "--target", ".")
+		"--target", "../jobs/scan/testdata/fixture", "--target", ".")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "enqueued 40 analysis jobs")
 
