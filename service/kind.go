@@ -8,20 +8,34 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/riverqueue/river"
 )
 
-// Kind is one job kind of a service: its River worker and its args type.
-// WorkerKind makes one; the zero value is not valid.
+// Kind is one job kind of a service: its River worker, its args type, and
+// what the kind declares for every job of it: its timeout (Timeout) and,
+// optionally, its attempts (MaxAttempts). WorkerKind makes one; the zero
+// value is not valid.
 type Kind struct {
-	name      string
-	aliases   []string // the args' KindAliases (river.JobArgsWithKindAliases)
-	argsType  reflect.Type
-	fields    []string // JSON field names of the args type, sorted
-	addWorker func(workers *river.Workers) error
-	decode    func(data []byte) (river.JobArgs, error)
+	name        string
+	aliases     []string // the args' KindAliases (river.JobArgsWithKindAliases)
+	argsType    reflect.Type
+	fields      []string // JSON field names of the args type, sorted
+	timeout     time.Duration
+	maxAttempts int   // 0: not declared
+	err         error // a bad option given to WorkerKind
+	addWorker   func(workers *river.Workers) error
+	decode      func(data []byte) (river.JobArgs, error)
 }
+
+// DefaultTimeout is the timeout of a kind that declares none (Timeout):
+// River's own default job timeout (river.JobTimeoutDefault), one minute.
+const DefaultTimeout = time.Minute
+
+// MaxMaxAttempts is the most attempts a kind may declare (MaxAttempts), as
+// MAX_ATTEMPTS allows (config.Jobs).
+const MaxMaxAttempts = 1000
 
 // Validator is implemented by args types that check themselves: DecodeArgs
 // calls Validate after decoding, and a non-nil error refuses the args.
@@ -33,8 +47,56 @@ type Validator interface {
 type KindOption[T river.JobArgs] func(*kindOptions[T])
 
 type kindOptions[T river.JobArgs] struct {
-	checks []func(args T) error
+	checks      []func(args T) error
+	timeout     time.Duration
+	timeoutSet  bool
+	maxAttempts int
+	attemptsSet bool
 }
+
+// Timeout declares how long one attempt of a job of the kind may run
+// before River cancels its context. It is the kind's, not the worker's:
+// WorkerKind registers the worker so that River applies exactly d to every
+// job of the kind, in the worker process that runs it (its context's
+// deadline) and in the leader's rescuer (which leaves a running job alone
+// until it is older than d) alike, and the scheduler checks
+// RESCUE_STUCK_JOBS_AFTER against it (Registry.Timeouts), so the two can
+// never disagree. The worker's own Timeout method, if it has one, is not
+// called.
+//
+// d must be positive: River's -1 (no timeout) would leave a job whose
+// worker died running for ever, never rescued; service.New refuses the
+// kind otherwise (ErrInvalid).
+//
+// Default: DefaultTimeout (one minute).
+func Timeout[T river.JobArgs](d time.Duration) KindOption[T] {
+	return func(o *kindOptions[T]) { o.timeout, o.timeoutSet = d, true }
+}
+
+// MaxAttempts declares how many times a job of the kind is tried before
+// River discards it (and tierq's drain makes it a dead letter): the
+// max_attempts of every job of the kind tierq inserts (producer.Insert,
+// the API's POST /v1/jobs, Service.KindInsertOpts) unless the inserter sets
+// its own. One to MaxMaxAttempts; service.New refuses the kind otherwise
+// (ErrInvalid).
+//
+// Default: none, and the inserting process's default applies: MAX_ATTEMPTS
+// in tierq's API and workers, and producer.DefaultMaxAttempts (10) in a
+// client made with producer.ClientConfig.
+func MaxAttempts[T river.JobArgs](n int) KindOption[T] {
+	return func(o *kindOptions[T]) { o.maxAttempts, o.attemptsSet = n, true }
+}
+
+// timeoutWorker is a kind's worker as WorkerKind registers it: River calls
+// Timeout for every job, in the worker and in the rescuer, and gets the
+// kind's timeout; everything else is the worker's own.
+type timeoutWorker[T river.JobArgs] struct {
+	river.Worker[T]
+	timeout time.Duration
+}
+
+// Timeout is the kind's timeout, whatever the job.
+func (w *timeoutWorker[T]) Timeout(*river.Job[T]) time.Duration { return w.timeout }
 
 // Check adds a check that DecodeArgs runs on args of the kind after the
 // args' own Validate: for rules that need the application's configuration
@@ -44,13 +106,28 @@ func Check[T river.JobArgs](check func(args T) error) KindOption[T] {
 	return func(o *kindOptions[T]) { o.checks = append(o.checks, check) }
 }
 
-// WorkerKind is the Kind of worker's args type T.
+// WorkerKind is the Kind of worker's args type T, with the options given
+// (Timeout, MaxAttempts, Check). The kind's worker is registered (by
+// Service.AddWorkers, Registry.AddWorkers or Kind.AddWorker) with the
+// kind's timeout: see Timeout. A bad option makes the kind invalid:
+// service.New, Kind.AddWorker and Kind.Err report it.
 func WorkerKind[T river.JobArgs](worker river.Worker[T], opts ...KindOption[T]) Kind {
-	var o kindOptions[T]
+	o := kindOptions[T]{timeout: DefaultTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	var zero T
+	var problems []string
+	if o.timeoutSet && o.timeout <= 0 {
+		problems = append(problems, fmt.Sprintf("timeout %s must be positive (a kind without one, -1, is never rescued when its worker dies)", o.timeout))
+	}
+	if o.attemptsSet && (o.maxAttempts < 1 || o.maxAttempts > MaxMaxAttempts) {
+		problems = append(problems, fmt.Sprintf("max attempts %d not in 1..%d", o.maxAttempts, MaxMaxAttempts))
+	}
+	var kindErr error
+	if len(problems) > 0 {
+		kindErr = fmt.Errorf("%w: kind %q: %s", ErrInvalid, zero.Kind(), strings.Join(problems, "; "))
+	}
 	fields, isStruct := jsonFields(reflect.TypeFor[T]())
 	var aliases []string
 	if a, ok := any(zero).(river.JobArgsWithKindAliases); ok {
@@ -60,9 +137,12 @@ func WorkerKind[T river.JobArgs](worker river.Worker[T], opts ...KindOption[T]) 
 		name:     zero.Kind(),
 		aliases:  aliases,
 		argsType: reflect.TypeFor[T](),
-		fields:   slices.Sorted(maps.Keys(fields)),
+		fields:      slices.Sorted(maps.Keys(fields)),
+		timeout:     o.timeout,
+		maxAttempts: o.maxAttempts,
+		err:         kindErr,
 		addWorker: func(workers *river.Workers) error {
-			return river.AddWorkerSafely(workers, worker)
+			return river.AddWorkerSafely[T](workers, &timeoutWorker[T]{Worker: worker, timeout: o.timeout})
 		},
 		decode: func(data []byte) (river.JobArgs, error) {
 			// Unknown fields are found by name rather than with
@@ -135,6 +215,36 @@ func jsonFields(t reflect.Type) (map[string]bool, bool) {
 
 // Name is the kind's name (its args' Kind()).
 func (k Kind) Name() string { return k.name }
+
+// Timeout is how long one attempt of a job of the kind may run: the
+// kind's Timeout option, or DefaultTimeout. River applies it to every job
+// of the kind, in the worker and in the rescuer alike.
+func (k Kind) Timeout() time.Duration { return k.timeout }
+
+// MaxAttempts is the kind's MaxAttempts option, or 0 when it declares
+// none (the inserting process's default applies).
+func (k Kind) MaxAttempts() int { return k.maxAttempts }
+
+// Err is why the kind is invalid (a bad option given to WorkerKind, or a
+// Kind not made by WorkerKind), matching ErrInvalid; nil for a valid kind.
+func (k Kind) Err() error {
+	if k.addWorker == nil {
+		return fmt.Errorf("%w: kind not made by WorkerKind", ErrInvalid)
+	}
+	return k.err
+}
+
+// AddWorker registers the kind's worker in workers, with the kind's
+// timeout, for a River client that works (or, on the leader, rescues) the
+// kind outside any service: the scheduler's own kinds, or a load-test
+// kind (scheduler.AddKinds). It fails for an invalid kind (Err) and for a
+// kind already registered.
+func (k Kind) AddWorker(workers *river.Workers) error {
+	if err := k.Err(); err != nil {
+		return err
+	}
+	return k.addWorker(workers)
+}
 
 // FetchedNames are the kind names River fetches for the kind's worker: its
 // name, then its args' KindAliases (river.JobArgsWithKindAliases), which

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/riverqueue/river"
 
@@ -172,7 +173,7 @@ func (r *Registry) AddWorkers(workers *river.Workers) error {
 			return err
 		}
 		for _, k := range s.cfg.PeriodicKinds {
-			if err := k.addWorker(workers); err != nil {
+			if err := k.AddWorker(workers); err != nil {
 				return fmt.Errorf("service %s: %w", s.Name(), err)
 			}
 		}
@@ -187,4 +188,18 @@ func (r *Registry) PeriodicJobs() []*river.PeriodicJob {
 		jobs = append(jobs, s.PeriodicJobs()...)
 	}
 	return jobs
+}
+
+// Timeouts are the timeout of every kind of every service, periodic kinds
+// included, by kind name: the timeout River applies to each (Kind.Timeout),
+// declared with the kind, so a kind cannot be left out. The scheduler
+// checks RESCUE_STUCK_JOBS_AFTER against them (scheduler.Timeouts).
+func (r *Registry) Timeouts() map[string]time.Duration {
+	timeouts := map[string]time.Duration{}
+	for _, s := range r.services {
+		for _, k := range slices.Concat(s.cfg.Kinds, s.cfg.PeriodicKinds) {
+			timeouts[k.name] = k.timeout
+		}
+	}
+	return timeouts
 }

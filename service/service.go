@@ -10,8 +10,15 @@
 //
 //	mail, err := service.New(&service.Config{
 //		Name:  "mailer",
-//		Kinds: []service.Kind{service.WorkerKind(&SendWorker{})},
+//		Kinds: []service.Kind{service.WorkerKind(&SendWorker{},
+//			service.Timeout[SendArgs](30*time.Second))},
 //	})
+//
+// A kind owns its timeout (Timeout; DefaultTimeout when it declares none):
+// River applies it to every job of the kind, in the worker that runs it and
+// in the leader's rescuer alike, and the scheduler checks
+// RESCUE_STUCK_JOBS_AFTER against every kind's (Registry.Timeouts). A kind
+// may declare its attempts too (MaxAttempts), which tierq's inserts apply.
 //
 // Nothing in tierq's core names a particular service: the reference app's
 // two services (package jobs) are built the same way.
@@ -49,7 +56,9 @@ type Config struct {
 	BaseQueue string
 
 	// Kinds are the job kinds the service works (WorkerKind makes one from a
-	// River worker). A kind belongs to one service only. Required.
+	// River worker, with the kind's timeout and, optionally, its attempts:
+	// service.Timeout, service.MaxAttempts). A kind belongs to one service
+	// only. Required.
 	Kinds []Kind
 
 	// Workers are the default worker counts of one process of the service's
@@ -149,6 +158,8 @@ func (c *Config) validate() error {
 			problems = append(problems, fmt.Sprintf("periodic kind %d is not made by WorkerKind", i-len(c.Kinds)))
 		case seen[k.name]:
 			problems = append(problems, fmt.Sprintf("kind %q is listed twice", k.name))
+		case k.err != nil:
+			problems = append(problems, strings.TrimPrefix(k.err.Error(), ErrInvalid.Error()+": "))
 		}
 		seen[k.name] = true
 	}
@@ -223,11 +234,21 @@ func (s *Service) EnvPrefix() string { return strings.ToUpper(s.cfg.Name) + "_" 
 // (not its PeriodicKinds: the scheduler works those).
 func (s *Service) AddWorkers(workers *river.Workers) error {
 	for _, k := range s.cfg.Kinds {
-		if err := k.addWorker(workers); err != nil {
+		if err := k.AddWorker(workers); err != nil {
 			return fmt.Errorf("service %s: %w", s.cfg.Name, err)
 		}
 	}
 	return nil
+}
+
+// Kind is the service's kind named name (not one of its PeriodicKinds).
+func (s *Service) Kind(name string) (Kind, bool) {
+	for _, k := range s.cfg.Kinds {
+		if k.name == name {
+			return k, true
+		}
+	}
+	return Kind{}, false
 }
 
 // InsertOpts are River's insert options for a job of the service on behalf
@@ -239,4 +260,17 @@ func (s *Service) AddWorkers(workers *river.Workers) error {
 // hook to its Config.Hooks.
 func (s *Service) InsertOpts(tier tiers.Tier, tenant string, isScheduled bool) *river.InsertOpts {
 	return routing.InsertOptsFor(s.cfg.BaseQueue, tier, tenant, isScheduled)
+}
+
+// KindInsertOpts are InsertOpts for a job of kind (one of the service's
+// Kinds), with the kind's MaxAttempts when it declares one (0, River's
+// "the client's default", otherwise): what producer.Insert and the API
+// insert with. A caller that wants other attempts sets MaxAttempts on the
+// result.
+func (s *Service) KindInsertOpts(kind string, tier tiers.Tier, tenant string, isScheduled bool) *river.InsertOpts {
+	opts := s.InsertOpts(tier, tenant, isScheduled)
+	if k, ok := s.Kind(kind); ok {
+		opts.MaxAttempts = k.maxAttempts
+	}
+	return opts
 }
