@@ -27,9 +27,9 @@ func TestUpIsIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, res.RiverApplied)
 	require.Empty(t, res.TierqApplied)
-	require.EqualValues(t, 10, res.TierqVersion) // 00001_results … 00010_river_job_finite_timestamps
+	require.EqualValues(t, 10, res.TierqVersion) // 00001_results (a no-op since issue 30) … 00010_river_job_finite_timestamps
 
-	for _, table := range []string{"river_job", "river_leader", "analysis_results", "spec_documents"} {
+	for _, table := range []string{"river_job", "river_leader", "dead_letter_jobs", "job_escalations", "load_test_executions"} {
 		var schema string
 		require.NoError(t, db.Pool.QueryRow(ctx,
 			"SELECT table_schema FROM information_schema.tables WHERE table_name = $1 AND table_schema = $2",
@@ -71,6 +71,18 @@ func TestUpFreshSchemaConcurrently(t *testing.T) {
 	pending, err := migrate.Pending(ctx, pool, schema, logger)
 	require.NoError(t, err)
 	require.False(t, pending)
+
+	// tierq's migrations alone, as `tierctl migrate` applies them to a
+	// team's database: none of the reference app's tables (its own line,
+	// jobs.Migrations), the bench's load_test_executions kept, and the
+	// schema passes the check every process makes.
+	var tables []string
+	require.NoError(t, pool.QueryRow(ctx, `
+		SELECT coalesce(array_agg(tablename::text ORDER BY tablename), '{}') FROM pg_catalog.pg_tables
+		WHERE schemaname = $1 AND tablename IN ('analysis_results', 'spec_documents', 'load_test_executions', 'dead_letter_jobs')`,
+		schema).Scan(&tables))
+	require.Equal(t, []string{"dead_letter_jobs", "load_test_executions"}, tables)
+	require.NoError(t, migrate.Check(ctx, pool, schema))
 }
 
 // TestStateQueueEstimates: with the statistics of migration 00008,

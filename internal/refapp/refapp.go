@@ -3,6 +3,13 @@
 // library. cmd/worker, cmd/scheduler and cmd/api are thin mains on it, and
 // tests run the reference app in-process through it, exactly as the
 // binaries do.
+//
+// The reference app's tables (analysis_results, spec_documents) are its
+// own migration line (jobs.Migrations), not tierq's: `tierctl migrate`
+// applies River's and tierq's migrations, and the worker and the scheduler
+// apply the reference app's line when they start (applyMigrations), after
+// tierq's schema check and before their River client starts. The API never
+// reads those tables and leaves them alone.
 package refapp
 
 import (
@@ -48,6 +55,9 @@ func RunWorker(ctx context.Context, environ []string, stdout io.Writer) error {
 		attrs = append(attrs, slog.String("analysis_roots", analysis.Roots.String()))
 	}
 	return worker.Run(ctx, cfg, logger, func(pool *pgxpool.Pool) (*service.Registry, error) {
+		if err := applyMigrations(ctx, pool, cfg.Schema, logger); err != nil {
+			return nil, err
+		}
 		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: analysis.Roots})
 	}, attrs...)
 }
@@ -66,6 +76,9 @@ func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error
 	logger := cfg.NewLogger(stdout)
 	return scheduler.Run(ctx, cfg, logger,
 		func(pool *pgxpool.Pool) (*service.Registry, error) {
+			if err := applyMigrations(ctx, pool, cfg.Schema, logger); err != nil {
+				return nil, err
+			}
 			return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
 		},
 		// The reference app's kinds: its services', their periodic kinds
@@ -95,4 +108,16 @@ func RunAPI(ctx context.Context, environ []string, stdout io.Writer) error {
 		// its requests.
 		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: analysis.Roots})
 	}, slog.String("analysis_roots", analysis.Roots.String()))
+}
+
+// applyMigrations applies the reference app's migration line
+// (jobs.Migrations) to schema: its tables, which the analysis and specview
+// workers write and the scheduler's maintenance reads. Idempotent, and
+// safe from every process at once (an advisory lock per schema); it logs
+// "reference app migrations applied" when it applied any. A database whose
+// tables tierq's migration 00001 created before issue 30 keeps them and
+// their rows: the line only records its version there.
+func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) error {
+	_, err := jobs.Migrations().Up(ctx, pool, schema, logger)
+	return err
 }

@@ -1,6 +1,8 @@
 // Package testdb gives each test its own PostgreSQL schema, migrated with
-// River's and tierq's migrations, so that tests that write run in parallel on
-// one real database.
+// River's and tierq's migrations and the reference app's own line
+// (jobs.Migrations: its tables analysis_results and spec_documents), so that
+// tests that write run in parallel on one real database. NewCore's schema
+// has River's and tierq's alone, as a team's database does.
 //
 // The server comes from TEST_DATABASE_URL, defaulting to database tierq_test on
 // the local server (postgres://postgres@127.0.0.1:5432/tierq_test), which is
@@ -22,7 +24,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
 	"github.com/tierq/tierq/internal/scratch"
+	"github.com/tierq/tierq/jobs"
 )
 
 // DefaultURL is used when TEST_DATABASE_URL is not set.
@@ -52,8 +56,23 @@ var (
 	ensureErr  error
 )
 
-// New creates a schema for t, migrates it and drops it when t ends.
+// New creates a schema for t, migrates it with River's and tierq's
+// migrations and the reference app's line (jobs.Migrations), and drops it
+// when t ends.
 func New(t testing.TB) *DB {
+	t.Helper()
+	db := NewCore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := jobs.Migrations().Up(ctx, db.Pool, db.Schema, nil)
+	require.NoError(t, err, "reference app's migrations")
+	return db
+}
+
+// NewCore creates a schema for t migrated with River's and tierq's
+// migrations alone (migrate.Up, what `tierctl migrate` applies), as a
+// team's database is, and drops it when t ends: no reference app's tables.
+func NewCore(t testing.TB) *DB {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
