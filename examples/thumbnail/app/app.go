@@ -1,8 +1,13 @@
 // Package app is the thumbnail example's three deployments, each a run
-// function its main calls: the thumbnail service's own worker, and the
-// scheduler and the API of an application that runs the reference app's
-// services beside it. Each is a few lines on tierq's Run building blocks
-// (worker.Run, scheduler.Run, api.Run) and exported packages only.
+// function its main calls: the thumbnail service's worker, scheduler and
+// API, on the thumbnail service's registry alone, as a team runs its own
+// services. Each is a few lines on tierq's Run building blocks (worker.Run,
+// scheduler.Run, api.Run) and exported packages only.
+//
+// RunSchedulerWithReference and RunAPIWithReference are the side case: one
+// scheduler and one API for the reference app's services and the thumbnail
+// service together (thumbnail.WithReference), as `tierctl bench traffic`
+// runs them.
 package app
 
 import (
@@ -11,12 +16,10 @@ import (
 	"path/filepath"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/examples/thumbnail"
-	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/worker"
@@ -42,40 +45,35 @@ func RunWorker(ctx context.Context, environ []string, stdout io.Writer) error {
 	return worker.Run(ctx, cfg, cfg.NewLogger(stdout), services)
 }
 
-// RunScheduler runs the one scheduler deployment of the reference app's
-// services and the thumbnail service: every kind registered, every
-// service's queues aged and escalated, every dead letter drained.
+// RunScheduler runs the thumbnail service's scheduler deployment: its
+// queues aged and escalated, its dead letters drained, and its kind
+// registered, so that the leader's rescuer retries a stuck thumbnail job.
+// It reads a tierq scheduler's variables (.env.example) and nothing of its
+// own: the kind's worker is never run here, so it needs no directories.
 func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error {
 	cfg, err := config.Load[config.Scheduler](environ)
-	maintenance, maintenanceErr := jobs.LoadMaintenance(environ, &cfg)
-	if err := config.Join(err, maintenanceErr); err != nil {
+	if err != nil {
 		return err
 	}
-	logger := cfg.NewLogger(stdout)
-	return scheduler.Run(ctx, cfg, logger,
-		func(pool *pgxpool.Pool) (*service.Registry, error) {
-			return thumbnail.WithReference(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
+	return scheduler.Run(ctx, cfg, cfg.NewLogger(stdout),
+		func(*pgxpool.Pool) (*service.Registry, error) {
+			return thumbnail.Registry(thumbnail.Deps{})
 		},
-		scheduler.KindTimeouts(jobs.Timeouts()),
 		scheduler.KindTimeouts(thumbnail.Timeouts()),
-		scheduler.AddWorkers(func(workers *river.Workers, pool *pgxpool.Pool) error {
-			return river.AddWorkerSafely(workers, jobs.NewLoadTestWorker(pool))
-		}),
 	)
 }
 
-// RunAPI runs the API of the reference app's services and the thumbnail
-// service: POST /v1/jobs accepts kind thumbnail beside analysis and
-// specview.
+// RunAPI runs the thumbnail service's API: POST /v1/jobs accepts kind
+// thumbnail (its args decoded strictly and validated), GET /v1/queues and
+// /metrics list the thumbnails_* queues, and /openapi.json describes the
+// kind. It reads a tierq API's variables (.env.example).
 func RunAPI(ctx context.Context, environ []string, stdout io.Writer) error {
 	cfg, err := config.Load[config.API](environ)
-	analysis, analysisErr := config.LoadSection[jobs.AnalysisConfig](environ)
-	if err := config.Join(err, analysisErr); err != nil {
+	if err != nil {
 		return err
 	}
-	logger := cfg.NewLogger(stdout)
-	return api.Run(ctx, cfg, logger, func(pool *pgxpool.Pool) (*service.Registry, error) {
-		return thumbnail.WithReference(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: analysis.Roots})
+	return api.Run(ctx, cfg, cfg.NewLogger(stdout), func(*pgxpool.Pool) (*service.Registry, error) {
+		return thumbnail.Registry(thumbnail.Deps{})
 	})
 }
 

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"image"
@@ -21,6 +22,7 @@ import (
 	"github.com/tierq/tierq/examples/thumbnail"
 	"github.com/tierq/tierq/internal/proctest"
 	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/subscriptions"
 	"github.com/tierq/tierq/tiers"
 )
@@ -104,24 +106,27 @@ func (s *system) waitState(t *testing.T, id any, state string) map[string]any {
 	return job
 }
 
-// startSystem runs, in this process, the scheduler and the API of the
-// reference app's services and the thumbnail service, and the thumbnail
-// service's own worker deployment with no default-queue workers (free work
-// waits there until the scheduler ages and escalates it).
-func startSystem(t *testing.T) *system {
+// run is a deployment's run function (RunScheduler, RunAPI, ...).
+type run = func(ctx context.Context, environ []string, stdout io.Writer) error
+
+// startSystem runs, in this process on db, the scheduler and the API given
+// (the thumbnail service's own, or those joined with the reference app),
+// and the thumbnail service's own worker deployment with no default-queue
+// workers (free work waits there until the scheduler ages and escalates
+// it).
+func startSystem(t *testing.T, db *testdb.DB, runScheduler, runAPI run) *system {
 	t.Helper()
-	db := testdb.New(t)
 	s := &system{db: db, api: "http://" + freeAddr(t), source: t.TempDir(), output: t.TempDir()}
 	s.env = []string{"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "LOG_FORMAT=json"}
 	metricsAddr := freeAddr(t)
 	s.metrics = "http://" + metricsAddr
 
-	proctest.Start(t, s.env,
-		proctest.Deployment{Name: "scheduler", Run: RunScheduler, Env: []string{
+	logs := proctest.Start(t, s.env,
+		proctest.Deployment{Name: "scheduler", Run: runScheduler, Env: []string{
 			"RESCUE_STUCK_JOBS_AFTER=61s", "AGING_INTERVAL=1s", "AGING_STEP=1s",
 			"ESCALATION_INTERVAL=1s", "ESCALATE_DEFAULT_AFTER=3s", "DLQ_DRAIN_INTERVAL=1s",
 		}},
-		proctest.Deployment{Name: "api", Run: RunAPI, Env: []string{
+		proctest.Deployment{Name: "api", Run: runAPI, Env: []string{
 			"API_ADDR=" + strings.TrimPrefix(s.api, "http://"), "API_TOKEN=" + producerToken, "API_ADMIN_TOKEN=" + adminToken,
 			"MAX_ATTEMPTS=2",
 		}},
@@ -138,58 +143,39 @@ func startSystem(t *testing.T) *system {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
+	proctest.WaitOutput(t, logs["scheduler"], "scheduler started", 30*time.Second)
 	return s
 }
 
-// TestThumbnailsBesideTheReferenceApp runs the example service for real
-// next to the reference app's services, under their one scheduler and API:
-// jobs enqueued through the API are routed by tier, worked by the service's
-// own worker deployment, aged and escalated when they wait, dead-lettered
-// when they keep failing and replayed, and show in /metrics, River UI and
-// tierctl watch; the API's /openapi.json describes the thumbnail kind.
-func TestThumbnailsBesideTheReferenceApp(t *testing.T) {
+// TestThumbnails runs the example service for real on its own registry, as
+// a team runs its services: its worker, scheduler and API on a database
+// that only tierq's migrations made (no reference app's table, none
+// created). Jobs enqueued through the API are routed by tier, worked by
+// the service's worker deployment, aged and escalated when they wait,
+// dead-lettered when they keep failing and replayed, and show in /metrics,
+// River UI and tierctl watch; the API's /openapi.json describes the
+// thumbnail kind alone.
+func TestThumbnails(t *testing.T) {
 	t.Parallel()
-	s := startSystem(t)
+	s := startSystem(t, testdb.NewCore(t), RunScheduler, RunAPI)
 	ctx := t.Context()
 	writeImage(t, filepath.Join(s.source, "big.png"), 2400, 1600)
 	writeImage(t, filepath.Join(s.source, "small.png"), 300, 200)
 	require.NoError(t, subscriptions.Set(ctx, s.db.Pool, "u_pro", tiers.Pro))
 
-	// The API's OpenAPI document describes the thumbnail kind beside the
-	// reference app's, with the schema generated from thumbnail.Args.
-	var doc struct {
-		Components struct {
-			Schemas struct {
-				CreateJob struct {
-					Properties struct {
-						Kind struct {
-							Enum []string `json:"enum"`
-						} `json:"kind"`
-						Args struct {
-							OneOf []map[string]any `json:"oneOf"`
-						} `json:"args"`
-					} `json:"properties"`
-				} `json:"CreateJob"`
-			} `json:"schemas"`
-		} `json:"components"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(s.get(t, s.api+"/openapi.json", "")), &doc))
-	create := doc.Components.Schemas.CreateJob.Properties
-	require.Equal(t, []string{"analysis", "specview", "thumbnail"}, create.Kind.Enum)
-	require.Len(t, create.Args.OneOf, 3)
-	require.Equal(t, "thumbnail", create.Args.OneOf[2]["x-kind"])
+	// The API's OpenAPI document describes the thumbnail kind, and only it,
+	// with the schema generated from thumbnail.Args.
+	create := s.createJob(t)
+	require.Equal(t, []string{"thumbnail"}, create.Kind.Enum)
+	require.Len(t, create.Args.OneOf, 1)
+	require.Equal(t, "thumbnail", create.Args.OneOf[0]["x-kind"])
 	require.Equal(t, map[string]any{
 		"image": map[string]any{"type": "string"},
 		"width": map[string]any{"type": "integer", "format": "int64"},
-	}, create.Args.OneOf[2]["properties"])
-	require.Equal(t, false, create.Args.OneOf[2]["additionalProperties"])
+	}, create.Args.OneOf[0]["properties"])
+	require.Equal(t, false, create.Args.OneOf[0]["additionalProperties"])
 
-	thumb := func(user, image string) map[string]any {
-		status, job := s.call(t, http.MethodPost, "/v1/jobs", producerToken,
-			map[string]any{"kind": "thumbnail", "user_id": user, "args": map[string]any{"image": image, "width": 128}})
-		require.Equal(t, http.StatusCreated, status, "%v", job)
-		return job
-	}
+	thumb := func(user, image string) map[string]any { return s.thumb(t, user, image) }
 
 	// A paid request: thumbnails_priority, worked at once.
 	paid := thumb("u_pro", "big.png")
@@ -263,8 +249,7 @@ func TestThumbnailsBesideTheReferenceApp(t *testing.T) {
 	require.Contains(t, uiJob, `"tierq:tier":"pro"`)
 	require.Contains(t, uiJob, `"kind":"thumbnail"`)
 
-	// tierctl watch, the reference app's live view, shows the service's
-	// queues (registered in River by its worker) and their waits by tier:
+	// tierctl watch shows the service's queues (registered in River by its worker) and their waits by tier:
 	// of the pro jobs, the paid one and the replay are in river_job (the
 	// late one's attempts went to the dead letters).
 	tierctl := filepath.Join(t.TempDir(), "tierctl")
@@ -279,4 +264,82 @@ func TestThumbnailsBesideTheReferenceApp(t *testing.T) {
 	require.Regexp(t, `(?m)^\s*thumbnails_priority\s+0\s+0\s+0\s+0\s+0\s+0\s+\S+\s+0$`, string(out))
 	require.Regexp(t, `(?m)^\s*thumbnails_priority\s+pro\s+2\s+\S+\s+\S+$`, string(out))
 	require.Regexp(t, `(?m)^\s*thumbnails_priority\s+free\s+1\s+\S+\s+\S+$`, string(out))
+
+	// Nothing made the reference app's tables.
+	require.Zero(t, s.db.Count(t, `SELECT count(*) FROM pg_catalog.pg_tables
+		WHERE schemaname = $1 AND tablename IN ('analysis_results', 'spec_documents', '`+jobs.MigrationTable+`')`, s.db.Schema))
+}
+
+// TestThumbnailsBesideTheReferenceApp is the side case: the thumbnail
+// service beside the reference app's services under one scheduler and one
+// API (RunSchedulerWithReference, RunAPIWithReference), on a database that
+// only tierq's migrations made. The scheduler applies the reference app's
+// migration line when it starts; the API takes and describes the kinds of
+// both; a thumbnail job is worked by the thumbnail worker, and a free
+// analysis, which no worker here serves, waits in analysis_default until
+// the one scheduler escalates it to analysis_priority.
+func TestThumbnailsBesideTheReferenceApp(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewCore(t)
+	s := startSystem(t, db, RunSchedulerWithReference, RunAPIWithReference)
+	ctx := t.Context()
+	writeImage(t, filepath.Join(s.source, "cat.png"), 300, 200)
+	require.NoError(t, subscriptions.Set(ctx, db.Pool, "u_pro", tiers.Pro))
+
+	create := s.createJob(t)
+	require.Equal(t, []string{"analysis", "specview", "thumbnail"}, create.Kind.Enum)
+	require.Len(t, create.Args.OneOf, 3)
+	require.Equal(t, "thumbnail", create.Args.OneOf[2]["x-kind"])
+	require.Equal(t, 3, db.Count(t, `SELECT count(*) FROM pg_catalog.pg_tables
+		WHERE schemaname = $1 AND tablename IN ('analysis_results', 'spec_documents', '`+jobs.MigrationTable+`')`, db.Schema))
+
+	paid := s.thumb(t, "u_pro", "cat.png")
+	require.Equal(t, "thumbnails_priority", paid["queue"])
+	s.waitState(t, paid["id"], "completed")
+
+	status, analysis := s.call(t, http.MethodPost, "/v1/jobs", producerToken,
+		map[string]any{"kind": "analysis", "user_id": "u_free", "args": map[string]any{"target": t.TempDir()}})
+	require.Equal(t, http.StatusCreated, status, "%v", analysis)
+	require.Equal(t, "analysis_default", analysis["queue"])
+	testdb.WaitFor(t, 30*time.Second, "the analysis escalated to analysis_priority", func() bool {
+		return s.job(t, analysis["id"])["queue"] == "analysis_priority"
+	})
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM job_escalations WHERE job_id = $1
+		AND from_queue = 'analysis_default' AND to_queue = 'analysis_priority' AND actor = 'scheduler'`, analysis["id"]))
+}
+
+// createJobProperties are the properties of CreateJob, POST /v1/jobs's
+// body, in the API's OpenAPI document.
+type createJobProperties struct {
+	Kind struct {
+		Enum []string `json:"enum"`
+	} `json:"kind"`
+	Args struct {
+		OneOf []map[string]any `json:"oneOf"`
+	} `json:"args"`
+}
+
+// createJob reads /openapi.json's CreateJob properties.
+func (s *system) createJob(t *testing.T) createJobProperties {
+	t.Helper()
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				CreateJob struct {
+					Properties createJobProperties `json:"properties"`
+				} `json:"CreateJob"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(s.get(t, s.api+"/openapi.json", "")), &doc))
+	return doc.Components.Schemas.CreateJob.Properties
+}
+
+// thumb enqueues a 128-pixel thumbnail of image for user through the API.
+func (s *system) thumb(t *testing.T, user, image string) map[string]any {
+	t.Helper()
+	status, job := s.call(t, http.MethodPost, "/v1/jobs", producerToken,
+		map[string]any{"kind": "thumbnail", "user_id": user, "args": map[string]any{"image": image, "width": 128}})
+	require.Equal(t, http.StatusCreated, status, "%v", job)
+	return job
 }

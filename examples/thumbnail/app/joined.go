@@ -1,0 +1,62 @@
+package app
+
+import (
+	"context"
+	"io"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/examples/thumbnail"
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/scheduler"
+	"github.com/tierq/tierq/service"
+)
+
+// RunSchedulerWithReference runs the one scheduler deployment of an
+// application that runs the reference app's services beside the thumbnail
+// service (thumbnail.WithReference): every kind registered, every
+// service's queues aged and escalated, every dead letter drained, the
+// reference app's maintenance (REANALYZE_*, RETENTION_*) run. Like the
+// reference app's own scheduler, it applies the reference app's migration
+// line (jobs.Migrations: the tables its maintenance reads) when it starts.
+// Not the main path: a team runs RunScheduler, its own services alone.
+func RunSchedulerWithReference(ctx context.Context, environ []string, stdout io.Writer) error {
+	cfg, err := config.Load[config.Scheduler](environ)
+	maintenance, maintenanceErr := jobs.LoadMaintenance(environ, &cfg)
+	if err := config.Join(err, maintenanceErr); err != nil {
+		return err
+	}
+	logger := cfg.NewLogger(stdout)
+	return scheduler.Run(ctx, cfg, logger,
+		func(pool *pgxpool.Pool) (*service.Registry, error) {
+			if _, err := jobs.Migrations().Up(ctx, pool, cfg.Schema, logger); err != nil {
+				return nil, err
+			}
+			return thumbnail.WithReference(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
+		},
+		scheduler.KindTimeouts(jobs.Timeouts()),
+		scheduler.KindTimeouts(thumbnail.Timeouts()),
+		scheduler.AddWorkers(func(workers *river.Workers, pool *pgxpool.Pool) error {
+			return river.AddWorkerSafely(workers, jobs.NewLoadTestWorker(pool))
+		}),
+	)
+}
+
+// RunAPIWithReference runs the one API of the reference app's services and
+// the thumbnail service: POST /v1/jobs accepts kind thumbnail beside
+// analysis and specview (ANALYSIS_ROOTS bounds the analyzer's targets).
+// Not the main path: a team runs RunAPI, its own services alone.
+func RunAPIWithReference(ctx context.Context, environ []string, stdout io.Writer) error {
+	cfg, err := config.Load[config.API](environ)
+	analysis, analysisErr := config.LoadSection[jobs.AnalysisConfig](environ)
+	if err := config.Join(err, analysisErr); err != nil {
+		return err
+	}
+	logger := cfg.NewLogger(stdout)
+	return api.Run(ctx, cfg, logger, func(pool *pgxpool.Pool) (*service.Registry, error) {
+		return thumbnail.WithReference(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: analysis.Roots})
+	})
+}
