@@ -1,7 +1,10 @@
 // Package config owns the configuration of every tierq process: one struct per
-// process (Worker now; the scheduler and the API follow), each loaded from an
-// environment passed in with github.com/caarlos0/env/v11 and checked by its
-// Validate method.
+// process (Worker for a worker deployment, Scheduler, API, and CLI for
+// tierctl), each loaded from an environment passed in with
+// github.com/caarlos0/env/v11 and checked as it loads (Load; LoadWorker for a
+// Worker, whose variables depend on the application's services). An
+// application's own variables are a Section (LoadSection), whose errors Join
+// reports with the process's.
 //
 // Nothing here falls back to a default on a bad value. A variable that is
 // missing, does not parse or is out of range is an *Error naming the variable
