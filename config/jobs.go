@@ -6,11 +6,12 @@ import "time"
 // scheduler deployments share it.
 type Jobs struct {
 	// JobTimeout is River's JobTimeout: the timeout of a job kind whose
-	// worker has no Timeout method of its own. Every kind of tierq has one
-	// (jobs.Timeouts, scheduler.Timeouts: a constant per kind, the same in
-	// every process), so it applies to none of them; only to a kind an
-	// application embedding tierq registers without one, and then it must
-	// be the same in every deployment. Before, it was every job's timeout,
+	// worker has no Timeout method of its own. Every kind made with
+	// service.WorkerKind has one (the kind's service.Timeout, or
+	// service.DefaultTimeout: the same in every process), so it applies to
+	// none of them; only to a worker an application embedding tierq
+	// registers in River directly, and then it must be the same in every
+	// deployment. Before, it was every job's timeout,
 	// read by each process on its own: a leader with a shorter one rescued,
 	// and ran twice, long jobs still running on a worker with a longer one.
 	// Setting it logs a warning at start (JobTimeoutSet). Default 1m

@@ -27,9 +27,9 @@ type Scheduler struct {
 	// RescueStuckJobsAfter is how long a job of any kind may stay `running`
 	// before the leader's rescuer retries it (its worker crashed). River's
 	// rescuer also leaves a job alone until it is older than its kind's own
-	// timeout; this must be longer than every kind's timeout
-	// (jobs.Timeouts and scheduler.Timeouts, checked by CheckKindTimeouts)
-	// and than JOB_TIMEOUT, so that a job is rescued only after its worker
+	// timeout; this must be longer than every kind's timeout (each kind
+	// declares its own, service.Timeout; scheduler.Timeouts has them all,
+	// checked by CheckKindTimeouts) and than JOB_TIMEOUT, so that a job is rescued only after its worker
 	// has given up on it. Default 1h.
 	RescueStuckJobsAfter time.Duration `env:"RESCUE_STUCK_JOBS_AFTER" envDefault:"1h"`
 
@@ -88,8 +88,10 @@ type Scheduler struct {
 const MaxDLQAlertTimeout = 30 * time.Second
 
 // CheckKindTimeouts checks RESCUE_STUCK_JOBS_AFTER against timeouts, the
-// timeout of every job kind the scheduler registers (its services' kinds,
-// jobs.Timeouts in the reference app, and its own, scheduler.Timeouts).
+// timeout of every job kind the scheduler registers (scheduler.Timeouts:
+// its services' kinds and periodic kinds, service.Registry.Timeouts, the
+// extra kinds of scheduler.AddKinds, and its own), as each kind declares
+// it (service.Timeout).
 // River's rescuer retries a running job once it is older than both the
 // threshold and its kind's timeout; with the threshold at or under a kind's
 // timeout, that kind's jobs are rescued the moment their worker's deadline

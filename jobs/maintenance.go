@@ -81,8 +81,9 @@ func (m *Maintenance) periodic(deps Deps, analysisBaseQueue string) ([]*river.Pe
 	}
 	kinds := []service.Kind{
 		service.WorkerKind(&ReanalyzeStaleWorker{pool: deps.Pool, logger: deps.Logger, baseQueue: analysisBaseQueue,
-			staleAfter: m.ReanalyzeStaleAfter, maxAttempts: m.MaxAttempts}),
-		service.WorkerKind(&RetentionWorker{pool: deps.Pool, logger: deps.Logger, period: m.RetentionPeriod, batch: m.Batch}),
+			staleAfter: m.ReanalyzeStaleAfter, maxAttempts: m.MaxAttempts}, service.Timeout[ReanalyzeStaleArgs](ReanalyzeStaleTimeout)),
+		service.WorkerKind(&RetentionWorker{pool: deps.Pool, logger: deps.Logger, period: m.RetentionPeriod, batch: m.Batch},
+			service.Timeout[RetentionArgs](RetentionTimeout)),
 	}
 	return jobs, kinds, nil
 }

@@ -47,7 +47,7 @@ func AnalyzerService(deps Deps) (*service.Service, error) {
 		Name:      ServiceAnalyzer,
 		BaseQueue: analysisBaseQueue,
 		Kinds: []service.Kind{service.WorkerKind(NewAnalysisWorker(deps.Pool, deps.Logger, deps.AnalysisRoots...),
-			service.Check(analysisRequest(deps.AnalysisRoots)))},
+			service.Timeout[AnalysisArgs](AnalysisTimeout), service.Check(analysisRequest(deps.AnalysisRoots)))},
 		Workers: &service.ClassWorkers{Priority: 5, Default: 3, Scheduled: 2},
 	}
 	if deps.Maintenance != nil {
@@ -67,7 +67,8 @@ func SpecGenService(deps Deps) (*service.Service, error) {
 	return service.New(&service.Config{
 		Name:      ServiceSpecGen,
 		BaseQueue: specViewBaseQueue,
-		Kinds:     []service.Kind{service.WorkerKind(NewSpecViewWorker(deps.Pool, deps.Logger), service.Check(specViewRequest))},
+		Kinds: []service.Kind{service.WorkerKind(NewSpecViewWorker(deps.Pool, deps.Logger),
+			service.Timeout[SpecViewArgs](SpecViewTimeout), service.Check(specViewRequest))},
 		Workers:   &service.ClassWorkers{Priority: 3, Default: 2, Scheduled: 1},
 	})
 }

@@ -1,13 +1,11 @@
 package jobs
 
-import (
-	"time"
-
-	"github.com/riverqueue/river"
-)
+import "time"
 
 // How long one attempt of each kind may run before River cancels its
-// context. Each kind's timeout is a constant, the same in every process:
+// context. Each kind declares its timeout where the kind is made
+// (service.Timeout in AnalyzerService, SpecGenService, the maintenance's
+// periodic kinds and LoadTestKind), a constant, the same in every process:
 // River applies it twice, in the worker that runs the job (its context's
 // deadline) and in the leader's rescuer (which leaves a `running` job alone
 // until it is older than its kind's timeout). A timeout that came from each
@@ -16,7 +14,8 @@ import (
 // a worker with a longer one was still running.
 //
 // The scheduler refuses to start unless RESCUE_STUCK_JOBS_AFTER is longer
-// than every kind's timeout (scheduler.Timeouts), so these stay short: a
+// than every kind's timeout (scheduler.Timeouts, read from the registry),
+// so these stay short: a
 // crashed worker's job is retried only after its kind's timeout at the
 // earliest. No kind may have none (-1): the rescuer would never retry it.
 const (
@@ -41,29 +40,3 @@ const (
 	// short keeps what it deleted and the next run carries on.
 	RetentionTimeout = time.Minute
 )
-
-// Timeouts returns each job kind of this package with its timeout: the
-// services' kinds, their periodic kinds and the load test's.
-func Timeouts() map[string]time.Duration {
-	return map[string]time.Duration{
-		KindAnalysis:       AnalysisTimeout,
-		KindSpecView:       SpecViewTimeout,
-		KindLoadTest:       LoadTestTimeout,
-		KindReanalyzeStale: ReanalyzeStaleTimeout,
-		KindRetention:      RetentionTimeout,
-	}
-}
-
-// Timeout is AnalysisTimeout, for every analysis job.
-func (*AnalysisWorker) Timeout(*river.Job[AnalysisArgs]) time.Duration { return AnalysisTimeout }
-
-// Timeout is SpecViewTimeout, for every specview job.
-func (*SpecViewWorker) Timeout(*river.Job[SpecViewArgs]) time.Duration { return SpecViewTimeout }
-
-// Timeout is ReanalyzeStaleTimeout.
-func (*ReanalyzeStaleWorker) Timeout(*river.Job[ReanalyzeStaleArgs]) time.Duration {
-	return ReanalyzeStaleTimeout
-}
-
-// Timeout is RetentionTimeout.
-func (*RetentionWorker) Timeout(*river.Job[RetentionArgs]) time.Duration { return RetentionTimeout }

@@ -12,7 +12,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/config"
-	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/service"
 )
@@ -32,10 +31,6 @@ type renderInvoiceWorker struct {
 	pool *pgxpool.Pool // nil while the service only describes itself
 }
 
-func (*renderInvoiceWorker) Timeout(*river.Job[renderInvoiceArgs]) time.Duration {
-	return renderInvoiceTimeout
-}
-
 func (*renderInvoiceWorker) Work(context.Context, *river.Job[renderInvoiceArgs]) error { return nil }
 
 // invoiceServices is the team's registry: its one service, invoicer, with
@@ -43,7 +38,8 @@ func (*renderInvoiceWorker) Work(context.Context, *river.Job[renderInvoiceArgs])
 func invoiceServices(pool *pgxpool.Pool) (*service.Registry, error) {
 	invoicer, err := service.New(&service.Config{
 		Name:  "invoicer",
-		Kinds: []service.Kind{service.WorkerKind(&renderInvoiceWorker{pool: pool})},
+		Kinds: []service.Kind{service.WorkerKind(&renderInvoiceWorker{pool: pool},
+			service.Timeout[renderInvoiceArgs](renderInvoiceTimeout))},
 	})
 	if err != nil {
 		return nil, err
@@ -51,36 +47,21 @@ func invoiceServices(pool *pgxpool.Pool) (*service.Registry, error) {
 	return service.NewRegistry(invoicer)
 }
 
-// A team's scheduler deployment for the reference app's services and its
-// own: main calls run, and run is a few lines. The scheduler registers the
-// kinds of both (so that the leader's rescuer retries a stuck job of any of
-// them), ages and escalates the jobs of their queues and runs their
-// periodic jobs, here the analyzer's maintenance (REANALYZE_CRON,
-// RETENTION_CRON). RESCUE_STUCK_JOBS_AFTER must be longer than every
-// kind's timeout: Run checks it against those given with KindTimeouts and
-// its own, and returns config.ErrInvalid (exit 2) before it connects.
+// A team's scheduler deployment for its own services: main calls run, and
+// run is a few lines. The scheduler registers every kind of the team's
+// registry (so that the leader's rescuer retries a stuck job of any of
+// them), ages and escalates the jobs of its queues and runs its periodic
+// jobs. RESCUE_STUCK_JOBS_AFTER must be longer than every kind's timeout,
+// which each kind declares (service.Timeout: render_invoice's 2 minutes):
+// Run checks it against the registry's and its own, and returns
+// config.ErrInvalid (exit 2) before its River client starts.
 func Example() {
 	run := func(ctx context.Context, environ []string, stdout io.Writer) error {
 		cfg, err := config.Load[config.Scheduler](environ)
-		maintenance, maintenanceErr := jobs.LoadMaintenance(environ, &cfg)
-		if err := config.Join(err, maintenanceErr); err != nil {
+		if err != nil {
 			return err
 		}
-		logger := cfg.NewLogger(stdout)
-		newServices := func(pool *pgxpool.Pool) (*service.Registry, error) {
-			ref, err := jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
-			if err != nil {
-				return nil, err
-			}
-			own, err := invoiceServices(pool)
-			if err != nil {
-				return nil, err
-			}
-			return ref.Join(own)
-		}
-		return scheduler.Run(ctx, cfg, logger, newServices,
-			scheduler.KindTimeouts(jobs.Timeouts()),
-			scheduler.KindTimeouts(map[string]time.Duration{"render_invoice": renderInvoiceTimeout}))
+		return scheduler.Run(ctx, cfg, cfg.NewLogger(stdout), invoiceServices)
 	}
 
 	if err := run(context.Background(), os.Environ(), os.Stdout); err != nil {

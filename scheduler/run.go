@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,36 +23,19 @@ const leaderWatchInterval = time.Second
 type RunOption func(*runOptions)
 
 type runOptions struct {
-	timeouts   map[string]time.Duration
-	addWorkers []func(workers *river.Workers, pool *pgxpool.Pool) error
-	attrs      []any
+	addKinds []func(pool *pgxpool.Pool) []service.Kind
+	attrs    []any
 }
 
-// KindTimeouts gives Run the timeout of each job kind the deployment
-// registers besides the scheduler's own (Timeouts): the kinds and periodic
-// kinds of its services, and the kinds AddWorkers adds. The reference
-// app's are jobs.Timeouts. Run checks RESCUE_STUCK_JOBS_AFTER against them
-// and the scheduler's own before it connects; a kind given here and in
-// Timeouts has the scheduler's timeout. Several KindTimeouts add up.
-//
-// A kind left out is not checked: a kind whose worker has no Timeout
-// method needs no entry (JOB_TIMEOUT applies to it, and
-// RESCUE_STUCK_JOBS_AFTER is already checked against that), but a kind
-// with a timeout of its own that is left out may be rescued, and run a
-// second time, while a worker still runs it
-// (config.Scheduler.RescueStuckJobsAfter).
-func KindTimeouts(timeouts map[string]time.Duration) RunOption {
-	return func(o *runOptions) { maps.Copy(o.timeouts, timeouts) }
-}
-
-// AddWorkers has Run call add with the deployment's River workers, after
-// the services' and the scheduler's own are registered, and its pool: for
-// kinds of no service whose stuck jobs the leader's rescuer must still
-// retry rather than discard as unknown, such as the reference app's
-// load-test kind. add should use river.AddWorkerSafely: a kind registered
-// twice is an error. Several AddWorkers run in order.
-func AddWorkers(add func(workers *river.Workers, pool *pgxpool.Pool) error) RunOption {
-	return func(o *runOptions) { o.addWorkers = append(o.addWorkers, add) }
+// AddKinds has Run register the kinds that kinds returns, given the
+// deployment's pool, after the services' and the scheduler's own: kinds of
+// no service whose stuck jobs the leader's rescuer must still retry rather
+// than discard as unknown, such as the reference app's load-test kind
+// (jobs.LoadTestKind). Each declares its timeout as every kind does
+// (service.Timeout), and Run checks RESCUE_STUCK_JOBS_AFTER against it. A
+// kind registered twice is an error. Several AddKinds add up.
+func AddKinds(kinds func(pool *pgxpool.Pool) []service.Kind) RunOption {
+	return func(o *runOptions) { o.addKinds = append(o.addKinds, kinds) }
 }
 
 // LogAttrs adds attrs to the "scheduler started" line: the settings of the
@@ -77,32 +59,24 @@ func LogAttrs(attrs ...slog.Attr) RunOption {
 // with the client ID, cfg's rescue, time zone, aging and escalation
 // settings, and LogAttrs'.
 //
-// Before it connects, Run returns an error matching config.ErrInvalid (a
-// main exits 2 on it) when RESCUE_STUCK_JOBS_AFTER is not longer than the
-// timeout of every kind it knows of: its own (Timeouts) and those of
-// KindTimeouts (config.Scheduler.CheckKindTimeouts). When JOB_TIMEOUT was
-// set it logs a warning listing those timeouts: JOB_TIMEOUT applies only to
-// kinds without their own.
+// Once it has built the services, before its River client starts, Run
+// returns an error matching config.ErrInvalid (a main exits 2 on it) when
+// RESCUE_STUCK_JOBS_AFTER is not longer than the timeout of every kind it
+// registers (Timeouts: its own, the services' and AddKinds'; each kind
+// declares its own, service.Timeout), naming the variable and each kind
+// (config.Scheduler.CheckKindTimeouts). A main that wants the check before
+// it connects makes it itself on a registry built without a pool, as the
+// reference app's does. When JOB_TIMEOUT was set Run logs a warning listing
+// the kinds' timeouts: JOB_TIMEOUT applies to none of them.
 //
 // On the first signal River stops fetching, resigns leadership (another
 // replica takes over at once) and lets running jobs finish for up to
 // cfg.SoftStopTimeout, then cancels them, and Run returns nil; a second
 // signal kills the process at once.
 func Run(ctx context.Context, cfg config.Scheduler, logger *slog.Logger, newServices func(pool *pgxpool.Pool) (*service.Registry, error), opts ...RunOption) error {
-	o := runOptions{timeouts: map[string]time.Duration{}}
+	var o runOptions
 	for _, opt := range opts {
 		opt(&o)
-	}
-	// Every kind the scheduler registers: its services' and their periodic
-	// kinds, the extra workers', and its own.
-	timeouts := o.timeouts
-	maps.Copy(timeouts, Timeouts())
-	if err := cfg.CheckKindTimeouts(timeouts); err != nil {
-		return err
-	}
-	if cfg.JobTimeoutSet() {
-		logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: each job kind has its own timeout (docs/operations.md, \"Job timeouts and rescue\"); it applies only to kinds registered without one",
-			slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(timeouts)))
 	}
 	poolConfig, err := cfg.PoolConfig()
 	if err != nil {
@@ -124,14 +98,28 @@ func Run(ctx context.Context, cfg config.Scheduler, logger *slog.Logger, newServ
 			if err != nil {
 				return nil, fmt.Errorf("scheduler: services: %w", err)
 			}
+			// Every kind the scheduler registers: its services' and their
+			// periodic kinds, AddKinds', and its own.
+			var extra []service.Kind
+			for _, kinds := range o.addKinds {
+				extra = append(extra, kinds(pool)...)
+			}
+			timeouts := Timeouts(services, extra...)
+			if err := cfg.CheckKindTimeouts(timeouts); err != nil {
+				return nil, err
+			}
+			if cfg.JobTimeoutSet() {
+				logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: each job kind has its own timeout (docs/operations.md, \"Job timeouts and rescue\"); it applies only to kinds registered without one",
+					slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(timeouts)))
+			}
 			schedulerMetrics = metrics.NewScheduler(registry, services.Queues())
 			riverConfig, err := RiverConfig(cfg, pool, services, logger, schedulerMetrics)
 			if err != nil {
 				return nil, err
 			}
-			for _, add := range o.addWorkers {
-				if err := add(riverConfig.Workers, pool); err != nil {
-					return nil, fmt.Errorf("scheduler: add workers: %w", err)
+			for _, k := range extra {
+				if err := k.AddWorker(riverConfig.Workers); err != nil {
+					return nil, fmt.Errorf("scheduler: add kinds: %w", err)
 				}
 			}
 			return process.NewClient(pool, riverConfig, metrics.NewJobs(registry))

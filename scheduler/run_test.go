@@ -2,7 +2,6 @@ package scheduler_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -21,7 +20,7 @@ import (
 )
 
 // exportArgs are the args of a kind of no service, which a deployment
-// registers with AddWorkers (as cmd/scheduler does the load test's).
+// registers with AddKinds (as cmd/scheduler does the load test's).
 type exportArgs struct{}
 
 func (exportArgs) Kind() string { return "audit_export" }
@@ -52,7 +51,7 @@ func TestRun(t *testing.T) {
 			servicesPool = pool
 			mailer, err := service.New(&service.Config{
 				Name:          "mailer",
-				Kinds:         []service.Kind{service.WorkerKind(&sendWorker{})},
+				Kinds:         []service.Kind{service.WorkerKind(&sendWorker{}, service.Timeout[sendArgs](2*time.Minute))},
 				PeriodicJobs:  []*river.PeriodicJob{scheduler.CronJob("purge_bounces", river.PeriodicInterval(time.Hour), purgeArgs{})},
 				PeriodicKinds: []service.Kind{service.WorkerKind(&purgeWorker{runs: &purges})},
 			})
@@ -70,17 +69,17 @@ func TestRun(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			done <- scheduler.Run(ctx, cfg, slog.New(slog.NewTextHandler(out, nil)), newServices,
-				scheduler.KindTimeouts(map[string]time.Duration{"send_mail": 2 * time.Minute}),
-				scheduler.AddWorkers(func(workers *river.Workers, pool *pgxpool.Pool) error {
+				scheduler.AddKinds(func(pool *pgxpool.Pool) []service.Kind {
 					extraPool = pool
-					return river.AddWorkerSafely(workers, &exportWorker{pool: pool})
+					return []service.Kind{service.WorkerKind(&exportWorker{pool: pool}, service.Timeout[exportArgs](3*time.Minute))}
 				}))
 		}()
 
 		proctest.WaitOutput(t, out, "scheduler started", 20*time.Second)
 		require.Contains(t, out.String(), "rescue_stuck_jobs_after=1h0m0s")
 		require.Contains(t, out.String(), `level=WARN msg="JOB_TIMEOUT no longer bounds tierq's jobs`)
-		require.Contains(t, out.String(), "kind_timeouts=\"map[aging_sweep:1m0s dlq_drain:1m0s escalation_sweep:1m0s send_mail:2m0s]\"")
+		require.Contains(t, out.String(), "kind_timeouts=\"map[aging_sweep:1m0s audit_export:3m0s dlq_drain:1m0s escalation_sweep:1m0s purge_bounces:1m0s send_mail:2m0s]\"",
+			"every kind's timeout, from the kinds themselves: purge_bounces declares none and has the default")
 		metricsURL := proctest.MetricsURL(t, out)
 		testdb.WaitFor(t, 20*time.Second, "the purge cron job to run and the extra kind to be worked", func() bool {
 			return purges.Load() >= 1 && db.Jobs(t, "id = $1", export)[0].State == "completed"
@@ -96,54 +95,75 @@ func TestRun(t *testing.T) {
 	})
 
 	// RESCUE_STUCK_JOBS_AFTER not longer than a kind's timeout, the
-	// scheduler's own or one of KindTimeouts (several add up), is
-	// config.ErrInvalid, before Run connects or builds the services.
+	// scheduler's own, a service's kind or periodic kind, or one of
+	// AddKinds (several add up), is config.ErrInvalid, once Run has built
+	// the services and before its River client starts: no job is worked.
 	t.Run("rescue not above a kind's timeout", func(t *testing.T) {
 		t.Parallel()
+		db := testdb.New(t)
 
 		const prefix = `invalid configuration: RESCUE_STUCK_JOBS_AFTER="%s": must be longer than the timeout of every job kind, ` +
 			`or the rescuer retries (and runs twice) jobs a worker may still be running; job kind `
+		mailer := func(send, purge time.Duration) func(*pgxpool.Pool) (*service.Registry, error) {
+			return func(*pgxpool.Pool) (*service.Registry, error) {
+				svc, err := service.New(&service.Config{
+					Name:          "mailer",
+					Kinds:         []service.Kind{service.WorkerKind(&sendWorker{}, service.Timeout[sendArgs](send))},
+					PeriodicKinds: []service.Kind{service.WorkerKind(&purgeWorker{runs: &atomic.Int32{}}, service.Timeout[purgeArgs](purge))},
+				})
+				if err != nil {
+					return nil, err
+				}
+				return service.NewRegistry(svc)
+			}
+		}
+		export := func(timeout time.Duration) scheduler.RunOption {
+			return scheduler.AddKinds(func(pool *pgxpool.Pool) []service.Kind {
+				return []service.Kind{service.WorkerKind(&exportWorker{pool: pool}, service.Timeout[exportArgs](timeout))}
+			})
+		}
 		tests := []struct {
-			name   string
-			rescue string
-			opts   []scheduler.RunOption
-			want   string
+			name        string
+			rescue      string
+			newServices func(*pgxpool.Pool) (*service.Registry, error)
+			opts        []scheduler.RunOption
+			want        string
 		}{
 			{
-				name:   "the scheduler's own",
-				rescue: "60s",
-				want:   "aging_sweep has 1m0s, job kind dlq_drain has 1m0s, job kind escalation_sweep has 1m0s",
+				name:        "the scheduler's own",
+				rescue:      "60s",
+				newServices: mailer(30*time.Second, 30*time.Second),
+				want:        "aging_sweep has 1m0s, job kind dlq_drain has 1m0s, job kind escalation_sweep has 1m0s",
 			},
 			{
-				name:   "a service's kind",
-				rescue: "90s",
-				opts:   []scheduler.RunOption{scheduler.KindTimeouts(map[string]time.Duration{"send_mail": 2 * time.Minute, "purge_bounces": time.Minute})},
-				want:   "send_mail has 2m0s",
+				name:        "a service's kind",
+				rescue:      "90s",
+				newServices: mailer(2*time.Minute, time.Minute),
+				want:        "send_mail has 2m0s",
 			},
 			{
-				name:   "options add up",
-				rescue: "90s",
-				opts: []scheduler.RunOption{
-					scheduler.KindTimeouts(map[string]time.Duration{"send_mail": 2 * time.Minute}),
-					scheduler.KindTimeouts(map[string]time.Duration{"audit_export": 3 * time.Minute}),
-				},
-				want: "audit_export has 3m0s, job kind send_mail has 2m0s",
+				name:        "a periodic kind",
+				rescue:      "90s",
+				newServices: mailer(time.Minute, 5*time.Minute),
+				want:        "purge_bounces has 5m0s",
+			},
+			{
+				name:        "options add up",
+				rescue:      "90s",
+				newServices: mailer(2*time.Minute, time.Minute),
+				opts:        []scheduler.RunOption{export(3 * time.Minute), scheduler.AddKinds(func(*pgxpool.Pool) []service.Kind { return nil })},
+				want:        "audit_export has 3m0s, job kind send_mail has 2m0s",
 			},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
-				cfg, err := config.Load[config.Scheduler]([]string{
-					"DATABASE_URL=postgres://127.0.0.1:1/none", // never reached
-					"RESCUE_STUCK_JOBS_AFTER=" + tt.rescue, "JOB_TIMEOUT=30s",
-				})
-				require.NoError(t, err)
-				err = scheduler.Run(context.Background(), cfg, discard, func(*pgxpool.Pool) (*service.Registry, error) {
-					return nil, errors.New("the services were built")
-				}, tt.opts...)
+				cfg := schedulerConfig(t, db, "RESCUE_STUCK_JOBS_AFTER="+tt.rescue, "JOB_TIMEOUT=30s")
+				err := scheduler.Run(context.Background(), cfg, discard, tt.newServices, tt.opts...)
 				require.ErrorIs(t, err, config.ErrInvalid)
 				require.Equal(t, strings.ReplaceAll(prefix, "%s", tt.rescue)+tt.want, err.Error())
 			})
 		}
+		require.Zero(t, db.Count(t, `SELECT count(*) FROM river_leader`), "no scheduler led")
 	})
 }

@@ -15,24 +15,21 @@
 // RiverConfig is the River client configuration of the deployment, for a
 // main that runs its own River client; Run is the whole process (connect,
 // lead, watch the leadership, metrics, stop on a signal), with the check of
-// RESCUE_STUCK_JOBS_AFTER against every kind's timeout. A team's scheduler
-// of the reference app's services and its own is a few lines of its main:
+// RESCUE_STUCK_JOBS_AFTER against every kind's timeout (Timeouts: each
+// kind declares its own, service.Timeout). A team's scheduler is a few
+// lines of its main:
 //
 //	cfg, err := config.Load[config.Scheduler](environ) // exit 2 on config.ErrInvalid
 //	if err != nil {
 //		return err
 //	}
 //	logger := cfg.NewLogger(stdout)
-//	return scheduler.Run(ctx, cfg, logger, newServices,
-//		scheduler.KindTimeouts(jobs.Timeouts()), scheduler.KindTimeouts(own))
+//	return scheduler.Run(ctx, cfg, logger, newServices)
 //
-// where newServices(pool) joins jobs.Registry with the team's registry
-// (service.Registry.Join) and own holds the timeouts of the team's kinds
-// (see the example).
+// where newServices(pool) builds the team's registry (see the example).
 package scheduler
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -41,10 +38,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/tierq/tierq/aging"
 	"github.com/tierq/tierq/config"
-	"github.com/tierq/tierq/dlq"
-	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/service"
 )
@@ -65,35 +59,25 @@ const periodicMaxAttempts = 3
 // It registers the worker of every kind of services (Registry.AddWorkers:
 // the services' kinds, never worked here since their queues are not served,
 // so that the rescuer on this leader knows them, and their periodic kinds,
-// worked here) and of the scheduler's own kinds, and fails when two of them
-// clash. A caller may register more workers in the returned config's
-// Workers before making the client: the reference app adds its load-test
-// kind.
+// worked here) and of the scheduler's own kinds, each with the timeout its
+// kind declares, and fails when two of them clash. A caller may register
+// more kinds in the returned config's Workers (service.Kind.AddWorker)
+// before making the client, as Run does those of AddKinds; RESCUE_STUCK_JOBS_AFTER
+// must then be longer than Timeouts(services, those kinds...), which Run
+// checks and a caller of RiverConfig checks itself
+// (config.Scheduler.CheckKindTimeouts).
 func RiverConfig(cfg config.Scheduler, pool *pgxpool.Pool, services *service.Registry, logger *slog.Logger, m *metrics.Scheduler) (*river.Config, error) {
 	workers := river.NewWorkers()
 	if err := services.AddWorkers(workers); err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	queues := services.Queues()
 	id := clientID()
-	// AddWorkerSafely: a service may not take one of the scheduler's kinds.
-	err := errors.Join(
-		river.AddWorkerSafely(workers, &AgingSweepWorker{pool: pool, logger: logger, metrics: m, settings: aging.Settings{
-			Step: cfg.AgingStep, MaxPriority: cfg.AgingMaxPriority, Queues: queues, Batch: cfg.SweepBatch,
-		}}),
-		river.AddWorkerSafely(workers, &EscalationSweepWorker{pool: pool, logger: logger, metrics: m, queues: queues,
-			rules: escalation.Rules(cfg.EscalateScheduledAfter, cfg.EscalateDefaultAfter), batch: cfg.SweepBatch}),
-		river.AddWorkerSafely(workers, &DLQDrainWorker{pool: pool, logger: logger, batch: cfg.DLQDrainBatch,
-			alerter: dlq.NewAlerter(dlq.AlertConfig{
-				Threshold:  cfg.DLQAlertThreshold,
-				WebhookURL: cfg.DLQAlertWebhookURL,
-				Interval:   cfg.DLQAlertInterval,
-				Timeout:    cfg.DLQAlertTimeout,
-				Source:     id,
-			}, logger)}),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("scheduler: %w", err)
+	// Kind.AddWorker is River's AddWorkerSafely: a service may not take one
+	// of the scheduler's kinds.
+	for _, k := range ownKinds(cfg, pool, logger, m, id, services.Queues()) {
+		if err := k.AddWorker(workers); err != nil {
+			return nil, fmt.Errorf("scheduler: %w", err)
+		}
 	}
 
 	return &river.Config{

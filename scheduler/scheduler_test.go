@@ -57,7 +57,7 @@ func riverConfig(t testing.TB, cfg config.Scheduler, pool *pgxpool.Pool, logger 
 	require.NoError(t, err)
 	rc, err := scheduler.RiverConfig(cfg, pool, services, logger, m)
 	require.NoError(t, err)
-	river.AddWorker(rc.Workers, jobs.NewLoadTestWorker(pool))
+	require.NoError(t, jobs.LoadTestKind(pool).AddWorker(rc.Workers))
 	return rc
 }
 

@@ -1,17 +1,26 @@
 package scheduler
 
 import (
+	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+
+	"github.com/tierq/tierq/aging"
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/dlq"
+	"github.com/tierq/tierq/escalation"
+	"github.com/tierq/tierq/metrics"
+	"github.com/tierq/tierq/service"
 )
 
-// Timeouts of the scheduler's own kinds. Each kind's timeout is a constant,
-// the same in every process: River applies it in the process that runs the
-// job and in the leader's rescuer alike (see package jobs). Every sweep works in batches of at most
-// SWEEP_BATCH (DLQ_DRAIN_BATCH) rows, each batch its own short transaction,
-// so a run cut short by its timeout keeps what it did, and the next period
-// carries on.
+// Timeouts of the scheduler's own kinds, which each kind declares
+// (service.Timeout) as every kind does: River applies it in the process
+// that runs the job and in the leader's rescuer alike. Every sweep works in
+// batches of at most SWEEP_BATCH (DLQ_DRAIN_BATCH) rows, each batch its own
+// short transaction, so a run cut short by its timeout keeps what it did,
+// and the next period carries on.
 const (
 	// AgingSweepTimeout: a backlog of a million waiting jobs is a thousand
 	// batch statements of a few milliseconds each.
@@ -24,30 +33,49 @@ const (
 	DLQDrainTimeout = time.Minute
 )
 
-// Timeouts returns the scheduler's own kinds with their timeouts. The
-// scheduler registers its services' kinds too (RiverConfig), and
-// RESCUE_STUCK_JOBS_AFTER must be longer than the timeout of each of them
-// all (config.Scheduler.CheckKindTimeouts): the application gives Run its
-// services' timeouts with KindTimeouts, as cmd/scheduler gives
-// jobs.Timeouts.
-func Timeouts() map[string]time.Duration {
-	return map[string]time.Duration{
-		KindAgingSweep:      AgingSweepTimeout,
-		KindEscalationSweep: EscalationSweepTimeout,
-		KindDLQDrain:        DLQDrainTimeout,
+// ownKinds are the scheduler's own kinds, each with its timeout: the aging
+// and escalation sweeps over queues and the dead-letter drain with its
+// depth alert (as source id).
+func ownKinds(cfg config.Scheduler, pool *pgxpool.Pool, logger *slog.Logger, m *metrics.Scheduler, id string, queues []string) []service.Kind {
+	return []service.Kind{
+		service.WorkerKind(&AgingSweepWorker{pool: pool, logger: logger, metrics: m, settings: aging.Settings{
+			Step: cfg.AgingStep, MaxPriority: cfg.AgingMaxPriority, Queues: queues, Batch: cfg.SweepBatch,
+		}}, service.Timeout[AgingSweepArgs](AgingSweepTimeout)),
+		service.WorkerKind(&EscalationSweepWorker{pool: pool, logger: logger, metrics: m, queues: queues,
+			rules: escalation.Rules(cfg.EscalateScheduledAfter, cfg.EscalateDefaultAfter), batch: cfg.SweepBatch},
+			service.Timeout[EscalationSweepArgs](EscalationSweepTimeout)),
+		service.WorkerKind(&DLQDrainWorker{pool: pool, logger: logger, batch: cfg.DLQDrainBatch,
+			alerter: dlq.NewAlerter(dlq.AlertConfig{
+				Threshold:  cfg.DLQAlertThreshold,
+				WebhookURL: cfg.DLQAlertWebhookURL,
+				Interval:   cfg.DLQAlertInterval,
+				Timeout:    cfg.DLQAlertTimeout,
+				Source:     id,
+			}, logger)}, service.Timeout[DLQDrainArgs](DLQDrainTimeout)),
 	}
 }
 
-// Timeout is AgingSweepTimeout.
-func (*AgingSweepWorker) Timeout(*river.Job[AgingSweepArgs]) time.Duration { return AgingSweepTimeout }
-
-// Timeout is EscalationSweepTimeout.
-func (*EscalationSweepWorker) Timeout(*river.Job[EscalationSweepArgs]) time.Duration {
-	return EscalationSweepTimeout
+// Timeouts are the timeout of every job kind a scheduler deployment of
+// services registers, by kind: the scheduler's own kinds', the kinds and
+// periodic kinds of services (service.Registry.Timeouts; services may be
+// nil) and extra's (the kinds of AddKinds). Each is the timeout the kind
+// declares (service.Timeout, or service.DefaultTimeout), which River
+// applies to its jobs, so none can be left out. RESCUE_STUCK_JOBS_AFTER
+// must be longer than each (config.Scheduler.CheckKindTimeouts): Run
+// checks it.
+func Timeouts(services *service.Registry, extra ...service.Kind) map[string]time.Duration {
+	timeouts := map[string]time.Duration{}
+	if services != nil {
+		timeouts = services.Timeouts()
+	}
+	for _, k := range extra {
+		timeouts[k.Name()] = k.Timeout()
+	}
+	for _, k := range ownKinds(config.Scheduler{}, nil, nil, nil, "", nil) {
+		timeouts[k.Name()] = k.Timeout()
+	}
+	return timeouts
 }
-
-// Timeout is DLQDrainTimeout.
-func (*DLQDrainWorker) Timeout(*river.Job[DLQDrainArgs]) time.Duration { return DLQDrainTimeout }
 
 var (
 	_ river.Worker[AgingSweepArgs]      = (*AgingSweepWorker)(nil)

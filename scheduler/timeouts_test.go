@@ -19,8 +19,7 @@ import (
 )
 
 // wantTimeouts is every kind the reference app's scheduler registers, with
-// the timeout it must have. Adding a kind means adding it here, with a
-// Timeout method.
+// the timeout it declares (service.Timeout).
 var wantTimeouts = map[string]time.Duration{
 	"analysis":         time.Minute,
 	"specview":         30 * time.Second,
@@ -48,10 +47,10 @@ func registeredKinds(t *testing.T, workers *river.Workers) []string {
 	return kinds
 }
 
-// TestEveryRegisteredKindHasATimeout: every kind the scheduler registers is
-// in jobs.Timeouts or scheduler.Timeouts with a positive timeout, and
-// nothing else is; a kind added to RiverConfig or to a service without a
-// timeout fails here.
+// TestEveryRegisteredKindHasATimeout: every kind the scheduler registers
+// is in Timeouts, read from the kinds themselves (the registry's, the
+// load-test kind given to AddKinds, the scheduler's own), with a positive
+// timeout, and nothing else is: a kind cannot be registered without one.
 func TestEveryRegisteredKindHasATimeout(t *testing.T) {
 	t.Parallel()
 
@@ -60,9 +59,12 @@ func TestEveryRegisteredKindHasATimeout(t *testing.T) {
 	riverConfig := riverConfig(t, cfg, nil, discard, newMetrics(t, prometheus.NewRegistry()))
 
 	// The kinds cmd/scheduler registers, with their timeouts as it checks
-	// them: the reference app's and the scheduler's own.
-	timeouts := jobs.Timeouts()
-	maps.Copy(timeouts, scheduler.Timeouts())
+	// them.
+	maintenance, err := jobs.LoadMaintenance(nil, &cfg)
+	require.NoError(t, err)
+	services, err := jobs.Registry(jobs.Deps{Maintenance: maintenance})
+	require.NoError(t, err)
+	timeouts := scheduler.Timeouts(services, jobs.LoadTestKind(nil))
 	require.Equal(t, slices.Sorted(maps.Keys(timeouts)), registeredKinds(t, riverConfig.Workers), "kinds registered and kinds with a timeout")
 	for kind, timeout := range timeouts {
 		require.Positive(t, timeout, kind)
@@ -73,6 +75,10 @@ func TestEveryRegisteredKindHasATimeout(t *testing.T) {
 	// The depth alert's webhook call, the last step of a drain, leaves the
 	// drain at least half of its job's timeout.
 	require.LessOrEqual(t, 2*config.MaxDLQAlertTimeout, timeouts[scheduler.KindDLQDrain])
+
+	// Without services: the scheduler's own kinds.
+	require.Equal(t, map[string]time.Duration{"aging_sweep": time.Minute, "escalation_sweep": time.Minute, "dlq_drain": time.Minute},
+		scheduler.Timeouts(nil))
 }
 
 // TestRescuerWaitsForEachKindsOwnTimeout is the double run of issue 14: the
@@ -87,9 +93,9 @@ func TestEveryRegisteredKindHasATimeout(t *testing.T) {
 // runs as soon as it leads and then every 30 s. The scheduler would refuse
 // these settings at start (RESCUE_STUCK_JOBS_AFTER must exceed every
 // kind's timeout); RiverConfig is used directly to show that even then a
-// kind's timeout protects its running jobs. A kind without a Timeout method
-// of its own would get the leader's 1 s and its running job would be
-// rescued. One pass of the rescuer decides both rows of every kind (one
+// kind's timeout protects its running jobs: the rescuer reads each kind's
+// from the kind (service.Timeout, or service.DefaultTimeout), never the
+// leader's JOB_TIMEOUT, as the worker running the job does. One pass of the rescuer decides both rows of every kind (one
 // query fetches every running job older than 2 s), so once the expired
 // rows are rescued, the others have been looked at and left alone.
 func TestRescuerWaitsForEachKindsOwnTimeout(t *testing.T) {

@@ -103,8 +103,8 @@ func setupProduction(t *testing.T, env ...string) *productionBundle {
 		}},
 		proctest.Deployment{Name: "scheduler", Run: func(ctx context.Context, _ []string, out io.Writer) error {
 			return scheduler.Run(ctx, schedulerCfg, slog.New(slog.NewTextHandler(out, nil)), productionRegistry,
-				scheduler.AddWorkers(func(workers *river.Workers, pool *pgxpool.Pool) error {
-					return river.AddWorkerSafely(workers, loadtest.NewWorker(pool))
+				scheduler.AddKinds(func(pool *pgxpool.Pool) []service.Kind {
+					return []service.Kind{service.WorkerKind(loadtest.NewWorker(pool), service.Timeout[loadtest.Args](loadtest.Timeout))}
 				}))
 		}},
 	)

@@ -8,15 +8,14 @@
 //
 // Invalid configuration exits 2 before any database connection is made; so
 // does a RESCUE_STUCK_JOBS_AFTER that is not longer than the timeout of
-// every job kind (jobs.Timeouts and scheduler.Timeouts), since the rescuer
+// every job kind (scheduler.Timeouts: each kind declares its own), since the rescuer
 // would then retry jobs a worker may still be running. A schema missing a
 // River or tierq migration exits 1 with the versions found and needed and
 // "run `tierctl migrate`" (migrate.Check); one a newer tierq migrated is
 // accepted and logged. docs/operations.md, "Schema version".
 //
-// The process is scheduler.Run; a team's scheduler of the reference
-// services and its own is the same few lines (example in package
-// scheduler).
+// The process is scheduler.Run; a team's scheduler of its own services is
+// the same few lines (example in package scheduler).
 package main
 
 import (

@@ -185,12 +185,7 @@ func loadProcess(t *testing.T, c corev1.Container, env map[string]string) (proce
 		if err := config.Join(err, maintenanceErr); err != nil {
 			return p, err
 		}
-		timeouts := jobs.Timeouts()
-		if p.binary == "thumbnail-scheduler" {
-			maps.Copy(timeouts, thumbnail.Timeouts())
-		}
-		maps.Copy(timeouts, scheduler.Timeouts())
-		if err := cfg.CheckKindTimeouts(timeouts); err != nil {
+		if err := cfg.CheckKindTimeouts(schedulerTimeouts(t, p.binary == "thumbnail-scheduler")); err != nil {
 			return p, err
 		}
 		p.listen, p.softStop = cfg.MetricsAddr, cfg.SoftStopTimeout
@@ -209,6 +204,25 @@ func loadProcess(t *testing.T, c corev1.Container, env map[string]string) (proce
 		}
 	}
 	return p, nil
+}
+
+// schedulerTimeouts are the timeouts of every kind the scheduler registers,
+// from the kinds themselves: the reference app's services with the
+// analyzer's maintenance, the load-test kind and, with thumbnails, the
+// thumbnail service's.
+func schedulerTimeouts(t *testing.T, thumbnails bool) map[string]time.Duration {
+	t.Helper()
+	cfg, err := config.Load[config.Scheduler]([]string{"DATABASE_URL=postgres://127.0.0.1:1/none"})
+	require.NoError(t, err)
+	maintenance, err := jobs.LoadMaintenance(nil, &cfg)
+	require.NoError(t, err)
+	deps := jobs.Deps{Maintenance: maintenance}
+	registry, err := jobs.Registry(deps)
+	if thumbnails {
+		registry, err = thumbnail.WithReference(deps)
+	}
+	require.NoError(t, err)
+	return scheduler.Timeouts(registry, jobs.LoadTestKind(nil))
 }
 
 // listenPort is the port of a host:port listen address.
@@ -277,9 +291,7 @@ func TestContainerEnvironmentsLoad(t *testing.T) {
 func TestRescueStuckJobsAfter(t *testing.T) {
 	t.Parallel()
 
-	timeouts := jobs.Timeouts()
-	maps.Copy(timeouts, thumbnail.Timeouts())
-	maps.Copy(timeouts, scheduler.Timeouts())
+	timeouts := schedulerTimeouts(t, true)
 	require.Equal(t, time.Minute, slices.Max(slices.Collect(maps.Values(timeouts))), "the longest job kind's timeout")
 	eachTierqContainer(t, func(t *testing.T, b *build, p pod, c corev1.Container, proc process) {
 		env := containerEnv(t, b, c)

@@ -1,8 +1,6 @@
 package thumbnail
 
 import (
-	"time"
-
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/service"
 )
@@ -32,10 +30,4 @@ func WithReference(ref jobs.Deps) (*service.Registry, error) {
 		return nil, err
 	}
 	return reference.Join(own)
-}
-
-// Timeouts are the thumbnail kind's timeout by kind, for the scheduler's
-// check of RESCUE_STUCK_JOBS_AFTER (scheduler.KindTimeouts).
-func Timeouts() map[string]time.Duration {
-	return map[string]time.Duration{Kind: (*Worker)(nil).Timeout(nil)}
 }

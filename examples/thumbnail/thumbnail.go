@@ -42,6 +42,11 @@ import (
 // Kind is the job kind of a thumbnail.
 const Kind = "thumbnail"
 
+// Timeout bounds one attempt of a thumbnail job, the kind's timeout
+// (service.Timeout): a thumbnail of the largest image takes well under a
+// second.
+const Timeout = 30 * time.Second
+
 // Width limits of a thumbnail, in pixels.
 const (
 	MinWidth = 16
@@ -93,10 +98,6 @@ var _ river.Worker[Args] = (*Worker)(nil)
 func NewWorker(sourceDir, outputDir string) *Worker {
 	return &Worker{sourceDir: sourceDir, outputDir: outputDir}
 }
-
-// Timeout bounds one attempt: a thumbnail of the largest image takes well
-// under a second.
-func (*Worker) Timeout(*river.Job[Args]) time.Duration { return 30 * time.Second }
 
 // Work reads the image, scales it and writes the thumbnail, named by the
 // image's path and the width.
@@ -201,7 +202,7 @@ func Service(deps Deps) (*service.Service, error) {
 	return service.New(&service.Config{
 		Name:      ServiceName,
 		BaseQueue: "thumbnails",
-		Kinds:     []service.Kind{service.WorkerKind(NewWorker(deps.SourceDir, deps.OutputDir))},
+		Kinds:     []service.Kind{service.WorkerKind(NewWorker(deps.SourceDir, deps.OutputDir), service.Timeout[Args](Timeout))},
 		Workers:   &service.ClassWorkers{Priority: 2, Default: 1, Scheduled: 1},
 	})
 }

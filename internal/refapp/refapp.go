@@ -19,7 +19,6 @@ import (
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/config"
@@ -47,7 +46,7 @@ func RunWorker(ctx context.Context, environ []string, stdout io.Writer) error {
 	logger := cfg.NewLogger(stdout)
 	if cfg.JobTimeoutSet() {
 		logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: each job kind has its own timeout (docs/operations.md, \"Job timeouts and rescue\"); it applies only to kinds registered without one",
-			slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(jobs.Timeouts())))
+			slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(described.Timeouts())))
 	}
 
 	var attrs []slog.Attr
@@ -73,6 +72,16 @@ func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error
 	if err := config.Join(err, maintenanceErr); err != nil {
 		return err
 	}
+	// Run checks RESCUE_STUCK_JOBS_AFTER against every kind's timeout once
+	// connected; the registry described without a pool has the same kinds,
+	// so a bad value exits 2 before any connection.
+	described, err := jobs.Registry(jobs.Deps{Maintenance: maintenance})
+	if err != nil {
+		return err
+	}
+	if err := cfg.CheckKindTimeouts(scheduler.Timeouts(described, jobs.LoadTestKind(nil))); err != nil {
+		return err
+	}
 	logger := cfg.NewLogger(stdout)
 	return scheduler.Run(ctx, cfg, logger,
 		func(pool *pgxpool.Pool) (*service.Registry, error) {
@@ -81,13 +90,10 @@ func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error
 			}
 			return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
 		},
-		// The reference app's kinds: its services', their periodic kinds
-		// and the load test's, whose worker is registered so that the
-		// rescuer on this leader retries a stuck load-test job; it is no
-		// service's kind.
-		scheduler.KindTimeouts(jobs.Timeouts()),
-		scheduler.AddWorkers(func(workers *river.Workers, pool *pgxpool.Pool) error {
-			return river.AddWorkerSafely(workers, jobs.NewLoadTestWorker(pool))
+		// The load test's kind, no service's, is registered so that the
+		// rescuer on this leader retries a stuck load-test job.
+		scheduler.AddKinds(func(pool *pgxpool.Pool) []service.Kind {
+			return []service.Kind{jobs.LoadTestKind(pool)}
 		}),
 		scheduler.LogAttrs(maintenance.LogAttrs()...),
 	)

@@ -59,7 +59,6 @@ func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error
 		func(*pgxpool.Pool) (*service.Registry, error) {
 			return thumbnail.Registry(thumbnail.Deps{})
 		},
-		scheduler.KindTimeouts(thumbnail.Timeouts()),
 	)
 }
 
