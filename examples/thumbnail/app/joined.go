@@ -5,7 +5,6 @@ import (
 	"io"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/config"
@@ -37,10 +36,9 @@ func RunSchedulerWithReference(ctx context.Context, environ []string, stdout io.
 			}
 			return thumbnail.WithReference(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
 		},
-		scheduler.KindTimeouts(jobs.Timeouts()),
-		scheduler.KindTimeouts(thumbnail.Timeouts()),
-		scheduler.AddWorkers(func(workers *river.Workers, pool *pgxpool.Pool) error {
-			return river.AddWorkerSafely(workers, jobs.NewLoadTestWorker(pool))
+		// Every kind's timeout comes with the kind, the load test's too.
+		scheduler.AddKinds(func(pool *pgxpool.Pool) []service.Kind {
+			return []service.Kind{jobs.LoadTestKind(pool)}
 		}),
 	)
 }
