@@ -99,6 +99,13 @@ func Run(ctx context.Context, cfg config.API, logger *slog.Logger, newServices f
 	if err != nil {
 		return fmt.Errorf("api: services: %w", err)
 	}
+	// For the stock tierctl; like the schema check, bounded, and no reason
+	// not to serve.
+	recordCtx, cancelRecord := context.WithTimeout(ctx, StartCheckTimeout)
+	if err := registry.Record(recordCtx, pool, "api"); err != nil {
+		logger.WarnContext(ctx, "services not recorded", slog.String("error", err.Error()))
+	}
+	cancelRecord()
 	server := New(Config{
 		Token: cfg.Token, AdminToken: cfg.AdminToken, Schema: cfg.Schema, MaxAttempts: cfg.MaxAttempts,
 		Registry: registry, RiverUI: riverUI,

@@ -21,7 +21,7 @@ func TestWatchCountsRowsOfAnyShape(t *testing.T) {
 		testdb.InsertRaw(t, db, testdb.RawJob{Kind: "analysis", Queue: "analysis_priority", State: "discarded",
 			Args: shape, Metadata: shape, Wait: 20 * time.Second})
 	}
-	out, err := runTierctl(t, dbEnv(db), "watch", "--once")
+	out, err := runTierctl(t, dbEnv(t, db), "watch", "--once")
 	require.NoError(t, err, out)
 	// SCHEDULED PENDING HELD AVAILABLE RETRYABLE RUNNING OLDEST DEAD
 	require.Regexp(t, `(?m)^\s*analysis_default\s+0\s+0\s+0\s+7\s+0\s+0\s+(\d+ms|\d+\.\ds)\s+0$`, out)

@@ -37,7 +37,7 @@ func TestScaleoutWorkerIsTheReferenceAppsWorker(t *testing.T) {
 
 	// benchWorker's command, run as this test binary (proctest): the same
 	// arguments and exactly the environment given.
-	environ := append(dbEnv(db), "WORKER_SERVICE="+jobs.ServiceAnalyzer, "LOAD_TEST_WORKLOAD=true", "LOG_FORMAT=json")
+	environ := append(dbEnv(t, db), "WORKER_SERVICE="+jobs.ServiceAnalyzer, "LOAD_TEST_WORKLOAD=true", "LOG_FORMAT=json")
 	cmd := benchWorker("/nonexistent/tierctl")(environ)
 	require.Equal(t, []string{"/nonexistent/tierctl", benchWorkerUse}, cmd.Args)
 	require.Equal(t, environ, cmd.Env)
@@ -83,7 +83,7 @@ func TestTrafficProcessesAreTheApplications(t *testing.T) {
 	require.NotContains(t, out, benchProcessUse)
 
 	start := func(role bench.Role, want string, environ ...string) (*exec.Cmd, *proctest.Buffer, chan error) {
-		environ = append(append(dbEnv(db), "LOG_FORMAT=json"), environ...)
+		environ = append(append(dbEnv(t, db), "LOG_FORMAT=json"), environ...)
 		cmd := benchApp("/nonexistent/tierctl")(role, environ)
 		require.Equal(t, []string{"/nonexistent/tierctl", benchProcessUse, string(role)}, cmd.Args)
 		require.Equal(t, environ, cmd.Env)
@@ -131,6 +131,6 @@ func TestTrafficProcessesAreTheApplications(t *testing.T) {
 	require.Contains(t, fmt.Sprint(body["queues"]), "thumbnails_priority")
 	stop(api, apiOut, apiExited)
 
-	_, err = runTierctl(t, dbEnv(db), benchProcessUse, "sweeper")
+	_, err = runTierctl(t, dbEnv(t, db), benchProcessUse, "sweeper")
 	require.ErrorContains(t, err, `unknown role "sweeper"`)
 }

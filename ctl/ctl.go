@@ -1,8 +1,10 @@
 // Package ctl is tierctl, tierq's operator command line, as a package:
-// cmd/tierctl is a thin main around Main.
+// cmd/tierctl is a thin main around Main, and an application can build the
+// same commands into its own binary with Command.
 //
 //	tierctl migrate            apply River's and tierq's migrations (idempotent)
-//	tierctl enqueue            insert demo analysis work across every tier
+//	tierctl services ...       list the services known in the database; forget one
+//	tierctl enqueue            insert demo analysis work across every tier, or jobs of any known kind (--kind)
 //	tierctl watch              live view: queues, waits by tier, dead letters, leader
 //	tierctl demo               a free flood beside a paid trickle: paid waits stay low
 //	tierctl escalate JOB_ID    move a queued job to another queue (audited)
@@ -16,6 +18,20 @@
 // command but migrate first checks that the schema has every migration this
 // build needs (migrate.Check); when it does not, it exits 1 saying which
 // versions it found and needs and to run `tierctl migrate`.
+//
+// # Which services
+//
+// tierctl links no application's code. It learns the services from the
+// database it points at: every worker, scheduler and API process records its
+// registry's services there when it starts (service.Registry.Record, table
+// tierq_services: name, queues, kinds with their aliases and args' JSON
+// fields), and escalate, dlq replay --to-queue, watch, queues and enqueue
+// --kind work on the recorded services. A record stays until `tierctl
+// services forget` deletes it, since a service's jobs outlive its processes.
+// Built into an application's binary (Command with Config.Registry), the
+// registry's services are known without a record and win over it. The
+// reference app's demo commands (enqueue without --kind, demo, bench) insert
+// the reference app's kinds whatever is recorded.
 package ctl
 
 import (
@@ -23,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -36,10 +53,65 @@ import (
 	"github.com/tierq/tierq/service"
 )
 
-// Main runs tierctl with args (args[0] is the program's name) in environ,
-// writing to stdout; ExitCode is the exit status of its error.
+// Main runs the stock tierctl (Command with no Registry) with args (args[0]
+// is the program's name) in environ, writing to stdout, until the command
+// ends or the process gets SIGINT or SIGTERM; ExitCode is the exit status of
+// its error.
 func Main(ctx context.Context, args, environ []string, stdout io.Writer) error {
-	return run(ctx, args, environ, stdout)
+	return run(ctx, Config{Environ: environ, Stdout: stdout}, args)
+}
+
+// Config configures the commands Command makes. Its zero value is the stock
+// tierctl on os.Stdout with an empty environment.
+type Config struct {
+	// Registry, when set, is the application's registry: its services are
+	// known to every command whether or not a process recorded them in the
+	// database, and enqueue --kind decodes a kind's args with its args type
+	// (service.Kind.DecodeArgs, as the API does) rather than checking their
+	// keys against the recorded field names. The services recorded in the
+	// database are known too; one that shares a name, a queue or a kind
+	// with one of the registry's is left out: the registry wins.
+	//
+	// Default: nil, the services recorded in the database alone.
+	Registry *service.Registry
+
+	// Environ is the environment the commands read their configuration
+	// from (DATABASE_URL, DATABASE_SCHEMA, …), as os.Environ gives it.
+	// Default: none (pass os.Environ()).
+	Environ []string
+
+	// Stdout is where the commands write. Default: os.Stdout.
+	Stdout io.Writer
+}
+
+// Command is tierctl's command tree, named "tierctl" (set Use to rename
+// it), for an application to run as its own binary's root or add under it
+// (root.AddCommand). Run it with ExecuteContext: the commands stop when the
+// context ends (Main's ends with SIGINT or SIGTERM). Its errors are not
+// printed; ExitCode gives the exit status of one.
+//
+//	cmd := ctl.Command(ctl.Config{Registry: registry, Environ: os.Environ()})
+//	if err := cmd.ExecuteContext(ctx); err != nil {
+//		fmt.Fprintln(os.Stderr, "invoicesctl:", err)
+//		os.Exit(ctl.ExitCode(err))
+//	}
+func Command(cfg Config) *cobra.Command {
+	stdout := cfg.Stdout
+	if stdout == nil {
+		stdout = os.Stdout
+	}
+	app := &app{environ: cfg.Environ, stdout: stdout, registry: cfg.Registry}
+	root := &cobra.Command{
+		Use:           "tierctl",
+		Short:         "Operate tierq: migrations, demo work, queue progress, escalation, dead letters",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stdout)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	root.AddCommand(app.migrateCommand(), app.servicesCommand(), app.enqueueCommand(), app.watchCommand(), app.demoCommand(), app.escalateCommand(), app.dlqCommand(), app.subscriptionsCommand(), app.queuesCommand(), app.escalationsCommand(), app.benchCommand(), app.benchWorkerCommand(), app.benchProcessCommand())
+	return root
 }
 
 // ExitCode is the exit status of an error Main returned: 0 for nil, 2
@@ -49,7 +121,7 @@ func ExitCode(err error) int {
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, config.ErrInvalid) || errors.As(err, &usage):
+	case errors.Is(err, config.ErrInvalid) || errors.As(err, &usage) || strings.HasPrefix(err.Error(), "unknown command"):
 		return config.ExitCodeInvalid
 	default:
 		return 1
@@ -62,21 +134,11 @@ type usageError struct{ err error }
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
 
-func run(ctx context.Context, args, environ []string, stdout io.Writer) error {
+func run(ctx context.Context, cfg Config, args []string) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	app := &app{environ: environ, stdout: stdout}
-	root := &cobra.Command{
-		Use:           "tierctl",
-		Short:         "Operate tierq: migrations, demo work, queue progress, escalation, dead letters",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.SetOut(stdout)
-	root.SetErr(stdout)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(app.migrateCommand(), app.enqueueCommand(), app.watchCommand(), app.demoCommand(), app.escalateCommand(), app.dlqCommand(), app.subscriptionsCommand(), app.queuesCommand(), app.escalationsCommand(), app.benchCommand(), app.benchWorkerCommand(), app.benchProcessCommand())
+	root := Command(cfg)
 	root.SetArgs(args[1:])
 	err := root.ExecuteContext(ctx)
 	if err != nil && strings.HasPrefix(err.Error(), "unknown command") {
@@ -98,23 +160,15 @@ func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 // app is what every subcommand shares: the environment it was given and,
 // once a command needs it, the configuration and a database pool.
 type app struct {
-	environ []string
-	stdout  io.Writer
+	environ  []string
+	stdout   io.Writer
+	registry *service.Registry // Config.Registry; nil for the stock tierctl
 }
 
 // referenceRegistry is the reference app's registry (jobs.Registry) without
-// its workers' dependencies: tierctl runs none of their workers.
+// its workers' dependencies, for the reference app's demo commands (enqueue
+// without --kind, demo): tierctl runs none of their workers.
 func referenceRegistry() (*service.Registry, error) { return jobs.Registry(jobs.Deps{}) }
-
-// serviceQueues are the queues of the reference app's services, the queues
-// tierctl escalates jobs between, replays dead letters into and watches.
-func (a *app) serviceQueues() ([]string, error) {
-	registry, err := referenceRegistry()
-	if err != nil {
-		return nil, err
-	}
-	return registry.Queues(), nil
-}
 
 // connect loads the configuration, opens a pool and checks that the
 // schema has every migration (migrate.Check: a *migrate.SchemaError says

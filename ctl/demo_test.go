@@ -27,7 +27,7 @@ func TestDemoRunsToCompletion(t *testing.T) {
 	}
 
 	// 60 free jobs over 1s, a paid job every 200ms for 3s (15), 2 background.
-	out, err := runTierctl(t, dbEnv(db), "demo", "--free", "60", "--burst", "1s", "--duration", "3s",
+	out, err := runTierctl(t, dbEnv(t, db), "demo", "--free", "60", "--burst", "1s", "--duration", "3s",
 		"--paid-every", "200ms", "--background", "2", "--sleep-ms", "20", "--report-every", "1s", "--timeout", "1m")
 	require.NoError(t, err, out)
 	t.Log(out)
@@ -66,7 +66,7 @@ func TestDemoUsageErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := runTierctl(t, dbEnv(db), append([]string{"demo"}, tt.give...)...)
+			_, err := runTierctl(t, dbEnv(t, db), append([]string{"demo"}, tt.give...)...)
 			var usage *usageError
 			require.True(t, errors.As(err, &usage), "%v", err)
 			require.ErrorContains(t, err, tt.want)
@@ -85,7 +85,7 @@ func TestDemoInterrupted(t *testing.T) {
 	var out bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"tierctl", "demo", "--free", "50", "--burst", "0", "--duration", "1m", "--paid-every", "50ms", "--background", "0", "--report-every", "1h"}, dbEnv(db), &out)
+		done <- Main(ctx, []string{"tierctl", "demo", "--free", "50", "--burst", "0", "--duration", "1m", "--paid-every", "50ms", "--background", "0", "--report-every", "1h"}, dbEnv(t, db), &out)
 	}()
 	testdb.WaitFor(t, 10*time.Second, "the demo inserted its flood", func() bool {
 		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'loadtest'`) >= 51

@@ -29,7 +29,8 @@ func (a *app) dlqReplayCommand() *cobra.Command {
 		Short: "Insert a dead letter's job again, with fresh attempts, and mark it replayed",
 		Long: `Insert a new River job with the dead letter's kind, args, tags and max
 attempts, with fresh attempts, into its original queue (or --to-queue, which
-must be a queue of the same service), at the priority it started with; mark
+must be a queue of the same service: any service known in the database,
+tierctl services list), at the priority it started with; mark
 the dead letter replayed (when, by whom, the new job's id) in the same
 transaction. A dead letter that was replayed before is refused unless
 --force. With IDs, each is reported and the command exits 1 if any was not
@@ -42,14 +43,16 @@ replayed. With --all, every dead letter not replayed yet that matches
 			if opts.Actor == "" {
 				opts.Actor = a.user()
 			}
-			queues, err := a.serviceQueues()
-			if err != nil {
-				return err
-			}
-			if err := opts.Validate(queues); err != nil {
+			// --to-queue is checked once the services are read.
+			withoutTo := opts
+			withoutTo.ToQueue = ""
+			if err := withoutTo.Validate(nil); err != nil {
 				return &usageError{err}
 			}
-			var ids []int64
+			var (
+				ids []int64
+				err error
+			)
 			switch {
 			case all && len(args) > 0:
 				return &usageError{errors.New("give dead-letter IDs or --all, not both")}
@@ -78,6 +81,17 @@ replayed. With --all, every dead letter not replayed yet that matches
 				return err
 			}
 			defer pool.Close()
+			services, err := a.catalog(ctx, pool)
+			if err != nil {
+				return err
+			}
+			queues := services.queues()
+			if opts.ToQueue != "" && len(queues) == 0 {
+				return &usageError{fmt.Errorf("--to-queue %.128q: %w", opts.ToQueue, errNoServices)}
+			}
+			if err := opts.Validate(queues); err != nil {
+				return &usageError{err}
+			}
 
 			if !all {
 				outcomes, err := dlq.Replay(ctx, client, pool, queues, ids, opts)

@@ -35,7 +35,7 @@ func tierctlMain() {
 func TestDeadLetterCommands(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	environ := append(dbEnv(db), "USER=alice")
+	environ := append(dbEnv(t, db), "USER=alice")
 	testdb.SeedDiscarded(t, db, 12) // two per service queue
 
 	out, err := runTierctl(t, environ, "dlq", "drain", "--batch", "5")
@@ -73,6 +73,10 @@ func TestDeadLetterCommands(t *testing.T) {
 	out, err = runTierctl(t, environ, "dlq", "replay", itoa(target.ID), "--to-queue", "specview_priority")
 	require.NoError(t, err, out)
 	require.Regexp(t, `dead letter \d+: replayed as job \d+ in specview_priority`, out)
+	// --to-queue is a queue of a service recorded in the database.
+	_, err = runTierctl(t, environ, "dlq", "replay", "--all", "--to-queue", "analyss_priority")
+	require.Equal(t, 2, ExitCode(err))
+	require.ErrorContains(t, err, `queue "analyss_priority" is not a service queue (analysis_priority, analysis_default, analysis_scheduled, specview_priority, specview_default, specview_scheduled)`)
 	out, err = runTierctl(t, environ, "dlq", "show", itoa(target.ID))
 	require.NoError(t, err, out)
 	require.Regexp(t, `replayed      \S+ as job \d+ by alice`, out)
@@ -165,7 +169,7 @@ func TestDrainKilledMidRunLosesNothing(t *testing.T) {
 		SELECT count(*) FROM discarded_before AS b
 		WHERE (SELECT count(*) FROM river_job WHERE id = b.id) + (SELECT count(*) FROM dead_letter_jobs WHERE job_id = b.id) <> 1`))
 
-	res, err := runTierctl(t, dbEnv(db), "dlq", "drain")
+	res, err := runTierctl(t, dbEnv(t, db), "dlq", "drain")
 	require.NoError(t, err, res)
 	require.Equal(t, n, db.Count(t, `SELECT count(*) FROM dead_letter_jobs`))
 	require.Zero(t, db.Count(t, `SELECT count(*) FROM river_job`))

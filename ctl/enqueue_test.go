@@ -24,25 +24,25 @@ func TestEnqueueChecksAnalysisRoots(t *testing.T) {
 	require.NoError(t, err)
 
 	// Outside the roots: a usage error naming the target and the roots.
-	_, err = runTierctl(t, append(dbEnv(db), "ANALYSIS_ROOTS="+fixture+":/nonexistent/root"),
+	_, err = runTierctl(t, append(dbEnv(t, db), "ANALYSIS_ROOTS="+fixture+":/nonexistent/root"),
 		"enqueue", "--count", "4", "--target", "../jobs/scan/testdata/fixture/go", "--target", ".")
 	var usage *usageError
 	require.True(t, errors.As(err, &usage), "%v", err)
 	require.EqualError(t, err, `--target "." (`+cmdDir+`) is outside the analysis roots `+fixture+`:/nonexistent/root (ANALYSIS_ROOTS)`)
 
 	// A sibling sharing the root's prefix is outside too.
-	_, err = runTierctl(t, append(dbEnv(db), "ANALYSIS_ROOTS="+filepath.Join(fixture, "go", "pk")),
+	_, err = runTierctl(t, append(dbEnv(t, db), "ANALYSIS_ROOTS="+filepath.Join(fixture, "go", "pk")),
 		"enqueue", "--count", "4", "--target", "../jobs/scan/testdata/fixture/go/pkg")
 	require.ErrorContains(t, err, `is outside the analysis roots `+fixture+`/go/pk (ANALYSIS_ROOTS)`)
 
 	// A bad ANALYSIS_ROOTS is a configuration error (exit 2).
-	_, err = runTierctl(t, append(dbEnv(db), "ANALYSIS_ROOTS=jobs"), "enqueue", "--count", "4")
+	_, err = runTierctl(t, append(dbEnv(t, db), "ANALYSIS_ROOTS=jobs"), "enqueue", "--count", "4")
 	require.ErrorIs(t, err, config.ErrInvalid)
 	require.ErrorContains(t, err, `ANALYSIS_ROOTS="jobs": "jobs" is not an absolute directory`)
 	require.Zero(t, db.Count(t, `SELECT count(*) FROM river_job`), "nothing inserted")
 
 	// Inside the roots (the root itself, a directory below it): inserted.
-	out, err := runTierctl(t, append(dbEnv(db), "ANALYSIS_ROOTS="+fixture+"/"),
+	out, err := runTierctl(t, append(dbEnv(t, db), "ANALYSIS_ROOTS="+fixture+"/"),
 		"enqueue", "--count", "4", "--target", "../jobs/scan/testdata/fixture", "--target", "../jobs/scan/testdata/fixture/go")
 	require.NoError(t, err, out)
 	require.Equal(t, 2, db.Count(t, `SELECT count(*) FROM river_job WHERE args->>'target' = $1`, fixture))
@@ -56,7 +56,7 @@ func TestEnqueueChecksAnalysisRoots(t *testing.T) {
 func TestEnqueueChecksUserIDs(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	env := append(dbEnv(db), "ANALYSIS_ROOTS=/")
+	env := append(dbEnv(t, db), "ANALYSIS_ROOTS=/")
 
 	for prefix, want := range map[string]string{
 		strings.Repeat("u", 188): `--user-prefix: invalid user id: 201 bytes, longer than 200 (the prefix is 188 bytes of it, then "_enterprise_6")`,

@@ -20,7 +20,8 @@ func (a *app) escalateCommand() *cobra.Command {
 		Use:   "escalate JOB_ID --to priority|default|scheduled --actor NAME --reason TEXT [--priority N]",
 		Short: "Move a queued job to another queue of its service (audited in job_escalations)",
 		Long: `Move a queued job (available, scheduled, retryable or pending) to the priority,
-default or scheduled queue of its own service. Moving to priority sets River
+default or scheduled queue of its own service, any service known in the
+database (tierctl services list). Moving to priority sets River
 priority 1 unless --priority says otherwise; other moves keep the priority.
 A running or finished job, or a missing one, is left alone and the command
 exits 1 saying why.`,
@@ -40,16 +41,16 @@ exits 1 saying why.`,
 				return &usageError{err}
 			}
 
-			queues, err := a.serviceQueues()
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
 			_, pool, err := a.connect(ctx)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
+			queues, err := a.serviceQueues(ctx, pool)
+			if err != nil {
+				return err
+			}
 
 			res, err := escalation.Escalate(ctx, pool, queues, req)
 			if err != nil {

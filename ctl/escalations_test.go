@@ -24,7 +24,7 @@ func TestEscalationsList(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
-	env := dbEnv(db)
+	env := dbEnv(t, db)
 	analyzer := testdb.Service(t, jobs.ServiceAnalyzer)
 
 	free, err := db.Producer(t).Insert(ctx, jobs.LoadTestArgs{}, analyzer.InsertOpts(tiers.Free, "", false))

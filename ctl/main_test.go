@@ -23,11 +23,21 @@ import (
 func runTierctl(t *testing.T, environ []string, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	err := run(context.Background(), append([]string{"tierctl"}, args...), environ, &out)
+	err := Main(context.Background(), append([]string{"tierctl"}, args...), environ, &out)
 	return out.String(), err
 }
 
-func dbEnv(db *testdb.DB) []string {
+// dbEnv is tierctl's environment on db, where the reference app's services
+// are recorded as its processes record them when they start.
+func dbEnv(t testing.TB, db *testdb.DB) []string {
+	t.Helper()
+	require.NoError(t, testdb.Registry(t).Record(context.Background(), db.Pool, "worker"))
+	return bareEnv(db)
+}
+
+// bareEnv is tierctl's environment on db as it is: no service recorded
+// unless the test recorded one.
+func bareEnv(db *testdb.DB) []string {
 	return []string{"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema}
 }
 
@@ -40,8 +50,8 @@ func TestMigrateFreshSchemaThenIdempotent(t *testing.T) {
 
 	out, err := runTierctl(t, environ, "migrate")
 	require.NoError(t, err, out)
-	require.Contains(t, out, "tierq migrations applied: [1 2 3 4 5 6 7 8 9 10]")
-	require.Contains(t, out, "tierq schema version: 10")
+	require.Contains(t, out, "tierq migrations applied: [1 2 3 4 5 6 7 8 9 10 11]")
+	require.Contains(t, out, "tierq schema version: 11")
 
 	out, err = runTierctl(t, environ, "migrate")
 	require.NoError(t, err, out)
@@ -53,7 +63,7 @@ func TestEnqueueRoutesEveryTier(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 
-	out, err := runTierctl(t, dbEnv(db), "enqueue", "--count", "40",
+	out, err := runTierctl(t, dbEnv(t, db), "enqueue", "--count", "40",
 		"--mix", "free=1,pro=1,pro_plus=1,enterprise=1", "--scheduled", "0.25",
 		"--target", "../jobs/scan/testdata/fixture", "--target", ".")
 	require.NoError(t, err, out)
@@ -96,7 +106,7 @@ func TestEnqueueRoutesEveryTier(t *testing.T) {
 	require.Positive(t, byQueue["analysis_scheduled"])
 	require.Less(t, byQueue["analysis_scheduled"], 20, "about a quarter scheduled")
 
-	out, err = runTierctl(t, dbEnv(db), "watch", "--once")
+	out, err = runTierctl(t, dbEnv(t, db), "watch", "--once")
 	require.NoError(t, err, out)
 	// SCHEDULED PENDING HELD AVAILABLE RETRYABLE RUNNING OLDEST DEAD
 	require.Regexp(t, fmt.Sprintf(`(?m)^\s*analysis_priority\s+0\s+0\s+0\s+%d\s+0\s+0\s+(\d+ms|\d+\.\ds)\s+0$`, byQueue["analysis_priority"]), out)
@@ -154,7 +164,6 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{name: "dlq unknown subcommand", args: []string{"dlq", "lsit"}, want: `unknown command "lsit"`},
 		{name: "dlq without subcommand", args: []string{"dlq"}, want: "needs a subcommand"},
 		{name: "dlq purge empty age", args: []string{"dlq", "purge", "--older-than", ""}, want: "--older-than is required"},
-		{name: "dlq replay unknown queue", args: []string{"dlq", "replay", "--all", "--to-queue", "analyss_priority"}, want: "not a service queue"},
 		{name: "subscription bad tier", args: []string{"subscriptions", "set", "u1", "gold"}, want: "unknown tier"},
 		{name: "subscription empty user", args: []string{"subscriptions", "set", "", "pro"}, want: "invalid user id"},
 		{name: "dlq delete nothing", args: []string{"dlq", "delete"}, want: "accepts between 1 and 1000 arg(s)"},
@@ -190,7 +199,7 @@ func TestEscalate(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
-	env := dbEnv(db)
+	env := dbEnv(t, db)
 
 	res, err := db.Producer(t).Insert(ctx, jobs.LoadTestArgs{}, testdb.Service(t, jobs.ServiceAnalyzer).InsertOpts(tiers.Free, "", false))
 	require.NoError(t, err)
@@ -221,10 +230,10 @@ func TestSubscriptions(t *testing.T) {
 	db := testdb.New(t)
 
 	for _, args := range [][]string{{"u_b", "pro"}, {"u_a", "enterprise"}, {"u_b", "pro_plus"}} {
-		out, err := runTierctl(t, dbEnv(db), append([]string{"subscriptions", "set"}, args...)...)
+		out, err := runTierctl(t, dbEnv(t, db), append([]string{"subscriptions", "set"}, args...)...)
 		require.NoError(t, err, out)
 	}
-	out, err := runTierctl(t, dbEnv(db), "subscriptions", "list")
+	out, err := runTierctl(t, dbEnv(t, db), "subscriptions", "list")
 	require.NoError(t, err, out)
 	require.Regexp(t, `(?s)USER\s+TIER.*u_a\s+enterprise.*u_b\s+pro_plus`, out)
 	require.NotContains(t, out, " pro ")

@@ -60,13 +60,6 @@ func (a *app) queuePauseCommand(pause bool) *cobra.Command {
 		Args:    usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			serviceQueues, err := a.serviceQueues()
-			if err != nil {
-				return err
-			}
-			// A service queue or the scheduler's is checked before
-			// connecting; another name only once river_queue is read.
-			known := append(slices.Clip(serviceQueues), scheduler.Queue)
 			if err := checkQueueName(name); err != nil {
 				return &usageError{err}
 			}
@@ -76,7 +69,14 @@ func (a *app) queuePauseCommand(pause bool) *cobra.Command {
 				return err
 			}
 			defer pool.Close()
-
+			services, err := a.catalog(ctx, pool)
+			if err != nil {
+				return err
+			}
+			// A known service's queue or the scheduler's, or one
+			// river_queue has.
+			serviceQueues := services.queues()
+			known := append(slices.Clip(serviceQueues), scheduler.Queue)
 			if !slices.Contains(known, name) {
 				if known, err = queuestats.KnownQueues(ctx, pool, serviceQueues); err != nil {
 					return fmt.Errorf("list queues: %w", err)
@@ -185,17 +185,17 @@ func (a *app) queuesListCommand() *cobra.Command {
 		Short: "List the queues: the services', the scheduler's and any other River knows, paused or not",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			serviceQueues, err := a.serviceQueues()
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
 			_, pool, err := a.connect(ctx)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			queues, err := listQueues(ctx, pool, serviceQueues)
+			services, err := a.catalog(ctx, pool)
+			if err != nil {
+				return err
+			}
+			queues, err := listQueues(ctx, pool, services.queues())
 			if err != nil {
 				return err
 			}

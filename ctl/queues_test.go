@@ -24,7 +24,7 @@ func (queuesTestArgs) Kind() string { return "queues_test" }
 func TestQueuesPauseResume(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	env := dbEnv(db)
+	env := dbEnv(t, db)
 	ctx := context.Background()
 	pausedAt := func(queue string) *time.Time {
 		t.Helper()
@@ -117,11 +117,11 @@ func TestQueuesPauseScheduler(t *testing.T) {
 	// As a scheduler's River client registers it.
 	_, err := db.Pool.Exec(context.Background(), `INSERT INTO river_queue (name, created_at, updated_at) VALUES ('scheduler', now(), now())`)
 	require.NoError(t, err)
-	out, err := runTierctl(t, dbEnv(db), "queues", "pause", "scheduler")
+	out, err := runTierctl(t, dbEnv(t, db), "queues", "pause", "scheduler")
 	require.NoError(t, err, out)
 	require.Equal(t, "queue scheduler paused: workers fetch no new jobs from it (running jobs finish) until `tierctl queues resume scheduler`\n"+
 		"the scheduler's periodic jobs (the aging and escalation sweeps, the dead-letter drain, the services' periodic jobs) wait until then\n", out)
-	out, err = runTierctl(t, dbEnv(db), "queues", "list")
+	out, err = runTierctl(t, dbEnv(t, db), "queues", "list")
 	require.NoError(t, err, out)
 	require.Regexp(t, `(?m)^scheduler\s+scheduler\s+paused since \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ\s+\d{4}-`, out)
 }

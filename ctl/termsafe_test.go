@@ -104,7 +104,7 @@ func TestDeadLetterOutputIsTerminalSafe(t *testing.T) {
 			WHERE id = $1`, jobID, "tag\u202e", hostile, "goroutine 1 [running]:\n\tmain.go:1\x1b[2J\n")
 		require.NoError(t, err)
 
-		b := bundle{db: db, environ: append(dbEnv(db), "USER=alice\x1b]0;x\x07")}
+		b := bundle{db: db, environ: append(dbEnv(t, db), "USER=alice\x1b]0;x\x07")}
 		out, err := runTierctl(t, b.environ, "dlq", "drain")
 		require.NoError(t, err, out)
 		requireTerminalSafe(t, out, false)
@@ -193,7 +193,7 @@ func TestWatchIsTerminalSafe(t *testing.T) {
 	// As a River client with that queue registers it.
 	_, err := db.Pool.Exec(context.Background(), `INSERT INTO river_queue (name, created_at, updated_at, paused_at) VALUES ($1, now(), now(), now())`, "q\x1b[2J\u009b")
 	require.NoError(t, err)
-	out, err := runTierctl(t, dbEnv(db), "watch", "--once")
+	out, err := runTierctl(t, dbEnv(t, db), "watch", "--once")
 	require.NoError(t, err, out)
 	requireTerminalSafe(t, out, false)
 	require.Regexp(t, `(?m)^\s*q\\x1b\[2J\\u009b \(paused\)\s+0\s+0\s+0\s+1\s`, out)

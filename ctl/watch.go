@@ -97,14 +97,34 @@ type dashboard struct {
 	Leader string     // "" when none
 }
 
-// watchQueues are the reference app's queues as watch groups them.
+// watchQueues are the known services' queues (the catalog's) as watch
+// groups them.
 type watchQueues struct {
-	// Service are every service's queues (service.Registry.Queues), listed
+	// Service are every known service's queues (catalog.queues), listed
 	// first.
 	Service []string
 	// Tiered are the services' priority and default queues, where a job's
 	// tier chose the queue: their waits are shown per tier.
 	Tiered []string
+}
+
+// queueSource gives the queues of one refresh: watch reads the catalog at
+// every refresh, so that a service whose first process starts while watch
+// runs appears, and a forgotten one goes.
+type queueSource func(ctx context.Context, q db.Querier) (watchQueues, error)
+
+// fixedQueues is a queueSource of queues, always.
+func fixedQueues(queues watchQueues) queueSource {
+	return func(context.Context, db.Querier) (watchQueues, error) { return queues, nil }
+}
+
+// catalogQueues is the queueSource of the services tierctl knows.
+func (a *app) catalogQueues(ctx context.Context, q db.Querier) (watchQueues, error) {
+	c, err := a.catalog(ctx, q)
+	if err != nil {
+		return watchQueues{}, err
+	}
+	return watchQueues{Service: c.queues(), Tiered: c.tiered()}, nil
 }
 
 // pausedSQL lists the queues River has paused (River's QueuePause, tierctl
@@ -131,7 +151,9 @@ waiting yet) and the dead letters pending, with "(paused)" after a queue
 River has paused; the p50 and p99 wait of the jobs started in the last 5
 minutes, by tier in the priority and default queues (where the tier chose
 the queue) and as one row for a background (_scheduled) queue or the
-scheduler's periodic jobs; and which scheduler leads River. On a terminal
+scheduler's periodic jobs; and which scheduler leads River. The services
+are those known in the database (tierctl services list), read at every
+refresh; other queues River has follow theirs. On a terminal
 the view is redrawn in place; otherwise each refresh is appended with a
 timestamp. docs/operations.md ("Watching") explains every row and column.
 
@@ -149,11 +171,7 @@ the database.`,
 			if interval < 100*time.Millisecond {
 				return &usageError{fmt.Errorf("--interval must be at least 100ms, not %s", interval)}
 			}
-			registry, err := referenceRegistry()
-			if err != nil {
-				return err
-			}
-			queues := watchQueues{Service: registry.Queues(), Tiered: registry.QueuesOf(routing.Priority, routing.Default)}
+			queues := a.catalogQueues
 			ctx := cmd.Context()
 			_, pool, err := a.connect(ctx)
 			if err != nil {
@@ -185,7 +203,7 @@ the database.`,
 // view, which stays on screen), and the next refresh tries again; the pool
 // replaces connections that broke. Once a refresh succeeds the live view is
 // back.
-func watchLoop(ctx context.Context, q db.Querier, queues watchQueues, out *screen, interval time.Duration, now func() time.Time) error {
+func watchLoop(ctx context.Context, q db.Querier, queues queueSource, out *screen, interval time.Duration, now func() time.Time) error {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	var (
@@ -247,10 +265,13 @@ func sqlStateClass(code string) string { return code[:min(2, len(code))] }
 
 // readDashboard reads one frame, reusing the API's queue summaries and
 // leader query (queuestats) and the dead-letter depth; the service queues
-// are listed first.
-func readDashboard(ctx context.Context, q db.Querier, queues watchQueues) (dashboard, error) {
+// (source's) are listed first.
+func readDashboard(ctx context.Context, q db.Querier, source queueSource) (dashboard, error) {
 	d := dashboard{At: time.Now(), Paused: map[string]time.Time{}}
-	var err error
+	queues, err := source(ctx, q)
+	if err != nil {
+		return d, err
+	}
 	if d.Queues, err = queuestats.Summaries(ctx, q, queues.Service); err != nil {
 		return d, fmt.Errorf("summarize queues: %w", err)
 	}

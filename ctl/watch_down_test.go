@@ -83,7 +83,7 @@ func TestWatchSurvivesDatabaseBlips(t *testing.T) {
 	watchCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- run(watchCtx, []string{"tierctl", "watch", "--interval", "100ms"},
+		done <- Main(watchCtx, []string{"tierctl", "watch", "--interval", "100ms"},
 			[]string{"DATABASE_URL=" + u.String(), "DATABASE_SCHEMA=" + db.Schema}, out)
 	}()
 	out.next(t, `^\d\d:\d\d:\d\d  leader: none  dead letters pending: 0\n`)
@@ -129,7 +129,7 @@ func TestWatchOnceFailsOnDatabaseError(t *testing.T) {
 	db := testdb.New(t)
 	_, err := db.Pool.Exec(context.Background(), `DROP TABLE dead_letter_jobs`)
 	require.NoError(t, err)
-	out, err := runTierctl(t, dbEnv(db), "watch", "--once")
+	out, err := runTierctl(t, dbEnv(t, db), "watch", "--once")
 	require.ErrorContains(t, err, `relation "dead_letter_jobs" does not exist`)
 	require.Empty(t, out)
 }
@@ -141,7 +141,7 @@ func TestWatchShowsPausedQueues(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
-	env := dbEnv(db)
+	env := dbEnv(t, db)
 	// As a worker serving the queue registers it.
 	_, err := db.Pool.Exec(ctx, `INSERT INTO river_queue (name, created_at, updated_at) VALUES ('analysis_default', now(), now())`)
 	require.NoError(t, err)
@@ -182,7 +182,7 @@ func TestWatchKeepsTheLastViewOnATerminal(t *testing.T) {
 	queues := watchQueues{Service: testdb.Registry(t).Queues(), Tiered: testdb.Registry(t).QueuesOf(routing.Priority, routing.Default)}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- watchLoop(ctx, db.Pool, queues, s, 100*time.Millisecond, time.Now) }()
+	go func() { done <- watchLoop(ctx, db.Pool, fixedQueues(queues), s, 100*time.Millisecond, time.Now) }()
 	good := out.next(t, `^\d\d:\d\d:\d\d  leader: none  dead letters pending: 0\n(?s:.*)$`)[0]
 
 	_, err := db.Pool.Exec(context.Background(), `DROP TABLE dead_letter_jobs`)

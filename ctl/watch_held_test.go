@@ -29,7 +29,7 @@ func TestWatchShowsHeldJobs(t *testing.T) {
 		testdb.InsertWaitingJob(t, db, j)
 	}
 
-	out, err := runTierctl(t, dbEnv(db), "watch", "--once")
+	out, err := runTierctl(t, dbEnv(t, db), "watch", "--once")
 	require.NoError(t, err, out)
 	t.Log("\n" + out)
 	require.Regexp(t, `(?m)^\s*QUEUE\s+SCHEDULED\s+PENDING\s+HELD\s+AVAILABLE\s+RETRYABLE\s+RUNNING\s+OLDEST\s+DEAD$`, out)

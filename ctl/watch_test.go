@@ -100,7 +100,7 @@ func TestWatchDashboard(t *testing.T) {
 
 	exec(`INSERT INTO river_leader (elected_at, expires_at, leader_id) VALUES (now(), now() + interval '15 seconds', 'scheduler-a')`)
 
-	out, err := runTierctl(t, dbEnv(db), "watch", "--once")
+	out, err := runTierctl(t, dbEnv(t, db), "watch", "--once")
 	require.NoError(t, err, out)
 	t.Log("\n" + out)
 	require.Regexp(t, `^\d\d:\d\d:\d\d  leader: scheduler-a  dead letters pending: 3\n`, out)
@@ -150,7 +150,7 @@ func TestWatchDashboard(t *testing.T) {
 
 	// Without a leader lease in the last minute: "none".
 	exec(`UPDATE river_leader SET expires_at = now() - interval '2 minutes'`)
-	out, err = runTierctl(t, dbEnv(db), "watch", "--once")
+	out, err = runTierctl(t, dbEnv(t, db), "watch", "--once")
 	require.NoError(t, err, out)
 	require.Regexp(t, `^\d\d:\d\d:\d\d  leader: none  dead letters pending: 3\n`, out)
 }
@@ -197,7 +197,7 @@ func TestWatchStopsCleanlyWhenInterrupted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()
 	var out bytes.Buffer
-	err := run(ctx, []string{"tierctl", "watch", "--interval", "100ms"}, dbEnv(db), &out)
+	err := Main(ctx, []string{"tierctl", "watch", "--interval", "100ms"}, dbEnv(t, db), &out)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, strings.Count(out.String(), "leader: none"), 2, out.String())
 	require.NotContains(t, out.String(), "\x1b")

@@ -204,6 +204,9 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, newService
 			if err != nil {
 				return nil, fmt.Errorf("worker: services: %w", err)
 			}
+			if err := services.Record(ctx, pool, "worker"); err != nil { // for the stock tierctl
+				return nil, fmt.Errorf("worker: %w", err)
+			}
 			riverConfig, err := RiverConfig(cfg, services, pool, logger)
 			if err != nil {
 				return nil, err
