@@ -112,6 +112,9 @@ func Run(ctx context.Context, cfg config.Scheduler, logger *slog.Logger, newServ
 				logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: each job kind has its own timeout (docs/operations.md, \"Job timeouts and rescue\"); it applies only to kinds registered without one",
 					slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(timeouts)))
 			}
+			if err := services.Record(ctx, pool, "scheduler"); err != nil { // for the stock tierctl
+				return nil, fmt.Errorf("scheduler: %w", err)
+			}
 			schedulerMetrics = metrics.NewScheduler(registry, services.Queues())
 			riverConfig, err := RiverConfig(cfg, pool, services, logger, schedulerMetrics)
 			if err != nil {
