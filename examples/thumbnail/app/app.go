@@ -6,8 +6,8 @@
 //
 // RunSchedulerWithReference and RunAPIWithReference are the side case: one
 // scheduler and one API for the reference app's services and the thumbnail
-// service together (thumbnail.WithReference), as `tierctl bench traffic`
-// runs them.
+// service together in one database (thumbnail.WithReference), the mains
+// thumbnail-scheduler-with-reference and thumbnail-api-with-reference.
 package app
 
 import (

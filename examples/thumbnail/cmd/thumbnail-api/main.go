@@ -1,5 +1,6 @@
-// Command thumbnail-api is the thumbnail example's api deployment
-// (app.RunAPI).
+// Command thumbnail-api is the thumbnail example's API deployment
+// (app.RunAPI): the thumbnail service alone, as a team runs its own
+// services. thumbnail-api-with-reference is the side case.
 package main
 
 import (

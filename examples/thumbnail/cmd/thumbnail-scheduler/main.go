@@ -1,5 +1,6 @@
 // Command thumbnail-scheduler is the thumbnail example's scheduler deployment
-// (app.RunScheduler).
+// (app.RunScheduler): the thumbnail service alone, as a team runs its own
+// services. thumbnail-scheduler-with-reference is the side case.
 package main
 
 import (
