@@ -229,7 +229,11 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	job.Tier = tier
-	job.MaxAttempts = s.cfg.MaxAttempts
+	// MAX_ATTEMPTS is the default; a kind that declares its own
+	// (service.MaxAttempts) keeps it (producer.Insert applies it).
+	if kind, ok := job.Service.Kind(req.Kind); !ok || kind.MaxAttempts() == 0 {
+		job.MaxAttempts = s.cfg.MaxAttempts
+	}
 
 	var res producer.Inserted
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

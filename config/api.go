@@ -20,7 +20,9 @@ type API struct {
 	AdminToken string `env:"API_ADMIN_TOKEN,required,notEmpty" secret:"token"`
 
 	// MaxAttempts is how many times a job the API inserts is tried before
-	// River discards it (and the drain makes it a dead letter). Default 10.
+	// River discards it (and the drain makes it a dead letter), for a kind
+	// that declares none of its own (service.MaxAttempts). Default 10,
+	// producer.DefaultMaxAttempts.
 	MaxAttempts int `env:"MAX_ATTEMPTS" envDefault:"10"`
 }
 

@@ -20,8 +20,11 @@ type Jobs struct {
 
 	// MaxAttempts is how many times a job this process inserts (work a job
 	// chains, the jobs a periodic job inserts) is tried before River
-	// discards it. Default 10: with River's backoff (attempt^4 seconds) the
-	// last retry comes about 7 hours after the first failure.
+	// discards it, unless the insert sets its own (the kind's
+	// service.MaxAttempts through Service.KindInsertOpts, say). Default 10,
+	// producer.DefaultMaxAttempts: with River's backoff (attempt^4 seconds,
+	// ±10%) the last retry comes about 4 hours 15 minutes after the first
+	// failure (docs/library.md, "Attempts and retries").
 	MaxAttempts int `env:"MAX_ATTEMPTS" envDefault:"10"`
 
 	// SoftStopTimeout is how long a stopping process lets running jobs finish

@@ -28,8 +28,19 @@ import (
 	"github.com/tierq/tierq/tiers"
 )
 
+// DefaultMaxAttempts is how many times a job tierq inserts is tried before
+// River discards it (and tierq's drain makes it a dead letter), unless its
+// kind declares its own (service.MaxAttempts) or the inserter sets one: the
+// MaxAttempts of ClientConfig, and the default of MAX_ATTEMPTS in tierq's
+// API, worker and scheduler (config.API, config.Jobs). River's own default
+// is 25, whose last retry comes about 20 days after the first failure with
+// River's backoff; with 10 it comes about 4 hours 15 minutes after it
+// (docs/library.md, "Attempts and retries").
+const DefaultMaxAttempts = 10
+
 // UniqueOpts makes a job unique by its kind and its args' `river:"unique"`
-// fields, in every queue (ByQueue is off, so a job escalated to another queue
+// fields, or all its args' fields when none is tagged (River's ByArgs: the
+// whole encoded args, keys sorted), in every queue (ByQueue is off, so a job escalated to another queue
 // is still the same job), while it is queued or running. A finished job does
 // not block a new one.
 func UniqueOpts() river.UniqueOpts {
@@ -62,7 +73,8 @@ func UniqueOpts() river.UniqueOpts {
 const NotifyCooldown = time.Millisecond
 
 // ClientConfig is the River configuration of an insert-only producer client
-// (no queues, never a leader): River's defaults, except NotifyCooldown, and
+// (no queues, never a leader): River's defaults, except MaxAttempts
+// (DefaultMaxAttempts, where River's is 25), NotifyCooldown, and
 // TenantHook in Hooks, which refuses a job whose tenant breaks
 // jobmeta.CheckTenant. Insert-only producers that build their own River
 // client should set FetchCooldown the same way (on a client that also works
@@ -74,6 +86,7 @@ func ClientConfig(schema string, logger *slog.Logger) *river.Config {
 		Logger:        logger,
 		FetchCooldown: NotifyCooldown,
 		Hooks:         []rivertype.Hook{&TenantHook{}},
+		MaxAttempts:   DefaultMaxAttempts,
 	}
 }
 
@@ -90,7 +103,9 @@ type Job struct {
 	// a control character).
 	Tenant    string
 	Scheduled bool
-	// MaxAttempts overrides River's default (25) when positive.
+	// MaxAttempts, when positive, is the job's max_attempts. Otherwise the
+	// kind's own applies (service.MaxAttempts), and without one the
+	// client's default (DefaultMaxAttempts with ClientConfig).
 	MaxAttempts int
 }
 
@@ -117,8 +132,9 @@ type TierFields interface {
 }
 
 // Insert inserts job in tx: into job.Service's queue for job.Tier
-// (Service.InsertOpts), with the tier and the tenant in its metadata and
-// River's unique options (UniqueOpts). When an equal job is already queued
+// (Service.KindInsertOpts: the kind's MaxAttempts too, when it declares
+// one), with the tier and the tenant in its metadata and River's unique
+// options (UniqueOpts). When an equal job is already queued
 // for a worse place, that job moves up (see the package doc), and takes
 // job.Tenant when set: it now runs at this insert's tier, so in this
 // tenant's fair share (package fairshare), even when it was held in
@@ -140,7 +156,7 @@ func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Jo
 	if tf, ok := job.Args.(TierFields); ok {
 		job.Args = tf.WithTier(job.Tier, job.Tenant)
 	}
-	opts := job.Service.InsertOpts(job.Tier, job.Tenant, job.Scheduled)
+	opts := job.Service.KindInsertOpts(job.Args.Kind(), job.Tier, job.Tenant, job.Scheduled)
 	opts.UniqueOpts = UniqueOpts()
 	if job.MaxAttempts > 0 {
 		opts.MaxAttempts = job.MaxAttempts
