@@ -104,13 +104,16 @@ func AllowInfinite(t testing.TB, db *DB) {
 }
 
 // BeforeFiniteTimestamps puts the test's schema back to tierq's version
-// before migration 00010: its check dropped (AllowInfinite) and its version
-// forgotten, so that the next migrate.Up applies it again, as to a database
-// upgraded from that version. (It assumes 00010 is tierq's latest
-// migration: goose refuses to apply one below the latest.)
+// before migration 00010: its check dropped (AllowInfinite), the later
+// migrations undone (00011's tierq_services dropped), and their versions
+// forgotten, so that the next migrate.Up applies 00010 and every later one
+// again, as to a database upgraded from that version. (goose refuses to
+// apply a migration below the latest recorded: a migration added after
+// 00011 must be undone here too.)
 func BeforeFiniteTimestamps(t testing.TB, db *DB) {
 	t.Helper()
 	AllowInfinite(t, db)
-	_, err := db.Pool.Exec(context.Background(), `DELETE FROM tierq_schema_version WHERE version_id = 10`)
+	_, err := db.Pool.Exec(context.Background(),
+		`DROP TABLE IF EXISTS tierq_services; DELETE FROM tierq_schema_version WHERE version_id >= 10`)
 	require.NoError(t, err)
 }
