@@ -53,7 +53,7 @@ func (a *app) catalog(ctx context.Context, q db.Querier) (catalog, error) {
 	// The latest recorded first, so that it wins a conflict; then listed by
 	// name after the registry's.
 	slices.SortStableFunc(recorded, func(x, y service.Recorded) int { return y.SeenAt.Compare(x.SeenAt) })
-	var taken []service.Recorded
+	fromRecord := len(c.services)
 	for _, r := range recorded {
 		if why := c.conflict(r); why != "" {
 			if !c.fromRegistry[r.Name] {
@@ -64,9 +64,8 @@ func (a *app) catalog(ctx context.Context, q db.Querier) (catalog, error) {
 			continue
 		}
 		c.services = append(c.services, r)
-		taken = append(taken, r)
 	}
-	slices.SortFunc(c.services[len(c.services)-len(taken):], func(x, y service.Recorded) int { return strings.Compare(x.Name, y.Name) })
+	slices.SortFunc(c.services[fromRecord:], func(x, y service.Recorded) int { return strings.Compare(x.Name, y.Name) })
 	slices.SortFunc(c.shadowed, func(x, y shadowedService) int { return strings.Compare(x.Name, y.Name) })
 	return c, nil
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -15,9 +14,12 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/proctest"
 	"github.com/tierq/tierq/internal/seed"
 	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/tiers"
 	"github.com/tierq/tierq/worker"
@@ -50,29 +52,72 @@ func invoicesRegistry(*pgxpool.Pool) (*service.Registry, error) {
 	return service.NewRegistry(invoices)
 }
 
-// runInvoicesWorker runs a worker process of the invoices service
-// (worker.Run, as the team's main would) until it has started, then stops
-// it: what it recorded stays.
-func runInvoicesWorker(t *testing.T, db *testdb.DB) {
+// runUntilRecorded runs a process of the invoices service (run: worker.Run,
+// scheduler.Run or api.Run, as the team's main would call it) until it has
+// logged started (its start is over) and the invoices service is recorded
+// by it (recordedBy), then stops it: what it recorded stays.
+func runUntilRecorded(t *testing.T, db *testdb.DB, recordedBy, started string, run func(ctx context.Context, logger *slog.Logger) error) {
 	t.Helper()
-	registry, err := invoicesRegistry(nil)
-	require.NoError(t, err)
-	cfg, err := config.LoadWorker(append(bareEnv(db), "WORKER_SERVICE=invoices"), registry)
-	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	var out bytes.Buffer
+	out := &proctest.Buffer{}
 	done := make(chan error, 1)
-	go func() { done <- worker.Run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), invoicesRegistry) }()
-	testdb.WaitFor(t, 20*time.Second, "the invoices worker recorded its service", func() bool {
-		return db.Count(t, `SELECT count(*) FROM tierq_services WHERE name = 'invoices'`) == 1
+	go func() { done <- run(ctx, slog.New(slog.NewTextHandler(out, nil))) }()
+	proctest.WaitOutput(t, out, started, 30*time.Second)
+	testdb.WaitFor(t, 20*time.Second, "the invoices "+recordedBy+" recorded its service", func() bool {
+		return db.Count(t, `SELECT count(*) FROM tierq_services WHERE name = 'invoices' AND recorded_by = $1`, recordedBy) == 1
 	})
 	cancel()
 	select {
 	case err := <-done:
 		require.NoError(t, err, out.String())
 	case <-time.After(30 * time.Second):
-		t.Fatal("the invoices worker did not stop")
+		t.Fatalf("the invoices %s did not stop:\n%s", recordedBy, out)
 	}
+}
+
+// runInvoicesWorker runs a worker process of the invoices service until it
+// has recorded its service (runUntilRecorded).
+func runInvoicesWorker(t *testing.T, db *testdb.DB) {
+	t.Helper()
+	registry, err := invoicesRegistry(nil)
+	require.NoError(t, err)
+	cfg, err := config.LoadWorker(append(bareEnv(db), "WORKER_SERVICE=invoices"), registry)
+	require.NoError(t, err)
+	runUntilRecorded(t, db, "worker", `msg="worker started"`, func(ctx context.Context, logger *slog.Logger) error {
+		return worker.Run(ctx, cfg, logger, invoicesRegistry)
+	})
+}
+
+// TestProcessesRecordTheirServices: a worker, a scheduler and an API
+// process of a team's registry (worker.Run, scheduler.Run, api.Run) each
+// record its services when it starts, the same row again (first seen
+// kept, last seen and the recording process updated), and the stock
+// tierctl lists it.
+func TestProcessesRecordTheirServices(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+
+	runInvoicesWorker(t, db)
+	var firstSeen time.Time
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT first_seen_at FROM tierq_services WHERE name = 'invoices'`).Scan(&firstSeen))
+
+	schedulerCfg, err := config.Load[config.Scheduler](bareEnv(db))
+	require.NoError(t, err)
+	runUntilRecorded(t, db, "scheduler", `msg="scheduler started"`, func(ctx context.Context, logger *slog.Logger) error {
+		return scheduler.Run(ctx, schedulerCfg, logger, invoicesRegistry)
+	})
+	apiCfg, err := config.Load[config.API](append(bareEnv(db), "API_ADDR=127.0.0.1:0", "API_TOKEN=producer-token-0123456789", "API_ADMIN_TOKEN=admin-token-0123456789"))
+	require.NoError(t, err)
+	runUntilRecorded(t, db, "api", `msg="api listening"`, func(ctx context.Context, logger *slog.Logger) error {
+		return api.Run(ctx, apiCfg, logger, invoicesRegistry)
+	})
+
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM tierq_services`))
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM tierq_services WHERE first_seen_at = $1 AND seen_at > first_seen_at`, firstSeen))
+	out, err := runTierctl(t, bareEnv(db), "services", "list")
+	require.NoError(t, err, out)
+	require.Regexp(t, `(?m)^SERVICE\s+QUEUES\s+KINDS\s+SOURCE\s+RECORDED BY\s+FIRST SEEN\s+LAST SEEN\n`+
+		`invoices\s+invoices_priority invoices_default invoices_scheduled\s+invoice_send\s+database\s+api\s+\S+ \S+\s+\S+ \S+\n$`, out)
 }
 
 // TestStockTierctlServesRecordedServices: with only a team's service
