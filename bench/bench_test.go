@@ -34,9 +34,9 @@ func TestMain(m *testing.M) {
 		ctx, environ := context.Background(), os.Environ()
 		switch os.Getenv(appRoleEnv) {
 		case string(bench.RoleScheduler):
-			process.Exit("scheduler", thumbnailapp.RunScheduler(ctx, environ, os.Stdout))
+			process.Exit("scheduler", thumbnailapp.RunSchedulerWithReference(ctx, environ, os.Stdout))
 		case string(bench.RoleAPI):
-			process.Exit("api", thumbnailapp.RunAPI(ctx, environ, os.Stdout))
+			process.Exit("api", thumbnailapp.RunAPIWithReference(ctx, environ, os.Stdout))
 		case thumbnail.ServiceName:
 			process.Exit("worker", thumbnailapp.RunWorker(ctx, environ, os.Stdout))
 		}

@@ -53,7 +53,7 @@ func runSuite(m *testing.M) int {
 		"./cmd/worker", "./cmd/scheduler", "./cmd/api", "./cmd/tierctl",
 		// The production-traffic scenario runs the thumbnail example beside
 		// the reference app, under the example's scheduler and API.
-		"./examples/thumbnail/cmd/thumbnail-worker", "./examples/thumbnail/cmd/thumbnail-scheduler", "./examples/thumbnail/cmd/thumbnail-api")
+		"./examples/thumbnail/cmd/thumbnail-worker", "./examples/thumbnail/cmd/thumbnail-scheduler-with-reference", "./examples/thumbnail/cmd/thumbnail-api-with-reference")
 	build.Dir = ".."
 	if out, err := build.CombinedOutput(); err != nil {
 		return fail(fmt.Errorf("go build: %v\n%s", err, out))

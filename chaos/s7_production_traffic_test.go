@@ -25,7 +25,8 @@ import (
 // (bench.Options.TrafficShort) on the suite's cluster, through the real
 // binaries: the reference app's workers (cmd/worker) and the thumbnail
 // example's (thumbnail-worker), two per service, two replicas of the
-// scheduler of both (thumbnail-scheduler) and their API (thumbnail-api),
+// scheduler of both (thumbnail-scheduler-with-reference) and their API
+// (thumbnail-api-with-reference),
 // fair share and lending on. 1,000 tenants of Zipf sizes, no tenant, a
 // 200-byte tenant and a 3,200-byte one written with SQL, retries after
 // River's backoff and a short NextRetry, jobs failing every attempt,
@@ -88,7 +89,7 @@ func TestProductionTraffic(t *testing.T) {
 // read: the traffic is the load-test workload), and the example's
 // scheduler and API, which serve both.
 func suiteApp(role bench.Role, environ []string) *exec.Cmd {
-	binary := map[bench.Role]string{bench.RoleWorker: "worker", bench.RoleScheduler: "thumbnail-scheduler", bench.RoleAPI: "thumbnail-api"}[role]
+	binary := map[bench.Role]string{bench.RoleWorker: "worker", bench.RoleScheduler: "thumbnail-scheduler-with-reference", bench.RoleAPI: "thumbnail-api-with-reference"}[role]
 	if role == bench.RoleWorker && slices.Contains(environ, "WORKER_SERVICE="+thumbnail.ServiceName) {
 		binary = "thumbnail-worker"
 		environ = append(environ, "THUMBNAIL_SOURCE_DIR="+suite.base, "THUMBNAIL_OUTPUT_DIR="+suite.base)

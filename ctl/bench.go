@@ -249,9 +249,9 @@ func (a *app) benchProcessCommand() *cobra.Command {
 				}
 				return refapp.RunWorker(cmd.Context(), a.environ, a.stdout)
 			case bench.RoleScheduler:
-				return thumbnailapp.RunScheduler(cmd.Context(), a.environ, a.stdout)
+				return thumbnailapp.RunSchedulerWithReference(cmd.Context(), a.environ, a.stdout)
 			case bench.RoleAPI:
-				return thumbnailapp.RunAPI(cmd.Context(), a.environ, a.stdout)
+				return thumbnailapp.RunAPIWithReference(cmd.Context(), a.environ, a.stdout)
 			}
 			return &usageError{fmt.Errorf("unknown role %q (want worker, scheduler or api)", args[0])}
 		},
