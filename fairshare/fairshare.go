@@ -617,7 +617,18 @@ func (a *Admitter) refill(ctx context.Context, q *queueState) (Pass, error) {
 	}
 	p := Pass{Refill: true}
 	var notified int
-	locked, err := a.locked(ctx, q.name, true, func(tx pgx.Tx) error {
+	// Refills of one queue wait for each other's lock (refillLockSQL), not
+	// for a pass's: a refill takes a millisecond or two, and missing a
+	// pass's lock, the other replicas' refills came up to 16 PassIntervals
+	// late while their workers emptied the line.
+	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		batch := &pgx.Batch{}
+		batch.Queue(`SET LOCAL jit = off`)
+		batch.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
+		batch.Queue(refillLockSQL, q.name)
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+			return err
+		}
 		return tx.QueryRow(ctx, refillSQL, q.name, ids, q.winTenants, q.winSizes, q.localKinds(), q.every && q.cfg.Workers > 0).Scan(
 			&p.Ran, &p.Admitted, &notified)
 	})
@@ -626,10 +637,7 @@ func (a *Admitter) refill(ctx context.Context, q *queueState) (Pass, error) {
 		return Pass{}, fmt.Errorf("fair share refill of %s: %w", q.name, err)
 	}
 	if !p.Ran {
-		p.Paused = locked // the lock was this process's: the queue is paused
-		if !locked {
-			q.putBackStarted(ids) // another process's pass or refill: try again
-		}
+		p.Paused = true // the queue is paused in River
 		return p, nil
 	}
 	if a.lend != nil && q.name == a.lend.cfg.From && p.Admitted > 0 {

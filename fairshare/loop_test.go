@@ -294,7 +294,8 @@ func genericPlans(t *testing.T, pool *pgxpool.Pool, sqls ...string) int64 {
 // would sort every held job of the queue per probe), and holds a backlog
 // back with one probe per job by id, not a join of the held jobs with
 // river_job (a nested loop over the CTE, estimated at one row: 35 s to
-// hold a lone tenant's 10,000 jobs back, 2 min 28 s for 20,000).
+// hold a lone tenant's 10,000 jobs back, 2 min 28 s for 20,000); and reads
+// every row it found by id through the primary key (stillAvailableSQL).
 func TestPassPlanReadsTheHeldIndexByTenantKey(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -334,4 +335,7 @@ func TestPassPlanReadsTheHeldIndexByTenantKey(t *testing.T) {
 	// admission's probe.
 	require.GreaterOrEqual(t, keyed, 2, "held index reads by the tenant key:\n%s", plan)
 	require.Equal(t, 1, strings.Count(plan, "CTE Scan on excess"), "the held-back jobs read once, for their ids:\n%s", plan)
+	// Rows found by id are read by id (the primary key), never by
+	// filtering an index scan of every available job of every queue.
+	require.NotContains(t, plan, "Filter: (id = ANY", "rows found by id read through another index:\n%s", plan)
 }

@@ -126,6 +126,16 @@ func keptDueSQL(alias, movedAt string) string {
 // runs early nor takes a place in line before it is due).
 const admittedAtSQL = `greatest(now() - (t.total - t.pos) * interval '1 microsecond', j.scheduled_at)`
 
+// stillAvailableSQL is an SQL condition for a row a pass found by its id
+// (id = ANY(ARRAY(…))): the river_job row aliased alias is still
+// available. The state is compared as text on purpose: written as
+// state = 'available', the generic plan of a pass read those ids through
+// River's fetching index, whose first column is the state, filtering
+// every available job of every queue by id (1,700 rows and 70 ms for 0
+// matches under production traffic, six times a pass), instead of one
+// primary-key probe per id (TestPassPlanReadsTheHeldIndexByTenantKey).
+func stillAvailableSQL(alias string) string { return alias + `.state::text = 'available'` }
+
 // Rows are joined to river_job by id through id = ANY(ARRAY(…)), which the
 // planner always answers from the primary key: a plain join may be planned
 // as a sequential scan of river_job once its statistics have seen a flood
@@ -325,7 +335,7 @@ yielding AS (
     SELECT j.id
     FROM river_job AS j
     WHERE j.id = ANY(ARRAY(SELECT id FROM yield))
-      AND j.state = 'available'
+      AND ` + stillAvailableSQL("j") + `
     FOR UPDATE SKIP LOCKED
 ),
 yielded AS (
@@ -334,34 +344,34 @@ yielded AS (
         metadata = j.metadata || jsonb_build_object(
             ` + keptDueSQL("j", `y.back`) + `)
     FROM yield AS y
-    WHERE j.id = y.id AND j.id = ANY(ARRAY(SELECT id FROM yielding)) AND j.state = 'available'
+    WHERE j.id = y.id AND j.id = ANY(ARRAY(SELECT id FROM yielding)) AND ` + stillAvailableSQL("j") + `
     RETURNING j.id
 ),
 excess AS (
     SELECT j.id
     FROM river_job AS j
     WHERE j.id = ANY(ARRAY(SELECT id FROM ranked WHERE over))
-      AND j.state = 'available'
+      AND ` + stillAvailableSQL("j") + `
     FOR UPDATE SKIP LOCKED
 ),
 clearing AS (
     SELECT j.id
     FROM river_job AS j
     WHERE j.id = ANY(ARRAY(SELECT id FROM ranked WHERE marked AND NOT over))
-      AND j.state = 'available'
+      AND ` + stillAvailableSQL("j") + `
     FOR UPDATE SKIP LOCKED
 ),
 cleared AS (
     UPDATE river_job AS j
     SET metadata = j.metadata - '` + jobmeta.HeldAt + `'
-    WHERE j.id = ANY(ARRAY(SELECT id FROM clearing)) AND j.state = 'available'
+    WHERE j.id = ANY(ARRAY(SELECT id FROM clearing)) AND ` + stillAvailableSQL("j") + `
     RETURNING j.id
 ),
 pushed AS (
     UPDATE river_job AS j
     SET state = 'pending',
         metadata = j.metadata || jsonb_build_object('` + jobmeta.HeldAt + `', now())
-    WHERE j.id = ANY(ARRAY(SELECT id FROM excess)) AND j.state = 'available'
+    WHERE j.id = ANY(ARRAY(SELECT id FROM excess)) AND ` + stillAvailableSQL("j") + `
     RETURNING j.id
 ),
 admit AS (
@@ -443,8 +453,8 @@ SELECT coalesce((SELECT ok FROM lock), false),
 //
 // Windows change only when tenants come and go, which the next pass
 // (Admitter.loop: at most passRest times a pass's own time later) sees;
-// yields, holds and newcomers are the passes' too. Run under the pass's
-// lock (Admitter.locked), as a pass.
+// yields, holds and newcomers are the passes' too. Run under the refills'
+// lock (refillLockSQL).
 var refillSQL = `
 WITH
 lock AS (
@@ -594,6 +604,14 @@ SELECT count(*)::int FROM released`
 // own statement could miss what the previous holder committed just before
 // releasing it, and lend, or admit, twice.
 const lockSQL = `SELECT pg_try_advisory_xact_lock(hashtext('tierq_fair_share'), hashtext(current_schema() || '.' || $1))`
+
+// refillLockSQL waits for the transaction-level advisory lock of the
+// refills of a queue ($1), so that one process at a time refills it: each
+// counts the line as the one before left it, and a place is not filled
+// twice. A statement of its own, before the refill, as lockSQL. A pass
+// takes lockSQL's lock, not this one: a refill beside a pass may fill a
+// place the pass fills too, and the next pass holds the extra job back.
+const refillLockSQL = `SELECT pg_advisory_xact_lock(hashtext('tierq_fair_share_refill'), hashtext(current_schema() || '.' || $1))`
 
 // heartbeatSQL records this process's workers per queue ($1 client id, $2
 // queue names, $3 their worker counts, $4 the lease in seconds, $5 the kinds
