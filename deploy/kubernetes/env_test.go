@@ -134,9 +134,18 @@ type process struct {
 	reads, writes []string
 }
 
-// tierqBinaries are the commands of the image the project's Dockerfile
-// builds, and of the thumbnail example's image (a team's own).
-var tierqBinaries = []string{"worker", "scheduler", "api", "tierctl", "thumbnail-worker", "thumbnail-scheduler", "thumbnail-api"}
+// tierqBinaries are the commands the manifests run: those of the image the
+// project's Dockerfile builds, and those of the thumbnail example's image
+// (a team's own, built from examples/thumbnail/cmd) that the example runs.
+// The example joins the reference app's deployment, so its scheduler and
+// API are the -with-reference mains (app.RunSchedulerWithReference,
+// app.RunAPIWithReference); the example's own thumbnail-scheduler and
+// thumbnail-api, which serve the thumbnail service alone, run in no
+// manifest.
+var tierqBinaries = []string{
+	"worker", "scheduler", "api", "tierctl",
+	"thumbnail-worker", "thumbnail-scheduler-with-reference", "thumbnail-api-with-reference",
+}
 
 // isTierq says whether c runs one of tierq's processes (not the dev
 // overlay's PostgreSQL).
@@ -179,17 +188,23 @@ func loadProcess(t *testing.T, c corev1.Container, env map[string]string) (proce
 			return p, err
 		}
 		p.worker, p.listen, p.softStop = &cfg, cfg.MetricsAddr, cfg.SoftStopTimeout
-	case "scheduler", "thumbnail-scheduler":
+	case "scheduler", "thumbnail-scheduler-with-reference":
+		// Both run the reference app's maintenance (REANALYZE_*,
+		// RETENTION_*). refapp.RunScheduler checks RESCUE_STUCK_JOBS_AFTER
+		// against every kind's timeout before it connects, scheduler.Run
+		// (which RunSchedulerWithReference calls) once connected: checked
+		// here for both.
 		cfg, err := config.Load[config.Scheduler](environ)
 		_, maintenanceErr := jobs.LoadMaintenance(environ, &cfg)
 		if err := config.Join(err, maintenanceErr); err != nil {
 			return p, err
 		}
-		if err := cfg.CheckKindTimeouts(schedulerTimeouts(t, p.binary == "thumbnail-scheduler")); err != nil {
+		if err := cfg.CheckKindTimeouts(schedulerTimeouts(t, p.binary)); err != nil {
 			return p, err
 		}
 		p.listen, p.softStop = cfg.MetricsAddr, cfg.SoftStopTimeout
-	case "api", "thumbnail-api":
+	case "api", "thumbnail-api-with-reference":
+		// Both bound the analyzer's targets (ANALYSIS_ROOTS).
 		cfg, err := config.Load[config.API](environ)
 		_, analysisErr := config.LoadSection[jobs.AnalysisConfig](environ)
 		if err := config.Join(err, analysisErr); err != nil {
@@ -206,23 +221,30 @@ func loadProcess(t *testing.T, c corev1.Container, env map[string]string) (proce
 	return p, nil
 }
 
-// schedulerTimeouts are the timeouts of every kind the scheduler registers,
-// from the kinds themselves: the reference app's services with the
-// analyzer's maintenance, the load-test kind and, with thumbnails, the
-// thumbnail service's.
-func schedulerTimeouts(t *testing.T, thumbnails bool) map[string]time.Duration {
+// schedulerRegistries are the registries of the manifests' schedulers, by
+// binary, as their run functions build them: the reference app's services
+// (refapp.RunScheduler) and, joined with them, the thumbnail service
+// (app.RunSchedulerWithReference).
+var schedulerRegistries = map[string]func(jobs.Deps) (*service.Registry, error){
+	"scheduler":                          jobs.Registry,
+	"thumbnail-scheduler-with-reference": thumbnail.WithReference,
+}
+
+// schedulerTimeouts are the timeouts of every kind the scheduler binary
+// registers, from the kinds themselves (scheduler.Timeouts): the
+// scheduler's own sweeps, its registry's services with the reference app's
+// maintenance, and the load-test kind both add (scheduler.AddKinds).
+func schedulerTimeouts(t *testing.T, binary string) map[string]time.Duration {
 	t.Helper()
+	registry, ok := schedulerRegistries[binary]
+	require.True(t, ok, "%s is not a scheduler of the manifests", binary)
 	cfg, err := config.Load[config.Scheduler]([]string{"DATABASE_URL=postgres://127.0.0.1:1/none"})
 	require.NoError(t, err)
 	maintenance, err := jobs.LoadMaintenance(nil, &cfg)
 	require.NoError(t, err)
-	deps := jobs.Deps{Maintenance: maintenance}
-	registry, err := jobs.Registry(deps)
-	if thumbnails {
-		registry, err = thumbnail.WithReference(deps)
-	}
+	services, err := registry(jobs.Deps{Maintenance: maintenance})
 	require.NoError(t, err)
-	return scheduler.Timeouts(registry, jobs.LoadTestKind(nil))
+	return scheduler.Timeouts(services, jobs.LoadTestKind(nil))
 }
 
 // listenPort is the port of a host:port listen address.
@@ -279,7 +301,7 @@ func TestContainerEnvironmentsLoad(t *testing.T) {
 	})
 	require.Equal(t, map[string]bool{
 		"worker": true, "scheduler": true, "api": true, "tierctl migrate": true,
-		"thumbnail-worker": true, "thumbnail-scheduler": true, "thumbnail-api": true,
+		"thumbnail-worker": true, "thumbnail-scheduler-with-reference": true, "thumbnail-api-with-reference": true,
 	}, seen)
 }
 
@@ -291,8 +313,10 @@ func TestContainerEnvironmentsLoad(t *testing.T) {
 func TestRescueStuckJobsAfter(t *testing.T) {
 	t.Parallel()
 
-	timeouts := schedulerTimeouts(t, true)
-	require.Equal(t, time.Minute, slices.Max(slices.Collect(maps.Values(timeouts))), "the longest job kind's timeout")
+	for binary := range schedulerRegistries {
+		timeouts := schedulerTimeouts(t, binary)
+		require.Equal(t, time.Minute, slices.Max(slices.Collect(maps.Values(timeouts))), "%s: the longest job kind's timeout", binary)
+	}
 	eachTierqContainer(t, func(t *testing.T, b *build, p pod, c corev1.Container, proc process) {
 		env := containerEnv(t, b, c)
 		require.Equal(t, "5m", env["RESCUE_STUCK_JOBS_AFTER"], "%s: %s", b.variant.name, p.owner)

@@ -210,10 +210,10 @@ func TestGracePeriodExceedsSoftStop(t *testing.T) {
 		require.NotNil(t, p.spec.TerminationGracePeriodSeconds, where)
 		grace := time.Duration(*p.spec.TerminationGracePeriodSeconds) * time.Second
 		switch proc.binary {
-		case "worker", "thumbnail-worker", "scheduler", "thumbnail-scheduler":
+		case "worker", "thumbnail-worker", "scheduler", "thumbnail-scheduler-with-reference":
 			require.Equal(t, 25*time.Second, proc.softStop, where)
 			require.GreaterOrEqual(t, grace, proc.softStop+graceMargin, "%s: grace period against SOFT_STOP_TIMEOUT %s", where, proc.softStop)
-		case "api", "thumbnail-api":
+		case "api", "thumbnail-api-with-reference":
 			require.NotNil(t, c.Lifecycle, where)
 			require.NotNil(t, c.Lifecycle.PreStop.Sleep, where)
 			preStop := time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second
@@ -292,7 +292,8 @@ func overlayTag(t *testing.T, overlay string) string {
 // overlay pins a tag (not latest) with kustomize's image transformer, and
 // every tierq container of the build runs exactly that image and a binary
 // the project's Dockerfile puts in it. Other images (the dev PostgreSQL,
-// the example team's) carry an explicit tag too.
+// the example team's) carry an explicit tag too; the example team's
+// containers run its image and one of its mains (examples/thumbnail/cmd).
 func TestImagesArePinnedByTag(t *testing.T) {
 	t.Parallel()
 
@@ -315,6 +316,12 @@ func TestImagesArePinnedByTag(t *testing.T) {
 		binaries = append(binaries, "/usr/local/bin/"+d.Name())
 	}
 	require.Equal(t, []string{"/usr/local/bin/api", "/usr/local/bin/scheduler", "/usr/local/bin/tierctl", "/usr/local/bin/worker"}, binaries)
+	exampleCmds, err := os.ReadDir("../../examples/thumbnail/cmd")
+	require.NoError(t, err)
+	var exampleBinaries []string
+	for _, d := range exampleCmds {
+		exampleBinaries = append(exampleBinaries, "/usr/local/bin/"+d.Name())
+	}
 
 	// The base alone: untagged, so that only an overlay decides.
 	baseObjects, err := kustomize(t, variant{name: "base", overlay: "base"})
@@ -345,12 +352,53 @@ func TestImagesArePinnedByTag(t *testing.T) {
 				where := b.variant.name + ": " + p.owner + " container " + c.Name
 				_, imageTag, ok := strings.Cut(path.Base(c.Image), ":")
 				require.True(t, ok && imageTag != "" && imageTag != "latest" && !strings.Contains(c.Image, "@"), "%s: %s is not pinned by tag", where, c.Image)
-				if !isTierq(c) || strings.HasPrefix(path.Base(c.Command[0]), "thumbnail-") {
+				if !isTierq(c) {
+					continue
+				}
+				if strings.HasPrefix(path.Base(c.Command[0]), "thumbnail-") {
+					require.True(t, strings.HasPrefix(c.Image, exampleImage+":"), "%s: %s is not the example team's image", where, c.Image)
+					require.Contains(t, exampleBinaries, c.Command[0], where)
 					continue
 				}
 				require.Equal(t, image+":"+tag, c.Image, where)
 				require.Contains(t, binaries, c.Command[0], where)
 			}
+		}
+	}
+}
+
+// exampleImage is the thumbnail example's image, the team's own (untagged).
+const exampleImage = "registry.example.com/acme/thumbnail"
+
+// TestExampleJoinsTheReferenceApp: the thumbnail example adds its service
+// to the reference app's deployment, one scheduler and one API for both
+// (docs/kubernetes.md, "Adding a service"), so the Deployments scheduler
+// and api run the example's -with-reference mains from the team's image
+// (app.RunSchedulerWithReference, app.RunAPIWithReference: the joined
+// registry, the reference app's maintenance and migration line), not its
+// thumbnail-scheduler and thumbnail-api, which serve the thumbnail service
+// alone. Its worker Deployment runs thumbnail-worker.
+func TestExampleJoinsTheReferenceApp(t *testing.T) {
+	t.Parallel()
+
+	want := map[string]string{
+		"scheduler":          "/usr/local/bin/thumbnail-scheduler-with-reference",
+		"api":                "/usr/local/bin/thumbnail-api-with-reference",
+		"worker-thumbnailer": "/usr/local/bin/thumbnail-worker",
+	}
+	example := variantNamed(t, "prod with the thumbnail example")
+	split := example // prod-split builds on prod, the example's edit with it
+	split.name, split.overlay = "prod-split with the thumbnail example", "overlays/prod-split"
+	for _, v := range []variant{example, split} {
+		b := buildVariant(t, v)
+		for deployment, command := range want {
+			where := v.name + ": Deployment/" + deployment
+			d := one[*appsv1.Deployment](t, b, deployment)
+			require.Len(t, d.Spec.Template.Spec.Containers, 1, where)
+			c := d.Spec.Template.Spec.Containers[0]
+			require.Equal(t, []string{command}, c.Command, where)
+			require.Empty(t, c.Args, where)
+			require.True(t, strings.HasPrefix(c.Image, exampleImage+":"), "%s runs %s, not the example team's image", where, c.Image)
 		}
 	}
 }

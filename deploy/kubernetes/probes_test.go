@@ -19,14 +19,16 @@ import (
 	"github.com/tierq/tierq/internal/testdb"
 )
 
-// runs are the run functions of the binaries, as their mains call them.
+// runs are the run functions of the binaries the manifests run, as their
+// mains call them. The thumbnail example joins the reference app's
+// deployment, so its scheduler and API are the -with-reference ones.
 var runs = map[string]func(ctx context.Context, environ []string, stdout io.Writer) error{
-	"worker":              refapp.RunWorker,
-	"scheduler":           refapp.RunScheduler,
-	"api":                 refapp.RunAPI,
-	"thumbnail-worker":    app.RunWorker,
-	"thumbnail-scheduler": app.RunScheduler,
-	"thumbnail-api":       app.RunAPI,
+	"worker":                             refapp.RunWorker,
+	"scheduler":                          refapp.RunScheduler,
+	"api":                                refapp.RunAPI,
+	"thumbnail-worker":                   app.RunWorker,
+	"thumbnail-scheduler-with-reference": app.RunSchedulerWithReference,
+	"thumbnail-api-with-reference":       app.RunAPIWithReference,
 }
 
 // listening is the address a process logs once it listens (JSON logs:
@@ -83,10 +85,12 @@ func TestProbesAreServed(t *testing.T) {
 				env[k] = "127.0.0.1:0"
 			}
 		}
+		run, ok := runs[tg.proc.binary]
+		require.True(t, ok, "%s: no run function for %s", tg.name, tg.proc.binary)
 		ctx, cancel := context.WithCancel(context.Background())
 		out := &proctest.Buffer{}
 		done := make(chan error, 1)
-		go func() { done <- runs[tg.proc.binary](ctx, environ(env), out) }()
+		go func() { done <- run(ctx, environ(env), out) }()
 
 		var addr string
 		testdb.WaitFor(t, 30*time.Second, tg.name+" to listen", func() bool {
