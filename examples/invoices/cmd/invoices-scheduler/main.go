@@ -1,0 +1,41 @@
+// Command invoices-scheduler is the invoices service's scheduler deployment:
+// River's leader for the application's database schema, which ages and
+// escalates the invoices queues, drains their dead letters, rescues their
+// stuck jobs and runs the service's periodic job. It reads a tierq
+// scheduler's variables (.env.example); a bad one exits 2 naming it.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"example.com/invoices"
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/scheduler"
+	"github.com/tierq/tierq/service"
+)
+
+func main() {
+	if err := run(context.Background(), os.Environ(), os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "invoices-scheduler:", err)
+		if errors.Is(err, config.ErrInvalid) {
+			os.Exit(config.ExitCodeInvalid)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, environ []string, stdout io.Writer) error {
+	cfg, err := config.Load[config.Scheduler](environ)
+	if err != nil {
+		return err // errors.Is(err, config.ErrInvalid): exit 2
+	}
+	return scheduler.Run(ctx, cfg, cfg.NewLogger(stdout), func(*pgxpool.Pool) (*service.Registry, error) {
+		return invoices.Registry(invoices.Deps{}) // no worker runs here: no mailer needed
+	})
+}
