@@ -11,12 +11,13 @@ BIN := .tierq/bin
 run:
 	@scripts/run.sh
 
-## test: vet and race-test everything against real PostgreSQL, River UI in headless Chromium (scripts/chromium.sh installs it), and the Kubernetes manifests (deploy/kubernetes, a module of its own)
+## test: vet and race-test everything against real PostgreSQL, River UI in headless Chromium (scripts/chromium.sh installs it), the Kubernetes manifests (deploy/kubernetes, a module of its own), and a team's service from docs/library.md run end to end (examples/invoices, a module of its own)
 test:
 	@scripts/chromium.sh
 	@eval "$$(scripts/pg.sh test)" && \
 	  { $(GO) vet ./... && $(GO) test -race -count=1 ./... && \
-	    (cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -race -count=1 ./...); status=$$?; \
+	    (cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -race -count=1 ./...) && \
+	    (cd examples/invoices && $(GO) vet ./... && $(GO) test -race -count=1 ./...); status=$$?; \
 	    if [ "$${TIERQ_PG_STARTED:-}" = 1 ]; then scripts/pg.sh stop; fi; exit $$status; }
 
 ## fuzz: run each of the API's request-decoder fuzz targets for FUZZTIME (default 30s) against real PostgreSQL; `make test` runs only their seed corpora
