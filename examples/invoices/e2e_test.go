@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +23,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
@@ -37,7 +37,7 @@ const (
 )
 
 // TestInvoices runs the invoices service as a team runs it: this module's
-// three mains, built from docs/library.md's code, as processes on a schema
+// three mains, built from docs/library.md's code, as processes on a database
 // that only `tierctl migrate` made, with the stock tierctl (built from
 // tierq's module through the replace) against them. Jobs enqueued through
 // the API are routed by tier and worked; the periodic job runs; a mail that
@@ -148,9 +148,9 @@ func TestInvoices(t *testing.T) {
 	require.Equal(t, "invoices_priority", s.waitDeadLetter(t, replayPro).Queue)
 	require.Equal(t, "invoices_priority", s.waitDeadLetter(t, replayFree).Queue)
 
-	// Nothing of tierq's reference app is in the schema.
+	// Nothing of tierq's reference app is in the database.
 	require.Zero(t, s.count(t, `SELECT count(*) FROM pg_catalog.pg_tables
-		WHERE schemaname = $1 AND tablename IN ('analysis_results', 'spec_documents')`, s.schema))
+		WHERE tablename IN ('analysis_results', 'spec_documents')`))
 	require.Zero(t, s.count(t, `SELECT count(*) FROM river_job WHERE queue NOT LIKE 'invoices\_%' AND queue <> 'scheduler'`))
 }
 
@@ -165,47 +165,51 @@ func TestNoReferenceApp(t *testing.T) {
 	require.NotContains(t, deps, "github.com/tierq/tierq/jobs")
 }
 
-// system is the test's schema, the binaries and the API's address.
+// system is the test's database, the binaries and the API's address.
 type system struct {
-	pool   *pgxpool.Pool
-	url    string
-	schema string
-	bin    string // directory of the built binaries
-	api    string // http://host:port
+	pool *pgxpool.Pool
+	url  string // the test's own database
+	bin  string // directory of the built binaries
+	api  string // http://host:port
 }
 
 // setup builds this module's mains and the stock tierctl, and creates a
-// schema of the test's own in the test database, dropped when the test
-// ends.
+// database of the test's own on the test server (TEST_DATABASE_URL's),
+// dropped when the test ends: a team's database, which nothing but
+// `tierctl migrate` will have made.
 func setup(t *testing.T) *system {
 	t.Helper()
 	ctx := t.Context()
-	s := &system{url: databaseURL(), schema: "invoices_e2e_" + randomHex(t), bin: t.TempDir()}
+	s := &system{bin: t.TempDir()}
 
 	build := exec.CommandContext(ctx, "go", "build", "-o", s.bin+string(filepath.Separator),
 		"./cmd/...", "github.com/tierq/tierq/cmd/tierctl")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, string(out))
 
-	require.NoError(t, ensureDatabase(ctx, s.url))
-	conn, err := pgx.Connect(ctx, s.url)
+	server, err := url.Parse(databaseURL())
 	require.NoError(t, err)
-	_, err = conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{s.schema}.Sanitize())
-	require.NoError(t, err)
-	require.NoError(t, conn.Close(ctx))
+	admin, own := *server, *server
+	admin.Path = "/postgres"
+	name := "invoices_e2e_" + randomHex(t)
+	own.Path = "/" + name
+	s.url = own.String()
+	adminExec := func(ctx context.Context, sql string) {
+		conn, err := pgx.Connect(ctx, admin.String())
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	adminExec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, s.url)
-		require.NoError(t, err)
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{s.schema}.Sanitize()+" CASCADE")
-		require.NoError(t, err)
+		adminExec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 	})
 
 	cfg, err := pgxpool.ParseConfig(s.url)
 	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["search_path"] = s.schema
 	cfg.MaxConns = 2
 	s.pool, err = pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
@@ -225,34 +229,6 @@ func databaseURL() string {
 	return defaultURL
 }
 
-// ensureDatabase creates the URL's database when it does not exist.
-func ensureDatabase(ctx context.Context, rawURL string) error {
-	conn, err := pgx.Connect(ctx, rawURL)
-	if err == nil {
-		return conn.Close(ctx)
-	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" { // invalid_catalog_name
-		return fmt.Errorf("connect: %w", err)
-	}
-	cfg, err := pgx.ParseConfig(rawURL)
-	if err != nil {
-		return err
-	}
-	name := cfg.Database
-	cfg.Database = "postgres"
-	admin, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("connect to create database %q: %w", name, err)
-	}
-	defer admin.Close(ctx)
-	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505") {
-		return nil // created by a test binary running beside this one
-	}
-	return err
-}
-
 func randomHex(t *testing.T) string {
 	t.Helper()
 	b := make([]byte, 6)
@@ -261,13 +237,13 @@ func randomHex(t *testing.T) string {
 	return hex.EncodeToString(b)
 }
 
-// env is what every process gets: the schema, and PATH.
+// env is what every process gets: the test's database, and PATH.
 func (s *system) env(extra ...string) []string {
-	return append([]string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + s.url, "DATABASE_SCHEMA=" + s.schema}, extra...)
+	return append([]string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + s.url}, extra...)
 }
 
-// tierctl runs the stock tierctl with args on the schema and returns its
-// output, failing t unless it exits 0.
+// tierctl runs the stock tierctl with args on the test's database and
+// returns its output, failing t unless it exits 0.
 func (s *system) tierctl(t *testing.T, args ...string) string {
 	t.Helper()
 	cmd := exec.CommandContext(t.Context(), filepath.Join(s.bin, "tierctl"), args...)
@@ -286,7 +262,7 @@ type process struct {
 	stopped bool
 }
 
-// start runs the main name with the schema's environment and extra, and
+// start runs the main name with the test's database and extra, and
 // stops it, if the test did not, when the test ends; a failed test logs
 // its output.
 func (s *system) start(t *testing.T, name string, extra ...string) *process {
