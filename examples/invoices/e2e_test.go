@@ -88,7 +88,8 @@ func TestInvoices(t *testing.T) {
 	// The API takes the registry's kinds alone, decoded strictly.
 	status, body := s.call(t, http.MethodPost, "/v1/jobs", producerToken,
 		map[string]any{"kind": "analysis", "user_id": "u_pro", "args": map[string]any{"target": "/srv"}})
-	require.Equal(t, http.StatusBadRequest, status, "%v", body)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Equal(t, `unknown kind "analysis" (want invoice_render, invoice_send)`, body["error"])
 	status, body = s.call(t, http.MethodPost, "/v1/jobs", producerToken,
 		map[string]any{"kind": "invoice_render", "user_id": "u_pro", "args": map[string]any{"invoice_id": 1, "format": "docx"}})
 	require.Equal(t, http.StatusBadRequest, status)
@@ -133,6 +134,10 @@ func TestInvoices(t *testing.T) {
 	replayPro := int64(replayed["job_id"].(float64))
 	require.Equal(t, replayPro, s.replayJobID(t, deadPro.ID))
 	require.Equal(t, job{Queue: "invoices_priority", State: "available", Priority: 4}, s.job(t, replayPro))
+	status, again := s.call(t, http.MethodPost, fmt.Sprintf("/v1/dead-letters/%d/replay", deadPro.ID), adminToken, map[string]any{"actor": "alice"})
+	require.Equal(t, http.StatusConflict, status)
+	require.Regexp(t, fmt.Sprintf(`^dead letter already replayed: id %d was replayed as job %d by alice at \S+ \(force to replay again\)$`,
+		deadPro.ID, replayPro), again["error"])
 
 	// tierctl replays the free one into invoices_priority (--to-queue).
 	out := s.tierctl(t, "dlq", "replay", strconv.FormatInt(deadFree.ID, 10), "--to-queue", "invoices_priority", "--actor", "alice")
