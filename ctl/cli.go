@@ -39,7 +39,7 @@ func (a *app) connectProducer(ctx context.Context) (*pgxpool.Pool, *river.Client
 // checkRange is a usage error unless lo <= n <= hi.
 func checkRange(flag string, n, lo, hi int) error {
 	if n < lo || n > hi {
-		return &usageError{fmt.Errorf("%s must be between %d and %d, not %d", flag, lo, hi, n)}
+		return &UsageError{fmt.Errorf("%s must be between %d and %d, not %d", flag, lo, hi, n)}
 	}
 	return nil
 }
@@ -95,7 +95,7 @@ func (a *app) user() string {
 func parseID(what, s string) (int64, error) {
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id <= 0 {
-		return 0, &usageError{fmt.Errorf("%s %q is not an id (a positive integer)", what, s)}
+		return 0, &UsageError{fmt.Errorf("%s %q is not an id (a positive integer)", what, s)}
 	}
 	return id, nil
 }
@@ -109,13 +109,13 @@ func parseAge(flag, s string) (time.Duration, error) {
 	if days, ok := strings.CutSuffix(s, "d"); ok {
 		n, err := strconv.Atoi(days)
 		if err != nil || n < 0 || n > 100*365 {
-			return 0, &usageError{fmt.Errorf("%s %q: want a duration such as 90m, 24h or 30d", flag, s)}
+			return 0, &UsageError{fmt.Errorf("%s %q: want a duration such as 90m, 24h or 30d", flag, s)}
 		}
 		d = time.Duration(n) * 24 * time.Hour
 	} else {
 		var err error
 		if d, err = time.ParseDuration(s); err != nil || d < 0 {
-			return 0, &usageError{fmt.Errorf("%s %q: want a duration such as 90m, 24h or 30d", flag, s)}
+			return 0, &UsageError{fmt.Errorf("%s %q: want a duration such as 90m, 24h or 30d", flag, s)}
 		}
 	}
 	return d, nil

@@ -1,12 +1,11 @@
 // Package ctl is tierctl, tierq's operator command line, as a package:
-// cmd/tierctl is a thin main around Main, and an application can build the
-// same commands into its own binary with Command.
+// cmd/tierctl runs its commands with the reference app's own added, and an
+// application can build the same commands into its own binary with Command.
 //
 //	tierctl migrate            apply River's and tierq's migrations (idempotent)
 //	tierctl services ...       list the services known in the database; forget one
-//	tierctl enqueue            insert demo analysis work across every tier, or jobs of any known kind (--kind)
+//	tierctl enqueue            insert jobs of any known kind (--kind) across every tier
 //	tierctl watch              live view: queues, waits by tier, dead letters, leader
-//	tierctl demo               a free flood beside a paid trickle: paid waits stay low
 //	tierctl escalate JOB_ID    move a queued job to another queue (audited)
 //	tierctl dlq ...            list, show, replay, purge and drain dead letters
 //	tierctl subscriptions ...  set and list users' tiers
@@ -29,9 +28,17 @@
 // --kind work on the recorded services. A record stays until `tierctl
 // services forget` deletes it, since a service's jobs outlive its processes.
 // Built into an application's binary (Command with Config.Registry), the
-// registry's services are known without a record and win over it. The
-// reference app's demo commands (enqueue without --kind, demo, bench) insert
-// the reference app's kinds whatever is recorded.
+// registry's services are known without a record and win over it.
+//
+// # The stock tierctl's own commands
+//
+// Package ctl imports none of tierq's reference app (package jobs), its
+// examples or its benchmarks, so a binary that embeds it links none of them.
+// The stock tierctl (cmd/tierctl) adds the commands that need them through
+// Config: demo and bench (Config.Commands), and enqueue's demo analysis
+// jobs, inserted without --kind (Config.Enqueue); they insert the reference
+// app's kinds whatever is recorded. Without Config.Enqueue, enqueue
+// requires --kind.
 package ctl
 
 import (
@@ -48,21 +55,21 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierq/tierq/config"
-	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/migrate"
 	"github.com/tierq/tierq/service"
 )
 
-// Main runs the stock tierctl (Command with no Registry) with args (args[0]
-// is the program's name) in environ, writing to stdout, until the command
-// ends or the process gets SIGINT or SIGTERM; ExitCode is the exit status of
-// its error.
+// Main runs tierctl's commands with no Registry and none of the stock
+// tierctl's own (Run with a Config of environ and stdout alone) with args
+// (args[0] is the program's name), until the command ends or the process
+// gets SIGINT or SIGTERM; ExitCode is the exit status of its error.
 func Main(ctx context.Context, args, environ []string, stdout io.Writer) error {
-	return run(ctx, Config{Environ: environ, Stdout: stdout}, args)
+	return Run(ctx, Config{Environ: environ, Stdout: stdout}, args)
 }
 
-// Config configures the commands Command makes. Its zero value is the stock
-// tierctl on os.Stdout with an empty environment.
+// Config configures the commands Command makes. Its zero value is tierctl's
+// commands without the stock tierctl's own (demo, bench, enqueue without
+// --kind) on os.Stdout with an empty environment.
 type Config struct {
 	// Registry, when set, is the application's registry: its services are
 	// known to every command whether or not a process recorded them in the
@@ -82,6 +89,21 @@ type Config struct {
 
 	// Stdout is where the commands write. Default: os.Stdout.
 	Stdout io.Writer
+
+	// Commands are extra commands added to the root after tierctl's own,
+	// such as the stock tierctl's demo and bench (cmd/tierctl). They write
+	// where the root does, and ExitCode gives 2 for a bad flag of theirs or
+	// for an error of theirs that is a *UsageError.
+	//
+	// Default: none.
+	Commands []*cobra.Command
+
+	// Enqueue, when set, is what enqueue inserts without --kind: the stock
+	// tierctl's are the reference app's demo analysis jobs (cmd/tierctl).
+	// Its flags and help are enqueue's too.
+	//
+	// Default: nil, enqueue requires --kind.
+	Enqueue *Enqueue
 }
 
 // Command is tierctl's command tree, named "tierctl" (set Use to rename
@@ -100,7 +122,7 @@ func Command(cfg Config) *cobra.Command {
 	if stdout == nil {
 		stdout = os.Stdout
 	}
-	app := &app{environ: cfg.Environ, stdout: stdout, registry: cfg.Registry}
+	app := &app{environ: cfg.Environ, stdout: stdout, registry: cfg.Registry, enqueue: cfg.Enqueue}
 	root := &cobra.Command{
 		Use:           "tierctl",
 		Short:         "Operate tierq: migrations, demo work, queue progress, escalation, dead letters",
@@ -109,15 +131,17 @@ func Command(cfg Config) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stdout)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(app.migrateCommand(), app.servicesCommand(), app.enqueueCommand(), app.watchCommand(), app.demoCommand(), app.escalateCommand(), app.dlqCommand(), app.subscriptionsCommand(), app.queuesCommand(), app.escalationsCommand(), app.benchCommand(), app.benchWorkerCommand(), app.benchProcessCommand())
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &UsageError{err} })
+	root.AddCommand(app.migrateCommand(), app.servicesCommand(), app.enqueueCommand(), app.watchCommand(), app.escalateCommand(), app.dlqCommand(), app.subscriptionsCommand(), app.queuesCommand(), app.escalationsCommand())
+	root.AddCommand(cfg.Commands...)
 	return root
 }
 
-// ExitCode is the exit status of an error Main returned: 0 for nil, 2
-// (config.ExitCodeInvalid) for invalid configuration or usage, else 1.
+// ExitCode is the exit status of an error Main or Run returned: 0 for nil,
+// 2 (config.ExitCodeInvalid) for invalid configuration or usage (a
+// *UsageError), else 1.
 func ExitCode(err error) int {
-	var usage *usageError
+	var usage *UsageError
 	switch {
 	case err == nil:
 		return 0
@@ -128,13 +152,19 @@ func ExitCode(err error) int {
 	}
 }
 
-// usageError is a command line the commands cannot run: exit status 2.
-type usageError struct{ err error }
+// UsageError is a command line the commands cannot run: ExitCode gives 2
+// for it. Its message is Err's. A command of Config.Commands returns one
+// for a bad argument.
+type UsageError struct{ Err error }
 
-func (e *usageError) Error() string { return e.err.Error() }
-func (e *usageError) Unwrap() error { return e.err }
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
 
-func run(ctx context.Context, cfg Config, args []string) error {
+// Run runs the commands Command(cfg) makes with args (args[0] is the
+// program's name) until the command ends or the process gets SIGINT or
+// SIGTERM; ExitCode is the exit status of its error. cmd/tierctl runs the
+// stock tierctl with it.
+func Run(ctx context.Context, cfg Config, args []string) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -142,7 +172,7 @@ func run(ctx context.Context, cfg Config, args []string) error {
 	root.SetArgs(args[1:])
 	err := root.ExecuteContext(ctx)
 	if err != nil && strings.HasPrefix(err.Error(), "unknown command") {
-		return &usageError{err} // cobra's own error for a mistyped subcommand
+		return &UsageError{err} // cobra's own error for a mistyped subcommand
 	}
 	return err
 }
@@ -151,7 +181,7 @@ func run(ctx context.Context, cfg Config, args []string) error {
 func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if err := check(cmd, args); err != nil {
-			return &usageError{err}
+			return &UsageError{err}
 		}
 		return nil
 	}
@@ -163,12 +193,8 @@ type app struct {
 	environ  []string
 	stdout   io.Writer
 	registry *service.Registry // Config.Registry; nil for the stock tierctl
+	enqueue  *Enqueue          // Config.Enqueue; nil: enqueue requires --kind
 }
-
-// referenceRegistry is the reference app's registry (jobs.Registry) without
-// its workers' dependencies, for the reference app's demo commands (enqueue
-// without --kind, demo): tierctl runs none of their workers.
-func referenceRegistry() (*service.Registry, error) { return jobs.Registry(jobs.Deps{}) }
 
 // connect loads the configuration, opens a pool and checks that the
 // schema has every migration (migrate.Check: a *migrate.SchemaError says

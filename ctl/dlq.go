@@ -17,7 +17,7 @@ commands work on that table. See docs/dead-letters.md.`,
 		// A mistyped subcommand ("tierctl dlq lsit") is a usage error, not help.
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(*cobra.Command, []string) error {
-			return &usageError{errors.New("dlq needs a subcommand: list, show, replay, purge, delete or drain")}
+			return &UsageError{errors.New("dlq needs a subcommand: list, show, replay, purge, delete or drain")}
 		},
 	}
 	cmd.AddCommand(a.dlqListCommand(), a.dlqShowCommand(), a.dlqReplayCommand(), a.dlqPurgeCommand(),

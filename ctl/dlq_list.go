@@ -107,13 +107,13 @@ func tierAndTenant(d dlq.DeadLetter) (tier, tenant string) {
 // checkList turns dlq's validation of a listing into a usage error.
 func checkList(f dlq.Filter, page dlq.Page) error {
 	if err := f.Validate(); err != nil {
-		return &usageError{err}
+		return &UsageError{err}
 	}
 	if err := checkRange("--limit", page.Limit, 1, dlq.MaxListLimit); err != nil {
 		return err
 	}
 	if page.BeforeID < 0 {
-		return &usageError{fmt.Errorf("--before must not be negative, not %d", page.BeforeID)}
+		return &UsageError{fmt.Errorf("--before must not be negative, not %d", page.BeforeID)}
 	}
 	return nil
 }

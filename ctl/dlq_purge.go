@@ -28,7 +28,7 @@ days: 90m, 72h, 30d), in batches of --batch rows, and print how many. Without
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if strings.TrimSpace(olderThan) == "" {
-				return &usageError{errors.New("--older-than is required (e.g. --older-than 30d; 0s purges every row)")}
+				return &UsageError{errors.New("--older-than is required (e.g. --older-than 30d; 0s purges every row)")}
 			}
 			age, err := parseAge("--older-than", olderThan)
 			if err != nil {

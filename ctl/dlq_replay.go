@@ -47,7 +47,7 @@ replayed. With --all, every dead letter not replayed yet that matches
 			withoutTo := opts
 			withoutTo.ToQueue = ""
 			if err := withoutTo.Validate(nil); err != nil {
-				return &usageError{err}
+				return &UsageError{err}
 			}
 			var (
 				ids []int64
@@ -55,16 +55,16 @@ replayed. With --all, every dead letter not replayed yet that matches
 			)
 			switch {
 			case all && len(args) > 0:
-				return &usageError{errors.New("give dead-letter IDs or --all, not both")}
+				return &UsageError{errors.New("give dead-letter IDs or --all, not both")}
 			case !all && len(args) == 0:
-				return &usageError{errors.New("give one or more dead-letter IDs, or --all")}
+				return &UsageError{errors.New("give one or more dead-letter IDs, or --all")}
 			case !all && (filter.Queue != "" || filter.Kind != ""):
-				return &usageError{errors.New("--queue and --kind select rows for --all; with IDs, leave them out")}
+				return &UsageError{errors.New("--queue and --kind select rows for --all; with IDs, leave them out")}
 			case !all && len(args) > dlq.MaxReplayIDs:
-				return &usageError{fmt.Errorf("at most %d IDs at once; use --all with filters for more", dlq.MaxReplayIDs)}
+				return &UsageError{fmt.Errorf("at most %d IDs at once; use --all with filters for more", dlq.MaxReplayIDs)}
 			case all:
 				if err := filter.Validate(); err != nil {
-					return &usageError{err}
+					return &UsageError{err}
 				}
 				if err := checkRange("--batch", batch, 1, 10_000); err != nil {
 					return err
@@ -87,10 +87,10 @@ replayed. With --all, every dead letter not replayed yet that matches
 			}
 			queues := services.queues()
 			if opts.ToQueue != "" && len(queues) == 0 {
-				return &usageError{fmt.Errorf("--to-queue %.128q: %w", opts.ToQueue, errNoServices)}
+				return &UsageError{fmt.Errorf("--to-queue %.128q: %w", opts.ToQueue, errNoServices)}
 			}
 			if err := opts.Validate(queues); err != nil {
-				return &usageError{err}
+				return &UsageError{err}
 			}
 
 			if !all {

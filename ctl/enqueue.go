@@ -8,19 +8,16 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/riverqueue/river"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
-	"github.com/tierq/tierq/config"
-	"github.com/tierq/tierq/jobs"
-	"github.com/tierq/tierq/jobs/scan"
 	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/subscriptions"
 	"github.com/tierq/tierq/tiers"
 )
@@ -28,30 +25,37 @@ import (
 // enqueueBatch is how many jobs go into one InsertMany statement.
 const enqueueBatch = 100
 
-func (a *app) enqueueCommand() *cobra.Command {
-	var (
-		count     int
-		targets   []string
-		mix       string
-		scheduled float64
-		userID    string
-		kind      string
-		argsJSON  string
-	)
-	cmd := &cobra.Command{
-		Use:   "enqueue",
-		Short: "Insert demo analysis jobs, or jobs of any known kind (--kind), across every tier, routed as a producer would",
-		Long: `Insert COUNT analysis jobs for the given target directories, cycling through
-the tiers in the proportions of --mix, with a share of them marked as scheduled
-(background) work. Each job is routed by the analyzer service's InsertOpts
-(routing.InsertOptsFor), exactly as an API service does, and inserted in
-batches. A progress bar shows the inserts.
+// Enqueue is what enqueue inserts without --kind (Config.Enqueue): COUNT
+// jobs that the args func Prepare returns makes, tiers cycling through
+// --mix, routed by its service's InsertOpts (a share --scheduled of them as
+// background work) and inserted in batches under a progress bar. The stock
+// tierctl's (cmd/tierctl) are the reference app's demo analysis jobs.
+type Enqueue struct {
+	// Name is what the jobs are called in enqueue's summary ("enqueued 40
+	// analysis jobs") and in the error for one of Flags' flags given with
+	// --kind ("--target is for the demo analysis jobs").
+	Name string
 
-Each target must be in one of ANALYSIS_ROOTS (colon-separated absolute
-directories; default /), checked as the API checks it: the analyzer workers
-cancel a job whose target is elsewhere.
+	// Short replaces enqueue's one-line help; Long and Example, saying
+	// what the jobs are, come before the help and example of --kind.
+	Short, Long, Example string
 
-With --kind, insert COUNT jobs (default 1) of that kind instead, with the
+	// Flags, when set, adds enqueue's flags for these jobs alone (the
+	// stock tierctl's --target) to flags; each is a usage error with
+	// --kind. Default: nil, no flags of their own.
+	Flags func(flags *pflag.FlagSet)
+
+	// Prepare reads Flags' flags and the commands' environment
+	// (Config.Environ) once enqueue's own flags are checked, before
+	// anything is inserted, and returns the service whose InsertOpts route
+	// the jobs and the func that makes the args of the i-th job, for its
+	// tier and user id. A *UsageError or config.ErrInvalid it returns
+	// exits 2.
+	Prepare func(environ []string) (*service.Service, func(i int, tier tiers.Tier, userID string) river.JobArgs, error)
+}
+
+// enqueueKindHelp is enqueue's help about --kind, after Enqueue's.
+const enqueueKindHelp = `With --kind, insert COUNT jobs (default 1) of that kind instead, with the
 args --args gives (a JSON object), routed by its service's queues: any kind
 of a service known in the database (tierctl services list). The stock
 tierctl does not have the kind's args type: it checks that each key of
@@ -60,116 +64,144 @@ them, and inserts the JSON as given; the values are checked by the worker
 when it works the job, and the args type's own InsertOpts and unique tags do
 not apply. A tierctl built into the application's binary with its registry
 (ctl.Config.Registry) decodes --args into the args type as the API does,
-every check included, and inserts that.`,
-		Example: `  tierctl enqueue --count 200 --target . --target ./jobs --mix free=5,pro=3,enterprise=2
-  tierctl enqueue --kind invoice_send --args '{"invoice_id": 42}' --mix pro=1 --user-prefix acme`,
-		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cycle, err := parseMix(mix)
-			if err != nil {
-				return &usageError{fmt.Errorf("--mix: %w", err)}
-			}
-			if count < 1 || count > 1_000_000 {
-				return &usageError{fmt.Errorf("--count must be between 1 and 1000000, not %d", count)}
-			}
-			if scheduled < 0 || scheduled > 1 {
-				return &usageError{fmt.Errorf("--scheduled must be between 0 and 1, not %g", scheduled)}
-			}
-			if cmd.Flags().Changed("args") && kind == "" {
-				return &usageError{errors.New("--args is for --kind")}
-			}
-			if kind != "" {
-				if cmd.Flags().Changed("target") {
-					return &usageError{errors.New("--target is for the demo analysis jobs; with --kind, give the args with --args")}
+every check included, and inserts that.`
+
+// enqueueKindExample is enqueue's example of --kind, after Enqueue's.
+const enqueueKindExample = `  tierctl enqueue --kind invoice_send --args '{"invoice_id": 42}' --mix pro=1 --user-prefix acme`
+
+func (a *app) enqueueCommand() *cobra.Command {
+	var (
+		count     int
+		mix       string
+		scheduled float64
+		userID    string
+		kind      string
+		argsJSON  string
+	)
+	cmd := &cobra.Command{
+		Use:   "enqueue",
+		Short: "Insert jobs of any known kind (--kind) across every tier, routed as a producer would",
+		Long: `Insert COUNT jobs (default 1) of the kind --kind gives, cycling through the
+tiers in the proportions of --mix, with a share of them marked as scheduled
+(background) work.
+
+` + enqueueKindHelp,
+		Example: enqueueKindExample,
+		Args:    usageArgs(cobra.NoArgs),
+	}
+	countDefault, kindHelp := 1, "insert jobs of this kind, of any service known in the database (required)"
+	var own []string // the flags of a.enqueue
+	if e := a.enqueue; e != nil {
+		cmd.Short, cmd.Long, cmd.Example = e.Short, e.Long+"\n\n"+enqueueKindHelp, e.Example+"\n"+enqueueKindExample
+		countDefault, kindHelp = 40, "insert jobs of this kind, of any service known in the database, instead of demo "+e.Name+" jobs"
+		if e.Flags != nil {
+			var before []string
+			cmd.Flags().VisitAll(func(f *pflag.Flag) { before = append(before, f.Name) })
+			e.Flags(cmd.Flags())
+			cmd.Flags().VisitAll(func(f *pflag.Flag) {
+				if !slices.Contains(before, f.Name) {
+					own = append(own, f.Name)
 				}
-				if !cmd.Flags().Changed("count") {
-					count = 1
+			})
+		}
+	}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		cycle, err := parseMix(mix)
+		if err != nil {
+			return &UsageError{fmt.Errorf("--mix: %w", err)}
+		}
+		if count < 1 || count > 1_000_000 {
+			return &UsageError{fmt.Errorf("--count must be between 1 and 1000000, not %d", count)}
+		}
+		if scheduled < 0 || scheduled > 1 {
+			return &UsageError{fmt.Errorf("--scheduled must be between 0 and 1, not %g", scheduled)}
+		}
+		if cmd.Flags().Changed("args") && kind == "" {
+			return &UsageError{errors.New("--args is for --kind")}
+		}
+		if kind != "" {
+			for _, name := range own {
+				if cmd.Flags().Changed(name) {
+					return &UsageError{fmt.Errorf("--%s is for the demo %s jobs; with --kind, give the args with --args", name, a.enqueue.Name)}
 				}
-				if err := checkUserPrefix(userID, cycle); err != nil {
-					return &usageError{err}
-				}
-				return a.enqueueKind(cmd.Context(), kind, []byte(argsJSON), count, cycle, scheduled, userID)
 			}
-			analysis, err := config.LoadSection[jobs.AnalysisConfig](a.environ)
-			if err != nil {
-				return err
-			}
-			absTargets, err := checkTargets(targets, analysis.Roots)
-			if err != nil {
-				return &usageError{err}
+			if !cmd.Flags().Changed("count") {
+				count = 1
 			}
 			if err := checkUserPrefix(userID, cycle); err != nil {
-				return &usageError{err}
+				return &UsageError{err}
 			}
-
-			registry, err := referenceRegistry()
-			if err != nil {
-				return err
-			}
-			analyzer, err := registry.Parse(jobs.ServiceAnalyzer)
-			if err != nil {
-				return err
-			}
-
-			ctx := cmd.Context()
-			pool, client, err := a.connectProducer(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-
-			bar := a.progressBar(count, "enqueue")
-			perQueue := map[string]int{}
-			batch := make([]river.InsertManyParams, 0, enqueueBatch)
-			flush := func() error {
-				if len(batch) == 0 {
-					return nil
-				}
-				if _, err := client.InsertMany(ctx, batch); err != nil {
-					return fmt.Errorf("insert jobs: %w", err)
-				}
-				_ = bar.Add(len(batch))
-				batch = batch[:0]
-				return nil
-			}
-			// A fixed seed: the same command line enqueues the same mix.
-			rng := rand.New(rand.NewPCG(1, 2)) //nolint:gosec // demo data, not secrets
-			for i := range count {
-				tier := cycle[i%len(cycle)]
-				isScheduled := rng.Float64() < scheduled
-				args := jobs.AnalysisArgs{
-					Target: absTargets[i%len(absTargets)],
-					UserID: demoUserID(userID, tier, i),
-					Tier:   tier.String(),
-				}
-				opts := analyzer.InsertOpts(tier, args.UserID, isScheduled)
-				batch = append(batch, river.InsertManyParams{Args: args, InsertOpts: opts})
-				perQueue[opts.Queue]++
-				if len(batch) == enqueueBatch {
-					if err := flush(); err != nil {
-						return err
-					}
-				}
-			}
-			if err := flush(); err != nil {
-				return err
-			}
-
-			fmt.Fprintf(a.stdout, "enqueued %d analysis jobs:\n", count)
-			for _, queue := range slices.Sorted(maps.Keys(perQueue)) {
-				fmt.Fprintf(a.stdout, "  %-20s %d\n", queue, perQueue[queue])
-			}
-			return nil
-		},
+			return a.enqueueKind(cmd.Context(), kind, []byte(argsJSON), count, cycle, scheduled, userID)
+		}
+		if a.enqueue == nil {
+			return &UsageError{fmt.Errorf("--kind is required (%s --kind KIND --args JSON)", cmd.CommandPath())}
+		}
+		svc, makeArgs, err := a.enqueue.Prepare(a.environ)
+		if err != nil {
+			return err
+		}
+		if err := checkUserPrefix(userID, cycle); err != nil {
+			return &UsageError{err}
+		}
+		return a.enqueueDefault(cmd.Context(), svc, makeArgs, count, cycle, scheduled, userID)
 	}
-	cmd.Flags().IntVar(&count, "count", 40, "number of jobs to insert")
-	cmd.Flags().StringArrayVar(&targets, "target", []string{"."}, "directory to analyse (repeatable; jobs cycle through them)")
+	cmd.Flags().IntVar(&count, "count", countDefault, "number of jobs to insert")
 	cmd.Flags().StringVar(&mix, "mix", "free=4,pro=3,pro_plus=2,enterprise=1", "tier weights, tier=weight,...")
 	cmd.Flags().Float64Var(&scheduled, "scheduled", 0.1, "share of jobs enqueued as scheduled (background) work, 0 to 1")
 	cmd.Flags().StringVar(&userID, "user-prefix", "demo", "prefix of the demo user ids")
-	cmd.Flags().StringVar(&kind, "kind", "", "insert jobs of this kind, of any service known in the database, instead of demo analysis jobs")
+	cmd.Flags().StringVar(&kind, "kind", "", kindHelp)
 	cmd.Flags().StringVar(&argsJSON, "args", "{}", "the args of the --kind jobs, a JSON object")
 	return cmd
+}
+
+// enqueueDefault inserts count jobs of Config.Enqueue (makeArgs), tiers
+// cycling through cycle, a share scheduled of them as background work, the
+// user ids demoUserID's, each routed by svc's InsertOpts.
+func (a *app) enqueueDefault(ctx context.Context, svc *service.Service, makeArgs func(int, tiers.Tier, string) river.JobArgs, count int, cycle []tiers.Tier, scheduled float64, userPrefix string) error {
+	pool, client, err := a.connectProducer(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	bar := a.progressBar(count, "enqueue")
+	perQueue := map[string]int{}
+	batch := make([]river.InsertManyParams, 0, enqueueBatch)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if _, err := client.InsertMany(ctx, batch); err != nil {
+			return fmt.Errorf("insert jobs: %w", err)
+		}
+		_ = bar.Add(len(batch))
+		batch = batch[:0]
+		return nil
+	}
+	// A fixed seed: the same command line enqueues the same mix.
+	rng := rand.New(rand.NewPCG(1, 2)) //nolint:gosec // demo data, not secrets
+	for i := range count {
+		tier := cycle[i%len(cycle)]
+		isScheduled := rng.Float64() < scheduled
+		userID := demoUserID(userPrefix, tier, i)
+		opts := svc.InsertOpts(tier, userID, isScheduled)
+		batch = append(batch, river.InsertManyParams{Args: makeArgs(i, tier, userID), InsertOpts: opts})
+		perQueue[opts.Queue]++
+		if len(batch) == enqueueBatch {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(a.stdout, "enqueued %d %s jobs:\n", count, a.enqueue.Name)
+	for _, queue := range slices.Sorted(maps.Keys(perQueue)) {
+		fmt.Fprintf(a.stdout, "  %-20s %d\n", queue, perQueue[queue])
+	}
+	return nil
 }
 
 // parseMix turns "free=4,pro=1" into a cycle of tiers: [free free free free pro].
@@ -196,28 +228,6 @@ func parseMix(mix string) ([]tiers.Tier, error) {
 		return nil, errors.New("every weight is 0")
 	}
 	return cycle, nil
-}
-
-// checkTargets makes each target absolute and checks that it is a
-// directory here and, lexically as the API does, in one of roots.
-func checkTargets(targets []string, roots jobs.AnalysisRoots) ([]string, error) {
-	if len(targets) == 0 {
-		return nil, errors.New("--target: at least one directory is needed")
-	}
-	abs := make([]string, len(targets))
-	for i, target := range targets {
-		info, err := os.Stat(target)
-		if err != nil || !info.IsDir() {
-			return nil, fmt.Errorf("--target %q is not a directory", target)
-		}
-		if abs[i], err = filepath.Abs(target); err != nil {
-			return nil, fmt.Errorf("--target %q: %w", target, err)
-		}
-		if !scan.Within(abs[i], roots) {
-			return nil, fmt.Errorf("--target %q (%s) is outside the analysis roots %s (ANALYSIS_ROOTS)", target, abs[i], roots)
-		}
-	}
-	return abs, nil
 }
 
 // demoUserID is the user id of the i-th demo job: 7 users per tier.
@@ -263,7 +273,7 @@ func (a *app) kindArgs(c catalog, kind string, data []byte) (river.JobArgs, stri
 		if s, k, ok := a.registry.ForKind(kind); ok {
 			args, err := k.DecodeArgs(data)
 			if err != nil {
-				return nil, "", &usageError{fmt.Errorf("--args of kind %s: %w", kind, err)}
+				return nil, "", &UsageError{fmt.Errorf("--args of kind %s: %w", kind, err)}
 			}
 			return args, s.BaseQueue(), nil
 		}
@@ -277,24 +287,24 @@ func (a *app) kindArgs(c catalog, kind string, data []byte) (river.JobArgs, stri
 			}
 		}
 		if len(known) == 0 {
-			return nil, "", &usageError{fmt.Errorf("--kind %q: %w", kind, errNoServices)}
+			return nil, "", &UsageError{fmt.Errorf("--kind %q: %w", kind, errNoServices)}
 		}
-		return nil, "", &usageError{fmt.Errorf("--kind %q is not a kind of a service known in this database (%s)", kind, strings.Join(known, ", "))}
+		return nil, "", &UsageError{fmt.Errorf("--kind %q is not a kind of a service known in this database (%s)", kind, strings.Join(known, ", "))}
 	}
 	var object map[string]json.RawMessage
 	if err := json.Unmarshal(data, &object); err != nil || object == nil {
-		return nil, "", &usageError{fmt.Errorf("--args of kind %s must be a JSON object", kind)}
+		return nil, "", &UsageError{fmt.Errorf("--args of kind %s must be a JSON object", kind)}
 	}
 	if k.Fields != nil {
 		for _, key := range slices.Sorted(maps.Keys(object)) {
 			if !slices.Contains(k.Fields, key) {
-				return nil, "", &usageError{fmt.Errorf("--args of kind %s: unknown field %q (its fields are %s)", kind, key, strings.Join(k.Fields, ", "))}
+				return nil, "", &UsageError{fmt.Errorf("--args of kind %s: unknown field %q (its fields are %s)", kind, key, strings.Join(k.Fields, ", "))}
 			}
 		}
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, data); err != nil {
-		return nil, "", &usageError{fmt.Errorf("--args of kind %s: %w", kind, err)}
+		return nil, "", &UsageError{fmt.Errorf("--args of kind %s: %w", kind, err)}
 	}
 	return rawArgs{kind: kind, json: compact.Bytes()}, s.BaseQueue, nil
 }

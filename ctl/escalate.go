@@ -34,11 +34,11 @@ exits 1 saying why.`,
 			}
 			class, err := routing.ParseClass(to)
 			if err != nil {
-				return &usageError{fmt.Errorf("--to: %w", err)}
+				return &UsageError{fmt.Errorf("--to: %w", err)}
 			}
 			req := escalation.Request{JobID: id, To: class, Priority: priority, Actor: actor, Reason: reason}
 			if err := req.Validate(); err != nil {
-				return &usageError{err}
+				return &UsageError{err}
 			}
 
 			ctx := cmd.Context()

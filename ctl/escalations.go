@@ -21,7 +21,7 @@ func (a *app) escalationsCommand() *cobra.Command {
 		Short: "Read the escalation audit: every move of a queued job to another queue or priority",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(*cobra.Command, []string) error {
-			return &usageError{errors.New("escalations needs a subcommand: list")}
+			return &UsageError{errors.New("escalations needs a subcommand: list")}
 		},
 	}
 	cmd.AddCommand(a.escalationsListCommand())
@@ -70,10 +70,10 @@ page is full, the last line gives the --before ID of the next one.`,
 				return err
 			}
 			if p.BeforeID < 0 {
-				return &usageError{fmt.Errorf("--before %d is not an id (a positive integer)", p.BeforeID)}
+				return &UsageError{fmt.Errorf("--before %d is not an id (a positive integer)", p.BeforeID)}
 			}
 			if err := p.Validate(); err != nil {
-				return &usageError{err}
+				return &UsageError{err}
 			}
 			ctx := cmd.Context()
 			_, pool, err := a.connect(ctx)
@@ -134,7 +134,7 @@ func parseTimeOrAge(flag, s string, now time.Time) (time.Time, error) {
 	}
 	age, err := parseAge(flag, s)
 	if err != nil {
-		return time.Time{}, &usageError{fmt.Errorf("%s %q: want an RFC 3339 time such as 2026-11-27T10:00:00Z, or an age such as 90m, 24h or 7d", flag, s)}
+		return time.Time{}, &UsageError{fmt.Errorf("%s %q: want an RFC 3339 time such as 2026-11-27T10:00:00Z, or an age such as 90m, 24h or 7d", flag, s)}
 	}
 	return now.Add(-age), nil
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/config"
@@ -59,59 +58,6 @@ func TestMigrateFreshSchemaThenIdempotent(t *testing.T) {
 	require.Contains(t, out, "tierq migrations applied: none (up to date)")
 }
 
-func TestEnqueueRoutesEveryTier(t *testing.T) {
-	t.Parallel()
-	db := testdb.New(t)
-
-	out, err := runTierctl(t, dbEnv(t, db), "enqueue", "--count", "40",
-		"--mix", "free=1,pro=1,pro_plus=1,enterprise=1", "--scheduled", "0.25",
-		"--target", "../jobs/scan/testdata/fixture", "--target", ".")
-	require.NoError(t, err, out)
-	require.Contains(t, out, "enqueued 40 analysis jobs")
-
-	rows, err := db.Pool.Query(context.Background(), `
-		SELECT args->>'tier', queue, priority, count(*) FROM river_job
-		WHERE kind = 'analysis' GROUP BY 1, 2, 3 ORDER BY 1, 2`)
-	require.NoError(t, err)
-	type group struct {
-		Tier     string
-		Queue    string
-		Priority int
-		N        int
-	}
-	groups, err := pgx.CollectRows(rows, pgx.RowToStructByPos[group])
-	require.NoError(t, err)
-
-	byQueue := map[string]int{}
-	for _, g := range groups {
-		byQueue[g.Queue] += g.N
-		switch g.Queue {
-		case "analysis_priority":
-			require.Contains(t, []string{"pro", "pro_plus", "enterprise"}, g.Tier)
-		case "analysis_default":
-			require.Equal(t, "free", g.Tier)
-		case "analysis_scheduled":
-		default:
-			t.Fatalf("unexpected queue %q", g.Queue)
-		}
-		want := map[string]int{"free": 4, "pro": 4, "pro_plus": 3, "enterprise": 2}[g.Tier]
-		require.Equal(t, want, g.Priority, g.Tier)
-	}
-	byTier := map[string]int{}
-	for _, g := range groups {
-		byTier[g.Tier] += g.N
-	}
-	require.Equal(t, map[string]int{"free": 10, "pro": 10, "pro_plus": 10, "enterprise": 10}, byTier)
-	require.Equal(t, 40, byQueue["analysis_priority"]+byQueue["analysis_default"]+byQueue["analysis_scheduled"])
-	require.Positive(t, byQueue["analysis_scheduled"])
-	require.Less(t, byQueue["analysis_scheduled"], 20, "about a quarter scheduled")
-
-	out, err = runTierctl(t, dbEnv(t, db), "watch", "--once")
-	require.NoError(t, err, out)
-	// SCHEDULED PENDING HELD AVAILABLE RETRYABLE RUNNING OLDEST DEAD
-	require.Regexp(t, fmt.Sprintf(`(?m)^\s*analysis_priority\s+0\s+0\s+0\s+%d\s+0\s+0\s+(\d+ms|\d+\.\ds)\s+0$`, byQueue["analysis_priority"]), out)
-}
-
 // usageCase is a tierctl command line that must fail as a usage error
 // (exit 2) with a message containing want.
 type usageCase struct {
@@ -129,7 +75,7 @@ func requireUsageErrors(t *testing.T, tests []usageCase) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := runTierctl(t, environ, tt.args...)
-			var usage *usageError
+			var usage *UsageError
 			require.True(t, errors.As(err, &usage), "%v", err)
 			require.ErrorContains(t, err, tt.want)
 		})
@@ -143,7 +89,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{name: "bad flag value", args: []string{"enqueue", "--count", "many"}, want: "--count"},
 		{name: "count out of range", args: []string{"enqueue", "--count", "0"}, want: "--count must be"},
 		{name: "bad tier in mix", args: []string{"enqueue", "--mix", "gold=1"}, want: `unknown tier "gold"`},
-		{name: "target not a directory", args: []string{"enqueue", "--target", "main.go"}, want: `--target "main.go" is not a directory`},
+		{name: "enqueue without kind", args: []string{"enqueue", "--count", "4"}, want: "--kind is required"},
 		{name: "extra argument", args: []string{"migrate", "now"}, want: "unknown command"},
 		{name: "escalate without job", args: []string{"escalate", "--to", "priority"}, want: "accepts 1 arg"},
 		{name: "escalate bad id", args: []string{"escalate", "abc", "--to", "priority", "--actor", "a", "--reason", "r"}, want: `JOB_ID "abc"`},
@@ -167,17 +113,11 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{name: "subscription bad tier", args: []string{"subscriptions", "set", "u1", "gold"}, want: "unknown tier"},
 		{name: "subscription empty user", args: []string{"subscriptions", "set", "", "pro"}, want: "invalid user id"},
 		{name: "dlq delete nothing", args: []string{"dlq", "delete"}, want: "accepts between 1 and 1000 arg(s)"},
-		{name: "bench unknown scenario", args: []string{"bench", "latency"}, want: `unknown scenario "latency"`},
-		{name: "bench no scenario", args: []string{"bench"}, want: "accepts 1 arg"},
-		{name: "bench runs", args: []string{"bench", "insert", "--runs", "1000"}, want: "--runs must be between 0 and 100"},
-		{name: "bench bad set", args: []string{"bench", "isolation", "--set", "QUEUE_PRIORITY_FETCH_COOLDOWN"}, want: "--set wants NAME=value"},
-		{name: "bench set schema", args: []string{"bench", "isolation", "--set", "DATABASE_SCHEMA=public"}, want: "only worker counts and fetch tuning"},
-		{name: "bench set service", args: []string{"bench", "isolation", "--set", "WORKER_SERVICE=specgen"}, want: "only worker counts and fetch tuning"},
-		{name: "user prefix too long", args: []string{"enqueue", "--user-prefix", strings.Repeat("u", 190)},
+		{name: "user prefix too long", args: []string{"enqueue", "--kind", "k", "--user-prefix", strings.Repeat("u", 190)},
 			want: `--user-prefix: invalid user id: 201 bytes, longer than 200 (the prefix is 190 bytes of it, then "_pro_plus_6")`},
-		{name: "user prefix control character", args: []string{"enqueue", "--user-prefix", "a\nb"}, want: "--user-prefix: invalid user id: control character U+000A at byte 1"},
-		{name: "user prefix C1 control character", args: []string{"enqueue", "--user-prefix", "ab\u0085"}, want: "--user-prefix: invalid user id: control character U+0085 at byte 2"},
-		{name: "user prefix invalid UTF-8", args: []string{"enqueue", "--user-prefix", "ab\xff"}, want: "--user-prefix: invalid user id: invalid UTF-8 at byte 2"},
+		{name: "user prefix control character", args: []string{"enqueue", "--kind", "k", "--user-prefix", "a\nb"}, want: "--user-prefix: invalid user id: control character U+000A at byte 1"},
+		{name: "user prefix C1 control character", args: []string{"enqueue", "--kind", "k", "--user-prefix", "ab\u0085"}, want: "--user-prefix: invalid user id: control character U+0085 at byte 2"},
+		{name: "user prefix invalid UTF-8", args: []string{"enqueue", "--kind", "k", "--user-prefix", "ab\xff"}, want: "--user-prefix: invalid user id: invalid UTF-8 at byte 2"},
 		{name: "subscription user too long", args: []string{"subscriptions", "set", strings.Repeat("u", 201), "pro"}, want: "invalid user id: 201 bytes, longer than 200"},
 		{name: "subscription user escape", args: []string{"subscriptions", "set", "a\x1bb", "pro"}, want: "invalid user id: control character U+001B at byte 1"},
 		{name: "subscription list after too long", args: []string{"subscriptions", "list", "--after", strings.Repeat("u", 201)}, want: "--after is longer"},
@@ -267,7 +207,7 @@ func TestConnectErrorsHideThePassword(t *testing.T) {
 			Host: server.Host, Path: "/tierq_no_such_db", RawQuery: "sslmode=disable&password=" + password}).String(),
 	}
 	commands := [][]string{
-		{"migrate"}, {"watch", "--once"}, {"enqueue", "--count", "1"}, {"escalate", "1", "--to", "priority", "--actor", "a", "--reason", "r"},
+		{"migrate"}, {"watch", "--once"}, {"enqueue", "--kind", "k", "--count", "1"}, {"escalate", "1", "--to", "priority", "--actor", "a", "--reason", "r"},
 		{"dlq", "list"}, {"dlq", "show", "1"}, {"dlq", "replay", "1"}, {"dlq", "replay", "--all"}, {"dlq", "purge", "--older-than", "1d"},
 		{"dlq", "delete", "1"}, {"dlq", "drain"}, {"subscriptions", "set", "u", "pro"}, {"subscriptions", "list"},
 	}

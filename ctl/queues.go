@@ -40,7 +40,7 @@ and aging sweeps leave a paused queue alone. This is River's own pause
 (river_queue.paused_at), the same as River UI's pause button.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(*cobra.Command, []string) error {
-			return &usageError{errors.New("queues needs a subcommand: list, pause or resume")}
+			return &UsageError{errors.New("queues needs a subcommand: list, pause or resume")}
 		},
 	}
 	cmd.AddCommand(a.queuesListCommand(), a.queuePauseCommand(true), a.queuePauseCommand(false))
@@ -61,7 +61,7 @@ func (a *app) queuePauseCommand(pause bool) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
 			if err := checkQueueName(name); err != nil {
-				return &usageError{err}
+				return &UsageError{err}
 			}
 			ctx := cmd.Context()
 			pool, client, err := a.connectProducer(ctx)
@@ -82,7 +82,7 @@ func (a *app) queuePauseCommand(pause bool) *cobra.Command {
 					return fmt.Errorf("list queues: %w", err)
 				}
 				if !slices.Contains(known, name) {
-					return &usageError{fmt.Errorf("%q is not a queue; the queues are %s", name, strings.Join(known, ", "))}
+					return &UsageError{fmt.Errorf("%q is not a queue; the queues are %s", name, strings.Join(known, ", "))}
 				}
 			}
 			before, err := client.QueueGet(ctx, name)

@@ -37,7 +37,7 @@ func TestQueuesPauseResume(t *testing.T) {
 	_, err := runTierctl(t, env, "queues", "pause", "analysis_default")
 	require.ErrorIs(t, err, errQueueNotRegistered)
 	require.EqualError(t, err, "queue not registered: queue analysis_default has no row in river_queue: no worker serving it has started yet, so there is nothing to pause (start one, e.g. make run, and try again)")
-	var usage *usageError
+	var usage *UsageError
 	require.False(t, errors.As(err, &usage))
 
 	// A name that is no queue: a usage error naming the queues.

@@ -182,7 +182,7 @@ move, replay and watch them. Forget a service that is gone for good; a
 process of it that starts again records it again.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(*cobra.Command, []string) error {
-			return &usageError{errors.New("services needs a subcommand: list or forget")}
+			return &UsageError{errors.New("services needs a subcommand: list or forget")}
 		},
 	}
 	cmd.AddCommand(a.servicesListCommand(), a.servicesForgetCommand())

@@ -311,7 +311,7 @@ func TestExitCode(t *testing.T) {
 		want int
 	}{
 		{"Nil", nil, 0},
-		{"Usage", &usageError{errors.New("bad flag")}, 2},
+		{"Usage", &UsageError{errors.New("bad flag")}, 2},
 		{"Config", fmt.Errorf("load: %w", config.ErrInvalid), 2},
 		{"UnknownCommand", errors.New(`unknown command "frobnicate" for "tierctl"`), 2},
 		{"Other", errUnknownService, 1},

@@ -18,7 +18,7 @@ func (a *app) subscriptionsCommand() *cobra.Command {
 		Short: "Set and list the tier each user pays for (the API reads it before every insert)",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(*cobra.Command, []string) error {
-			return &usageError{errors.New("subscriptions needs a subcommand: set or list")}
+			return &UsageError{errors.New("subscriptions needs a subcommand: set or list")}
 		},
 	}
 	cmd.AddCommand(&cobra.Command{
@@ -28,11 +28,11 @@ func (a *app) subscriptionsCommand() *cobra.Command {
 		Args:    usageArgs(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := subscriptions.CheckUserID(args[0]); err != nil {
-				return &usageError{err}
+				return &UsageError{err}
 			}
 			tier, err := tiers.Parse(args[1])
 			if err != nil {
-				return &usageError{err}
+				return &UsageError{err}
 			}
 			ctx := cmd.Context()
 			_, pool, err := a.connect(ctx)
@@ -60,7 +60,7 @@ func (a *app) subscriptionsCommand() *cobra.Command {
 				return err
 			}
 			if len(after) > subscriptions.MaxUserIDLen {
-				return &usageError{fmt.Errorf("--after is longer than a user id (%d bytes)", subscriptions.MaxUserIDLen)}
+				return &UsageError{fmt.Errorf("--after is longer than a user id (%d bytes)", subscriptions.MaxUserIDLen)}
 			}
 			ctx := cmd.Context()
 			_, pool, err := a.connect(ctx)

@@ -169,7 +169,7 @@ the database.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if interval < 100*time.Millisecond {
-				return &usageError{fmt.Errorf("--interval must be at least 100ms, not %s", interval)}
+				return &UsageError{fmt.Errorf("--interval must be at least 100ms, not %s", interval)}
 			}
 			queues := a.catalogQueues
 			ctx := cmd.Context()

@@ -160,14 +160,20 @@ func TestInvoices(t *testing.T) {
 }
 
 // TestNoReferenceApp: no package of this module depends on tierq's
-// reference app (package jobs): a team's service needs none of it.
+// reference app (package jobs), its examples or its benchmarks: a team's
+// service needs none of it, and neither does invoicesctl, which embeds
+// tierctl's commands (package ctl).
 func TestNoReferenceApp(t *testing.T) {
 	t.Parallel()
-	out, err := exec.CommandContext(t.Context(), "go", "list", "-deps", "./...").CombinedOutput()
-	require.NoError(t, err, string(out))
-	deps := strings.Fields(string(out))
-	require.Contains(t, deps, "github.com/tierq/tierq/worker")
-	require.NotContains(t, deps, "github.com/tierq/tierq/jobs")
+	for pkg, want := range map[string]string{"./...": "github.com/tierq/tierq/worker", "./cmd/invoicesctl": "github.com/tierq/tierq/ctl"} {
+		out, err := exec.CommandContext(t.Context(), "go", "list", "-deps", pkg).CombinedOutput()
+		require.NoError(t, err, string(out))
+		deps := strings.Fields(string(out))
+		require.Contains(t, deps, want, pkg)
+		for _, dep := range deps {
+			require.NotRegexp(t, `^github\.com/tierq/tierq/(jobs|internal/refapp|bench|examples)(/|$)`, dep, pkg)
+		}
+	}
 }
 
 // system is the test's database, the binaries and the API's address.

@@ -39,5 +39,6 @@ func TestLibraryShowsTheExample(t *testing.T) {
 		"file examples/invoices/cmd/invoices-worker/main.go",
 		"from examples/invoices/cmd/invoices-scheduler/main.go",
 		"from examples/invoices/cmd/invoices-api/main.go",
+		"file examples/invoices/cmd/invoicesctl/main.go",
 	}, marked)
 }

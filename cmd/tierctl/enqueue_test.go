@@ -1,4 +1,4 @@
-package ctl
+package main
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/ctl"
 	"github.com/tierq/tierq/internal/testdb"
 )
 
@@ -18,21 +19,21 @@ import (
 func TestEnqueueChecksAnalysisRoots(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	fixture, err := filepath.Abs("../jobs/scan/testdata/fixture")
+	fixture, err := filepath.Abs("../../jobs/scan/testdata/fixture")
 	require.NoError(t, err)
 	cmdDir, err := filepath.Abs(".")
 	require.NoError(t, err)
 
 	// Outside the roots: a usage error naming the target and the roots.
 	_, err = runTierctl(t, append(dbEnv(t, db), "ANALYSIS_ROOTS="+fixture+":/nonexistent/root"),
-		"enqueue", "--count", "4", "--target", "../jobs/scan/testdata/fixture/go", "--target", ".")
-	var usage *usageError
+		"enqueue", "--count", "4", "--target", "../../jobs/scan/testdata/fixture/go", "--target", ".")
+	var usage *ctl.UsageError
 	require.True(t, errors.As(err, &usage), "%v", err)
 	require.EqualError(t, err, `--target "." (`+cmdDir+`) is outside the analysis roots `+fixture+`:/nonexistent/root (ANALYSIS_ROOTS)`)
 
 	// A sibling sharing the root's prefix is outside too.
 	_, err = runTierctl(t, append(dbEnv(t, db), "ANALYSIS_ROOTS="+filepath.Join(fixture, "go", "pk")),
-		"enqueue", "--count", "4", "--target", "../jobs/scan/testdata/fixture/go/pkg")
+		"enqueue", "--count", "4", "--target", "../../jobs/scan/testdata/fixture/go/pkg")
 	require.ErrorContains(t, err, `is outside the analysis roots `+fixture+`/go/pk (ANALYSIS_ROOTS)`)
 
 	// A bad ANALYSIS_ROOTS is a configuration error (exit 2).
@@ -43,7 +44,7 @@ func TestEnqueueChecksAnalysisRoots(t *testing.T) {
 
 	// Inside the roots (the root itself, a directory below it): inserted.
 	out, err := runTierctl(t, append(dbEnv(t, db), "ANALYSIS_ROOTS="+fixture+"/"),
-		"enqueue", "--count", "4", "--target", "../jobs/scan/testdata/fixture", "--target", "../jobs/scan/testdata/fixture/go")
+		"enqueue", "--count", "4", "--target", "../../jobs/scan/testdata/fixture", "--target", "../../jobs/scan/testdata/fixture/go")
 	require.NoError(t, err, out)
 	require.Equal(t, 2, db.Count(t, `SELECT count(*) FROM river_job WHERE args->>'target' = $1`, fixture))
 	require.Equal(t, 2, db.Count(t, `SELECT count(*) FROM river_job WHERE args->>'target' = $1`, fixture+"/go"))
@@ -65,7 +66,7 @@ func TestEnqueueChecksUserIDs(t *testing.T) {
 		"a\xffb":                 "--user-prefix: invalid user id: invalid UTF-8 at byte 1",
 	} {
 		_, err := runTierctl(t, env, "enqueue", "--count", "4", "--mix", "enterprise=1", "--user-prefix", prefix)
-		var usage *usageError
+		var usage *ctl.UsageError
 		require.True(t, errors.As(err, &usage), "%v", err)
 		require.EqualError(t, err, want)
 	}

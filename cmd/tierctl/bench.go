@@ -1,4 +1,4 @@
-package ctl
+package main
 
 import (
 	"encoding/csv"
@@ -20,6 +20,7 @@ import (
 
 	"github.com/tierq/tierq/bench"
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/ctl"
 	"github.com/tierq/tierq/examples/thumbnail"
 	thumbnailapp "github.com/tierq/tierq/examples/thumbnail/app"
 	"github.com/tierq/tierq/internal/refapp"
@@ -78,10 +79,10 @@ as the last line. See docs/benchmarks.md.`,
 			if args[0] == "all" {
 				scenarios = benchScenarios
 			} else if !slices.Contains(benchScenarios, args[0]) {
-				return &usageError{fmt.Errorf("unknown scenario %q (want one of %s, or all)", args[0], strings.Join(benchScenarios, ", "))}
+				return &ctl.UsageError{Err: fmt.Errorf("unknown scenario %q (want one of %s, or all)", args[0], strings.Join(benchScenarios, ", "))}
 			}
 			if runs < 0 || runs > 100 {
-				return &usageError{fmt.Errorf("--runs must be between 0 and 100, not %d", runs)}
+				return &ctl.UsageError{Err: fmt.Errorf("--runs must be between 0 and 100, not %d", runs)}
 			}
 			// The service under test is the reference app's analyzer, in
 			// the registry of both its services.
@@ -94,7 +95,7 @@ as the last line. See docs/benchmarks.md.`,
 				return fmt.Errorf("no service %s", jobs.ServiceAnalyzer)
 			}
 			if err := bench.CheckWorkerEnv(services, set); err != nil {
-				return &usageError{err}
+				return &ctl.UsageError{Err: err}
 			}
 			cfg, err := config.Load[config.CLI](a.environ)
 			if err != nil {
@@ -253,7 +254,7 @@ func (a *app) benchProcessCommand() *cobra.Command {
 			case bench.RoleAPI:
 				return thumbnailapp.RunAPIWithReference(cmd.Context(), a.environ, a.stdout)
 			}
-			return &usageError{fmt.Errorf("unknown role %q (want worker, scheduler or api)", args[0])}
+			return &ctl.UsageError{Err: fmt.Errorf("unknown role %q (want worker, scheduler or api)", args[0])}
 		},
 	}
 }

@@ -1,4 +1,4 @@
-package ctl
+package main
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tierq/tierq/ctl"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/internal/workertest"
 )
@@ -67,7 +68,7 @@ func TestDemoUsageErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := runTierctl(t, dbEnv(t, db), append([]string{"demo"}, tt.give...)...)
-			var usage *usageError
+			var usage *ctl.UsageError
 			require.True(t, errors.As(err, &usage), "%v", err)
 			require.ErrorContains(t, err, tt.want)
 		})
@@ -85,7 +86,7 @@ func TestDemoInterrupted(t *testing.T) {
 	var out bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- Main(ctx, []string{"tierctl", "demo", "--free", "50", "--burst", "0", "--duration", "1m", "--paid-every", "50ms", "--background", "0", "--report-every", "1h"}, dbEnv(t, db), &out)
+		done <- run(ctx, []string{"tierctl", "demo", "--free", "50", "--burst", "0", "--duration", "1m", "--paid-every", "50ms", "--background", "0", "--report-every", "1h"}, dbEnv(t, db), &out)
 	}()
 	testdb.WaitFor(t, 10*time.Second, "the demo inserted its flood", func() bool {
 		return db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'loadtest'`) >= 51

@@ -1,4 +1,4 @@
-package ctl
+package main
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/spf13/cobra"
 
+	"github.com/tierq/tierq/ctl"
 	"github.com/tierq/tierq/internal/db"
 	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/jobs"
@@ -98,9 +99,9 @@ make run's do; otherwise nothing is worked and the demo times out.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := s.check(); err != nil {
-				return &usageError{err}
+				return &ctl.UsageError{Err: err}
 			}
-			registry, err := referenceRegistry()
+			registry, err := jobs.Registry(jobs.Deps{}) // no workers: tierctl runs none
 			if err != nil {
 				return err
 			}
