@@ -97,6 +97,19 @@ type Spec struct {
 	Metrics     *prometheus.Registry
 }
 
+// startFailed is what Run returns when starting failed with err: nil when a
+// signal (or the end of Run's context) cut the start short, since nothing
+// ran yet and the stop is the one asked for (a terminal's Ctrl-C a moment
+// after `make run` started the processes had the scheduler exit 1); err
+// otherwise.
+func (s Spec) startFailed(ctx context.Context, err error) error {
+	if ctx.Err() == nil || !errors.Is(err, context.Canceled) {
+		return err
+	}
+	s.Logger.InfoContext(context.WithoutCancel(ctx), s.Name+" stopped before it started", slog.String("error", err.Error()))
+	return nil
+}
+
 // Run runs the process until ctx ends or a signal arrives. It first checks
 // the schema (CheckSchema): one missing a migration, or a database that
 // does not answer, is an error returned before the client starts. On the first
@@ -132,15 +145,15 @@ func Run(ctx context.Context, s Spec) error {
 	}
 	defer pool.Close()
 	if err := CheckSchema(ctx, pool, s.Schema, s.Logger); err != nil {
-		return err
+		return s.startFailed(ctx, err)
 	}
 
 	client, err := s.NewClient(pool)
 	if err != nil {
-		return err
+		return s.startFailed(ctx, err)
 	}
 	if err := client.Start(ctx); err != nil {
-		return fmt.Errorf("start river client: %w", err)
+		return s.startFailed(ctx, fmt.Errorf("start river client: %w", err))
 	}
 	h.started(pool, client.Stopped())
 	background := make(chan struct{})

@@ -3,6 +3,8 @@ package process_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -66,4 +68,47 @@ func TestRunReturnsWhenTheClientStopsOnItsOwn(t *testing.T) {
 		t.Fatal("Run returned before its background work")
 	}
 	require.Contains(t, logs.String(), "test: river client stopped without a signal")
+}
+
+// TestRunStoppedWhileStarting: a signal while the process starts (here the
+// context ends while the client is made, as a scheduler's start is cut
+// short by Ctrl-C) is a clean stop: Run returns nil and says so; an error
+// of its own while starting is still an error.
+func TestRunStoppedWhileStarting(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	for name, tc := range map[string]struct {
+		cancel  bool
+		wantErr string
+	}{
+		"Stopped": {cancel: true},
+		"Failed":  {wantErr: "registry: bad kind"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var logs bytes.Buffer
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			err := process.Run(ctx, process.Spec{
+				Name:   "test",
+				Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+				Pool:   db.Pool.Config().Copy(),
+				NewClient: func(*pgxpool.Pool) (*river.Client[pgx.Tx], error) {
+					if tc.cancel {
+						cancel() // the signal arrives
+						return nil, fmt.Errorf("record services: %w", ctx.Err())
+					}
+					return nil, errors.New("registry: bad kind")
+				},
+			})
+			if tc.wantErr != "" {
+				require.EqualError(t, err, tc.wantErr)
+				require.NotContains(t, logs.String(), "stopped before it started")
+				return
+			}
+			require.NoError(t, err)
+			require.Contains(t, logs.String(), "test stopped before it started")
+			require.Contains(t, logs.String(), "record services: context canceled")
+		})
+	}
 }
