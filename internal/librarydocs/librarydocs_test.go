@@ -13,7 +13,7 @@ import (
 var markedBlock = regexp.MustCompile("(?s)<!-- (file|from): (\\S+) -->\n```go\n(.*?)```\n")
 
 // TestLibraryShowsTheExample: docs/library.md's marked code blocks are
-// examples/invoices' code, the service's and each of its three mains'.
+// examples/invoices' code, the service's and each of its four mains'.
 func TestLibraryShowsTheExample(t *testing.T) {
 	t.Parallel()
 	root := filepath.Join("..", "..")
