@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/config"
-	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/service"
 )
 
@@ -54,33 +52,22 @@ func invoiceServices(pool *pgxpool.Pool) (*service.Registry, error) {
 	return service.NewRegistry(invoicer)
 }
 
-// A team's API for the reference app's services and its own: main calls
-// run, and run is a few lines. POST /v1/jobs accepts the kinds of both
-// ({"kind": "render_invoice", "user_id": "u_1", "args": {"invoice_id": 7}}
-// goes to invoicer_priority or invoicer_default by the user's tier), and
-// the queue, escalation and dead-letter endpoints, /metrics and River UI
-// cover both services' queues. ANALYSIS_ROOTS bounds the analyzer's
-// targets, as in cmd/api.
+// A team's API for its own services: main calls run, and run is a few
+// lines. POST /v1/jobs accepts the kinds of the team's registry and no
+// other ({"kind": "render_invoice", "user_id": "u_1", "args":
+// {"invoice_id": 7}} goes to invoicer_priority or invoicer_default by the
+// user's tier), and the queue, escalation and dead-letter endpoints,
+// /metrics and River UI cover its queues. (An API that also serves the
+// reference app's services gives Run a registry joining jobs.Registry with
+// the team's, service.Registry.Join, and loads ANALYSIS_ROOTS,
+// jobs.AnalysisConfig, as cmd/api does: a side case.)
 func Example() {
 	run := func(ctx context.Context, environ []string, stdout io.Writer) error {
 		cfg, err := config.Load[config.API](environ)
-		analysis, analysisErr := config.LoadSection[jobs.AnalysisConfig](environ)
-		if err := config.Join(err, analysisErr); err != nil {
+		if err != nil {
 			return err
 		}
-		logger := cfg.NewLogger(stdout)
-		newServices := func(pool *pgxpool.Pool) (*service.Registry, error) {
-			ref, err := jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: analysis.Roots})
-			if err != nil {
-				return nil, err
-			}
-			own, err := invoiceServices(pool)
-			if err != nil {
-				return nil, err
-			}
-			return ref.Join(own)
-		}
-		return api.Run(ctx, cfg, logger, newServices, slog.String("analysis_roots", analysis.Roots.String()))
+		return api.Run(ctx, cfg, cfg.NewLogger(stdout), invoiceServices)
 	}
 
 	if err := run(context.Background(), os.Environ(), os.Stdout); err != nil {

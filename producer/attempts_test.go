@@ -129,8 +129,9 @@ func TestDedupWithoutUniqueTags(t *testing.T) {
 // "Attempts and retries" with River's own retry policy: a job that fails
 // every attempt is retried after 1^4, 2^4, … seconds, ±10% jitter each,
 // so with DefaultMaxAttempts (10) its last attempt comes 15,333 s (4h15m33s)
-// after the first failure, between 3h49m59.7s and 4h41m6.3s; with River's 25 it
-// would be 1,763,020 s (20 days 9h43m40s).
+// after the first failure, between 3h49m59.7s and 4h41m6.3s; with 5 (a kind's
+// service.MaxAttempts, the page's "fewer attempts") it is 354 s; with River's
+// 25 it would be 1,763,020 s (20 days 9h43m40s).
 func TestDefaultAttemptsReachTheDeadLetterTable(t *testing.T) {
 	t.Parallel()
 
@@ -161,5 +162,6 @@ func TestDefaultAttemptsReachTheDeadLetterTable(t *testing.T) {
 	require.Equal(t, "3h49m59.7s", (total * 9 / 10).String(), "every retry 10% early")
 	require.Equal(t, "4h41m6.3s", (total * 11 / 10).String(), "every retry 10% late")
 
+	require.Equal(t, 354*time.Second, retries(5), "5 attempts: docs/library.md's fewer attempts")
 	require.Equal(t, 1_763_020*time.Second, retries(25), "River's default attempts")
 }

@@ -52,7 +52,7 @@ func LogAttrs(attrs ...slog.Attr) RunOption {
 // Run runs a scheduler deployment until ctx ends or the process gets
 // SIGINT or SIGTERM. It connects to cfg's database, builds the
 // application's services on the pool with newServices, and runs the River
-// client RiverConfig makes of them (plus the workers of AddWorkers), with
+// client RiverConfig makes of them (plus the workers of AddKinds), with
 // tierq's job metrics and the scheduler's (the sweeps' counts, and
 // tierq_leader, which WatchLeader refreshes every second), served at
 // /metrics on cfg.MetricsAddr when set. "scheduler started" is logged
@@ -109,7 +109,7 @@ func Run(ctx context.Context, cfg config.Scheduler, logger *slog.Logger, newServ
 				return nil, err
 			}
 			if cfg.JobTimeoutSet() {
-				logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: each job kind has its own timeout (docs/operations.md, \"Job timeouts and rescue\"); it applies only to kinds registered without one",
+				logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: every kind made with service.WorkerKind has its own timeout (service.Timeout, else service.DefaultTimeout, 1m; docs/operations.md, \"Job timeouts and rescue\"); JOB_TIMEOUT bounds only workers registered with River directly",
 					slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(timeouts)))
 			}
 			if err := services.Record(ctx, pool, "scheduler"); err != nil { // for the stock tierctl
