@@ -258,12 +258,6 @@ type queueState struct {
 	held    atomic.Bool  // the last pass saw held jobs
 	wake    chan struct{}
 
-	// The jobs of the queue this process started while work was held,
-	// since the last refill or pass took them (refillSQL), at most
-	// maxStarted: the hook appends, the loop takes them.
-	startedMu sync.Mutex
-	started   []int64
-
 	// What the last full pass found when one tenant alone was active and
 	// nothing held (Pass.Lone): the loop then checks for a newcomer
 	// (loneCheckSQL) instead of passing. Only the queue's loop and Pass
@@ -273,43 +267,6 @@ type queueState struct {
 	lone      bool
 	loneName  *string   // nil: no tenant at all
 	watermark time.Time // the database's clock, less loneMargin
-
-	// The windows the last pass left, by tenant (the pass's tenant keys,
-	// sorted), and when it ended: what refills fill up to until the next.
-	winTenants []string
-	winSizes   []int32
-	passedAt   time.Time
-}
-
-// maxStarted bounds queueState.started: a loop that cannot keep up (its
-// refills miss the lock, say) drops the rest, and the next pass refills
-// every place anyway.
-const maxStarted = 10_000
-
-// addStarted records job id for the next refill.
-func (q *queueState) addStarted(id int64) {
-	q.startedMu.Lock()
-	defer q.startedMu.Unlock()
-	if len(q.started) < maxStarted {
-		q.started = append(q.started, id)
-	}
-}
-
-// takeStarted returns the started jobs recorded and forgets them.
-func (q *queueState) takeStarted() []int64 {
-	q.startedMu.Lock()
-	defer q.startedMu.Unlock()
-	ids := q.started
-	q.started = nil
-	return ids
-}
-
-// putBackStarted records ids again, before any recorded since (a refill
-// that missed the lock tries them again).
-func (q *queueState) putBackStarted(ids []int64) {
-	q.startedMu.Lock()
-	defer q.startedMu.Unlock()
-	q.started = append(ids, q.started...)[:min(len(ids)+len(q.started), maxStarted)]
 }
 
 // loneMargin is how far back a lone check looks before the previous one: an
@@ -418,11 +375,7 @@ func (h *hook) WorkBegin(_ context.Context, job *rivertype.JobRow) error {
 	}
 	running := q.running.Add(1)
 	saturated := running >= int64(q.cfg.Workers)
-	held := q.held.Load()
-	if held && q.cfg.Fair {
-		q.addStarted(job.ID) // its place is refilled (refillSQL)
-	}
-	if held || (q.cfg.Fair && saturated) {
+	if q.held.Load() || (q.cfg.Fair && saturated) {
 		q.signal()
 	}
 	if h.lend != nil && job.Queue == h.lend.cfg.From && saturated {
@@ -468,12 +421,6 @@ type Pass struct {
 	// was held: nothing needs holding, and the next passes only look for
 	// a newcomer. Checked is true for such a look or check (no pass ran).
 	Lone, Checked bool
-	// Refill is true when, between two passes, only the places of the
-	// tenants whose jobs the process started were refilled (refillSQL;
-	// Admitted counts the jobs admitted, and only Ran, Paused and Admitted
-	// are set). Waiting is true for a refill that had no start to refill:
-	// nothing was done, and the next pass is not due yet.
-	Refill, Waiting bool
 }
 
 // Pass runs one pass over queue, which must be one of the Admitter's.
@@ -545,11 +492,9 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 		now      time.Time
 	)
 	began := time.Now()
-	q.takeStarted() // this pass refills every place
 	locked, err := a.locked(ctx, q.name, true, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, passSQL, q.name, q.cfg.Workers, q.cfg.Fair, q.localKinds(), q.every && q.cfg.Workers > 0).Scan(
-			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded,
-			&q.winTenants, &q.winSizes)
+			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded)
 	})
 	if err != nil {
 		return Pass{}, fmt.Errorf("fair share pass over %s: %w", q.name, err)
@@ -558,8 +503,7 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 		p.Paused = locked // the lock was this process's: the queue is paused
 		return p, nil
 	}
-	q.passedAt = time.Now()
-	q.took = q.passedAt.Sub(began)
+	q.took = time.Since(began)
 	p.Lone = p.Tenants <= 1 && p.Held == 0 && p.HeldTenants == 0
 	q.lone, q.loneName, q.watermark = p.Lone, lone, now.Add(-loneMargin)
 	if a.cfg.Observer != nil {
@@ -576,69 +520,6 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 	// next Tick, with work held and the workers idle: look again.
 	if !q.held.Swap(held) && held {
 		q.signal()
-	}
-	if a.lend != nil && q.name == a.lend.cfg.From && p.Admitted > 0 {
-		a.lend.signal() // jobs to borrow
-	}
-	return p, nil
-}
-
-// passGap is how long after a pass over q the next is due while work is
-// held and the workers busy (passRest times the pass's own time); refills
-// keep the line full meanwhile. Under mu.
-func (q *queueState) passGap() time.Duration { return min(passRest*q.took, maxPassGap) }
-
-// maxPassGap bounds passGap: a pass that moved many rows (the one that
-// first holds a flood back) takes long, and the yields to newcomers, the
-// holds of fresh inserts and the windows of new tenants are the passes'.
-const maxPassGap = 50 * time.Millisecond
-
-// step is what the queue's loop runs on a wake-up or a tick (kind): a
-// refill while work is held and the next pass is not due yet, else pass.
-func (a *Admitter) step(ctx context.Context, q *queueState, kind passKind) (Pass, error) {
-	q.mu.Lock()
-	refill := kind == look && q.cfg.Fair && !q.lone && q.winTenants != nil && time.Since(q.passedAt) < q.passGap()
-	q.mu.Unlock()
-	if refill {
-		return a.refill(ctx, q)
-	}
-	return a.pass(ctx, q, kind)
-}
-
-// refill refills the places of the tenants whose jobs the process started
-// since the last refill or pass (refillSQL), with the windows the last
-// pass left.
-func (a *Admitter) refill(ctx context.Context, q *queueState) (Pass, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	ids := q.takeStarted()
-	if len(ids) == 0 {
-		return Pass{Ran: true, Refill: true, Waiting: true}, nil
-	}
-	p := Pass{Refill: true}
-	var notified int
-	// Refills of one queue wait for each other's lock (refillLockSQL), not
-	// for a pass's: a refill takes a millisecond or two, and missing a
-	// pass's lock, the other replicas' refills came up to 16 PassIntervals
-	// late while their workers emptied the line.
-	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		batch := &pgx.Batch{}
-		batch.Queue(`SET LOCAL jit = off`)
-		batch.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
-		batch.Queue(refillLockSQL, q.name)
-		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, refillSQL, q.name, ids, q.winTenants, q.winSizes, q.localKinds(), q.every && q.cfg.Workers > 0).Scan(
-			&p.Ran, &p.Admitted, &notified)
-	})
-	if err != nil {
-		q.putBackStarted(ids)
-		return Pass{}, fmt.Errorf("fair share refill of %s: %w", q.name, err)
-	}
-	if !p.Ran {
-		p.Paused = true // the queue is paused in River
-		return p, nil
 	}
 	if a.lend != nil && q.name == a.lend.cfg.From && p.Admitted > 0 {
 		a.lend.signal() // jobs to borrow
@@ -747,9 +628,6 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 	q.signal() // a first pass at start: held work left by a stopped process
 	ticks, first := 0, true
 	misses := 0 // lock misses in a row
-	// due fires when the next pass is due after a refill that found no
-	// start to refill (nil: never); a start before then is refilled.
-	var due <-chan time.Time
 	for {
 		kind := look
 		if first { // nothing known yet
@@ -759,7 +637,6 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 		case <-ctx.Done():
 			return
 		case <-q.wake:
-		case <-due:
 		case <-tick.C:
 			if !offsetDone {
 				tick.Reset(a.cfg.Tick)
@@ -781,8 +658,7 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 				}
 			}
 		}
-		due = nil
-		p, err := a.step(ctx, q, kind)
+		p, err := a.pass(ctx, q, kind)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return
@@ -795,19 +671,9 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 			misses = 0
 		}
 		wait := a.cfg.PassInterval << min(misses, maxMissBackoff)
-		switch {
-		case p.Checked:
+		if p.Checked {
 			wait = max(wait, loneCheckInterval)
-		case p.Waiting:
-			// No start to refill: the next pass when it is due, whether or
-			// not anything wakes the loop by then, or a refill first.
-			q.mu.Lock()
-			gap := q.passGap() - time.Since(q.passedAt)
-			q.mu.Unlock()
-			due = time.After(max(gap, 0))
-		case p.Refill:
-			// Refills follow the starts, at most every PassInterval.
-		case p.Ran && !p.Paused && p.Held == 0 && p.Admitted == 0 && p.Yielded == 0:
+		} else if p.Ran && !p.Paused && p.Held == 0 && p.Admitted == 0 && p.Yielded == 0 {
 			// A pass that moved nothing rests (passRest): one that refilled
 			// the line is followed by the next as soon as a job starts or
 			// ends, so that the line never runs dry for want of a pass.

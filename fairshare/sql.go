@@ -427,91 +427,7 @@ SELECT coalesce((SELECT ok FROM lock), false),
        (SELECT count(*) FROM notified)::int,
        (SELECT CASE WHEN count(*) = 1 THEN min(tenant) END FROM tenants),
        now(),
-       (SELECT count(*) FROM yielded)::int,
-       (SELECT array_agg(tenant ORDER BY tenant) FROM windows),
-       (SELECT array_agg(w ORDER BY tenant) FROM windows)`
-
-// refillSQL refills, between two passes over queue $1, the places in line
-// of the tenants whose jobs this process started ($2, their ids), each up
-// to its window from the last pass ($3 tenants, $4 their windows): a pass
-// ranks and windows every active tenant (about 10 ms at 1,000 tenants), and
-// run at every start, passes took a third of the database's time under
-// production traffic (tierctl bench traffic), while a start changes one
-// tenant's count in line by one. A refill reads only those tenants:
-//
-//   - started: the tenants of the started jobs (not lent: a lent job held
-//     no place in the queue's line), and when their place was freed.
-//   - windows: their windows as the last pass left them; a tenant the last
-//     pass did not see is left to the next pass.
-//   - line: how many fetchable available jobs each has in line now.
-//   - admit, turns, admitted: each tenant's best held jobs that are due and
-//     of known kinds, as many as its window has room for now, made
-//     available at the back of the line as a pass admits them
-//     (admittedAtSQL), in the order their places were freed. Room is
-//     counted from the line as it is: a place another process's refill or
-//     pass filled in the meantime is not filled twice.
-//
-// Windows change only when tenants come and go, which the next pass
-// (Admitter.loop: at most passRest times a pass's own time later) sees;
-// yields, holds and newcomers are the passes' too. Run under the refills'
-// lock (refillLockSQL).
-var refillSQL = `
-WITH
-lock AS (
-    SELECT true AS ok WHERE NOT ` + db.PausedSQL("$1") + `
-),
-` + knownCTE("$5", "$6") + `,
-started AS (
-    SELECT ` + tenantSQL("j") + ` AS tenant, min(j.attempted_at) AS freed_at
-    FROM river_job AS j
-    WHERE j.id = ANY($2::bigint[]) AND j.queue = $1 AND NOT j.metadata ? '` + jobmeta.LentFrom + `' AND (SELECT ok FROM lock)
-    GROUP BY 1
-),
-windows AS (
-    SELECT w.tenant, w.w, s.freed_at
-    FROM unnest($3::text[], $4::int[]) AS w(tenant, w)
-    JOIN started AS s USING (tenant)
-),
-line AS (
-    SELECT ` + tenantSQL("j") + ` AS tenant, count(*) AS n
-    FROM river_job AS j
-    WHERE j.state = 'available' AND j.queue = $1 AND NOT j.metadata ? '` + jobmeta.LentFrom + `'
-      AND ` + fetchableSQL("j") + ` AND EXISTS (SELECT 1 FROM windows)
-    GROUP BY 1
-),
-admit AS (
-    SELECT x.id, w.freed_at, x.due
-    FROM windows AS w
-    LEFT JOIN line AS l USING (tenant)
-    CROSS JOIN LATERAL (
-        SELECT j.id, ` + db.DueAtSQL("j") + ` AS due
-        FROM river_job AS j
-        WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = w.tenant AND ` + fetchableSQL("j") + `
-        ORDER BY j.priority, j.scheduled_at, j.id
-        LIMIT greatest(0, w.w - coalesce(l.n, 0))
-        FOR UPDATE SKIP LOCKED
-    ) AS x
-),
-turns AS (
-    SELECT a.id,
-           row_number() OVER (ORDER BY a.freed_at, a.due, a.id) AS pos,
-           count(*) OVER () AS total
-    FROM admit AS a
-),
-admitted AS (
-    UPDATE river_job AS j
-    SET state = 'available',
-        scheduled_at = ` + admittedAtSQL + `,
-        metadata = (j.metadata - '` + jobmeta.HeldAt + `') || jsonb_build_object(
-            ` + keptDueSQL("j", admittedAtSQL) + `)
-    FROM turns AS t
-    WHERE j.id = t.id AND j.id = ANY(ARRAY(SELECT id FROM turns))
-    RETURNING j.id
-),
-` + notifiedCTE("admitted") + `
-SELECT coalesce((SELECT ok FROM lock), false),
-       (SELECT count(*) FROM admitted)::int,
-       (SELECT count(*) FROM notified)::int`
+       (SELECT count(*) FROM yielded)::int`
 
 // loneCheckSQL is the cheap look a process takes at a queue whose last
 // pass found one tenant alone ($3; NULL: none, the queue was empty) and
@@ -604,14 +520,6 @@ SELECT count(*)::int FROM released`
 // own statement could miss what the previous holder committed just before
 // releasing it, and lend, or admit, twice.
 const lockSQL = `SELECT pg_try_advisory_xact_lock(hashtext('tierq_fair_share'), hashtext(current_schema() || '.' || $1))`
-
-// refillLockSQL waits for the transaction-level advisory lock of the
-// refills of a queue ($1), so that one process at a time refills it: each
-// counts the line as the one before left it, and a place is not filled
-// twice. A statement of its own, before the refill, as lockSQL. A pass
-// takes lockSQL's lock, not this one: a refill beside a pass may fill a
-// place the pass fills too, and the next pass holds the extra job back.
-const refillLockSQL = `SELECT pg_advisory_xact_lock(hashtext('tierq_fair_share_refill'), hashtext(current_schema() || '.' || $1))`
 
 // heartbeatSQL records this process's workers per queue ($1 client id, $2
 // queue names, $3 their worker counts, $4 the lease in seconds, $5 the kinds
