@@ -109,7 +109,7 @@ func Run(ctx context.Context, cfg config.Scheduler, logger *slog.Logger, newServ
 				return nil, err
 			}
 			if cfg.JobTimeoutSet() {
-				logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: each job kind has its own timeout (docs/operations.md, \"Job timeouts and rescue\"); it applies only to kinds registered without one",
+				logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: every kind made with service.WorkerKind has its own timeout (service.Timeout, else service.DefaultTimeout, 1m; docs/operations.md, \"Job timeouts and rescue\"); JOB_TIMEOUT bounds only workers registered with River directly",
 					slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(timeouts)))
 			}
 			if err := services.Record(ctx, pool, "scheduler"); err != nil { // for the stock tierctl

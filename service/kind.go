@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 )
 
 // Kind is one job kind of a service: its River worker, its args type, and
@@ -62,7 +63,13 @@ type kindOptions[T river.JobArgs] struct {
 // until it is older than d) alike, and the scheduler checks
 // RESCUE_STUCK_JOBS_AFTER against it (Registry.Timeouts), so the two can
 // never disagree. The worker's own Timeout method, if it has one, is not
-// called.
+// called for jobs: WorkerKind calls it once, with a zero job, and refuses
+// the kind when it returns a timeout other than 0 (River's "the client's
+// default", which river.WorkerDefaults returns) and other than the
+// kind's, so that a worker whose method set its timeout (5 minutes, say)
+// does not lose it silently to DefaultTimeout: declare it here instead. A
+// method that panics on a zero job (it reads the args) is taken as a
+// timeout per job, unknown, and not refused.
 //
 // d must be positive: River's -1 (no timeout) would leave a job whose
 // worker died running for ever, never rescued; service.New refuses the
@@ -109,8 +116,10 @@ func Check[T river.JobArgs](check func(args T) error) KindOption[T] {
 // WorkerKind is the Kind of worker's args type T, with the options given
 // (Timeout, MaxAttempts, Check). The kind's worker is registered (by
 // Service.AddWorkers, Registry.AddWorkers or Kind.AddWorker) with the
-// kind's timeout: see Timeout. A bad option makes the kind invalid:
-// service.New, Kind.AddWorker and Kind.Err report it.
+// kind's timeout: see Timeout. A bad option, or a Timeout method of the
+// worker that the kind's timeout would silently override (see Timeout),
+// makes the kind invalid: service.New, Kind.AddWorker and Kind.Err report
+// it.
 func WorkerKind[T river.JobArgs](worker river.Worker[T], opts ...KindOption[T]) Kind {
 	o := kindOptions[T]{timeout: DefaultTimeout}
 	for _, opt := range opts {
@@ -120,6 +129,14 @@ func WorkerKind[T river.JobArgs](worker river.Worker[T], opts ...KindOption[T]) 
 	var problems []string
 	if o.timeoutSet && o.timeout <= 0 {
 		problems = append(problems, fmt.Sprintf("timeout %s must be positive (a kind without one, -1, is never rescued when its worker dies)", o.timeout))
+	}
+	if own, ok := workerTimeout(worker); ok && own != 0 && own != o.timeout {
+		declared := "its declared timeout"
+		if !o.timeoutSet {
+			declared = "the default, service.DefaultTimeout"
+		}
+		problems = append(problems, fmt.Sprintf("its worker's Timeout method returns %s, but the kind's timeout is %s (%s), which River applies instead: declare the worker's with service.Timeout[%s](%s) in WorkerKind (and drop the method)",
+			own, o.timeout, declared, reflect.TypeFor[T]().String(), own))
 	}
 	if o.attemptsSet && (o.maxAttempts < 1 || o.maxAttempts > MaxMaxAttempts) {
 		problems = append(problems, fmt.Sprintf("max attempts %d not in 1..%d", o.maxAttempts, MaxMaxAttempts))
@@ -134,9 +151,9 @@ func WorkerKind[T river.JobArgs](worker river.Worker[T], opts ...KindOption[T]) 
 		aliases = slices.Clone(a.KindAliases())
 	}
 	return Kind{
-		name:     zero.Kind(),
-		aliases:  aliases,
-		argsType: reflect.TypeFor[T](),
+		name:        zero.Kind(),
+		aliases:     aliases,
+		argsType:    reflect.TypeFor[T](),
 		fields:      slices.Sorted(maps.Keys(fields)),
 		timeout:     o.timeout,
 		maxAttempts: o.maxAttempts,
@@ -178,6 +195,18 @@ func WorkerKind[T river.JobArgs](worker river.Worker[T], opts ...KindOption[T]) 
 			return args, nil
 		},
 	}
+}
+
+// workerTimeout is what worker's Timeout method returns for a zero job
+// (a JobRow with every field zero, zero args), and false when it panics
+// (a timeout that depends on the job).
+func workerTimeout[T river.JobArgs](worker river.Worker[T]) (d time.Duration, ok bool) {
+	defer func() {
+		if recover() != nil {
+			d, ok = 0, false
+		}
+	}()
+	return worker.Timeout(&river.Job[T]{JobRow: &rivertype.JobRow{}}), true
 }
 
 // jsonFields are the JSON names of struct type t's fields, embedded

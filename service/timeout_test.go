@@ -32,13 +32,16 @@ type deadline struct {
 }
 
 // deadlineWorker reports its context's deadline. Its own Timeout method
-// says one second: the kind's timeout must win, so River never calls it.
+// says one second per attempt (none for a zero job, so WorkerKind's check
+// lets it through): the kind's timeout must win, so River never calls it.
 type deadlineWorker[T river.JobArgs] struct {
 	river.WorkerDefaults[T]
 	seen chan<- deadline
 }
 
-func (*deadlineWorker[T]) Timeout(*river.Job[T]) time.Duration { return time.Second }
+func (*deadlineWorker[T]) Timeout(job *river.Job[T]) time.Duration {
+	return time.Duration(job.Attempt) * time.Second
+}
 
 func (w *deadlineWorker[T]) Work(ctx context.Context, _ *river.Job[T]) error {
 	d, ok := ctx.Deadline()
@@ -176,4 +179,66 @@ func TestKindOptionsRefused(t *testing.T) {
 		})
 	}
 	require.EqualError(t, service.Kind{}.AddWorker(river.NewWorkers()), "invalid service: kind not made by WorkerKind")
+}
+
+// ownTimeoutWorker has a Timeout method of its own, as workers had before
+// kinds declared their timeouts: timeout for every job, or a panic when
+// the job has no args to read (a timeout per job).
+type ownTimeoutWorker struct {
+	river.WorkerDefaults[deadlineArgs]
+	timeout time.Duration
+	perJob  bool
+}
+
+func (w *ownTimeoutWorker) Timeout(job *river.Job[deadlineArgs]) time.Duration {
+	if w.perJob && job.EncodedArgs == nil {
+		panic("no args to read")
+	}
+	return w.timeout
+}
+
+func (*ownTimeoutWorker) Work(context.Context, *river.Job[deadlineArgs]) error { return nil }
+
+// TestWorkerTimeoutNotLostSilently: a worker whose own Timeout method says
+// 5 minutes, in a kind that declares no timeout (so River would apply
+// DefaultTimeout, not the worker's), makes the kind invalid with the fix
+// in the error; declared 5 minutes, it is fine, and so is a method that
+// returns River's 0 (the default) or panics on a zero job (per job,
+// unknown). A declaration that differs from the method is refused too.
+func TestWorkerTimeoutNotLostSilently(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name    string
+		give    service.Kind
+		wantErr string
+	}{
+		{name: "undeclared", give: service.WorkerKind[deadlineArgs](&ownTimeoutWorker{timeout: 5 * time.Minute}),
+			wantErr: `service "deadlines": invalid service: kind "deadline": its worker's Timeout method returns 5m0s, but the kind's timeout is 1m0s (the default, service.DefaultTimeout), which River applies instead: ` +
+				`declare the worker's with service.Timeout[service_test.deadlineArgs](5m0s) in WorkerKind (and drop the method)`},
+		{name: "declared otherwise", give: service.WorkerKind[deadlineArgs](&ownTimeoutWorker{timeout: 5 * time.Minute}, service.Timeout[deadlineArgs](2*time.Minute)),
+			wantErr: `service "deadlines": invalid service: kind "deadline": its worker's Timeout method returns 5m0s, but the kind's timeout is 2m0s (its declared timeout), which River applies instead: ` +
+				`declare the worker's with service.Timeout[service_test.deadlineArgs](5m0s) in WorkerKind (and drop the method)`},
+		{name: "no timeout", give: service.WorkerKind[deadlineArgs](&ownTimeoutWorker{timeout: -1}),
+			wantErr: `service "deadlines": invalid service: kind "deadline": its worker's Timeout method returns -1ns, but the kind's timeout is 1m0s (the default, service.DefaultTimeout), which River applies instead: ` +
+				`declare the worker's with service.Timeout[service_test.deadlineArgs](-1ns) in WorkerKind (and drop the method)`},
+		{name: "declared the same", give: service.WorkerKind[deadlineArgs](&ownTimeoutWorker{timeout: 5 * time.Minute}, service.Timeout[deadlineArgs](5*time.Minute))},
+		{name: "the default", give: service.WorkerKind[deadlineArgs](&ownTimeoutWorker{timeout: time.Minute})},
+		{name: "zero", give: service.WorkerKind[deadlineArgs](&ownTimeoutWorker{})},
+		{name: "per job", give: service.WorkerKind[deadlineArgs](&ownTimeoutWorker{timeout: 5 * time.Minute, perJob: true})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := service.New(&service.Config{Name: "deadlines", Kinds: []service.Kind{tt.give}})
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				require.NoError(t, tt.give.Err())
+				return
+			}
+			require.ErrorIs(t, err, service.ErrInvalid)
+			require.EqualError(t, err, tt.wantErr)
+			require.ErrorIs(t, tt.give.Err(), service.ErrInvalid)
+		})
+	}
 }

@@ -120,8 +120,9 @@ func TestRiverConfigOfAnotherService(t *testing.T) {
 
 // TestRunServesAnotherService runs a worker deployment of a team's own
 // service through Run, as a team's main would: it works the service's jobs
-// in its queues, leaves another service's kind alone, and returns nil once
-// its context ends.
+// in its queues, leaves another service's kind alone, warns that
+// JOB_TIMEOUT, set, bounds none of its kinds, and returns nil once its
+// context ends.
 func TestRunServesAnotherService(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -134,7 +135,7 @@ func TestRunServesAnotherService(t *testing.T) {
 	require.NoError(t, err)
 	cfg, err := config.LoadWorker([]string{
 		"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "WORKER_SERVICE=mailer",
-		"MAILER_QUEUE_DEFAULT_WORKERS=0",
+		"MAILER_QUEUE_DEFAULT_WORKERS=0", "JOB_TIMEOUT=30s",
 		"QUEUE_PRIORITY_FETCH_POLL_INTERVAL=50ms", "QUEUE_SCHEDULED_FETCH_COOLDOWN=10ms", "QUEUE_SCHEDULED_FETCH_POLL_INTERVAL=50ms",
 	}, described)
 	require.NoError(t, err)
@@ -169,5 +170,7 @@ func TestRunServesAnotherService(t *testing.T) {
 	require.Contains(t, out.String(), "mail_priority=2")
 	require.Contains(t, out.String(), "mail_scheduled=1")
 	require.NotContains(t, out.String(), "mail_default=")
+	require.Contains(t, out.String(), `level=WARN msg="JOB_TIMEOUT no longer bounds tierq's jobs: every kind made with service.WorkerKind has its own timeout`)
+	require.Contains(t, out.String(), "job_timeout=30s kind_timeouts=map[send_mail:1m0s]")
 	require.Contains(t, out.String(), "worker stopped")
 }

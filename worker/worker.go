@@ -177,6 +177,9 @@ func FetchedKinds(cfg config.Worker, services *service.Registry) ([]string, erro
 // cancels them (River retries them), and Run returns nil; a second signal
 // kills the process at once.
 //
+// When JOB_TIMEOUT was set Run logs a warning listing the kinds' timeouts:
+// JOB_TIMEOUT applies to none of them (config.Jobs.JobTimeout).
+//
 // attrs are logged with "worker started", after the service's name and
 // each served queue's worker count.
 func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, newServices func(pool *pgxpool.Pool) (*service.Registry, error), attrs ...slog.Attr) error {
@@ -203,6 +206,10 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, newService
 			services, err := newServices(pool)
 			if err != nil {
 				return nil, fmt.Errorf("worker: services: %w", err)
+			}
+			if cfg.JobTimeoutSet() {
+				logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: every kind made with service.WorkerKind has its own timeout (service.Timeout, else service.DefaultTimeout, 1m; docs/operations.md, \"Job timeouts and rescue\"); JOB_TIMEOUT bounds only workers registered with River directly",
+					slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(services.Timeouts())))
 			}
 			if err := services.Record(ctx, pool, "worker"); err != nil { // for the stock tierctl
 				return nil, fmt.Errorf("worker: %w", err)

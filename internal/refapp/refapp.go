@@ -14,7 +14,6 @@ package refapp
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 
@@ -44,10 +43,6 @@ func RunWorker(ctx context.Context, environ []string, stdout io.Writer) error {
 		return err
 	}
 	logger := cfg.NewLogger(stdout)
-	if cfg.JobTimeoutSet() {
-		logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: each job kind has its own timeout (docs/operations.md, \"Job timeouts and rescue\"); it applies only to kinds registered without one",
-			slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(described.Timeouts())))
-	}
 
 	var attrs []slog.Attr
 	if cfg.Service == jobs.ServiceAnalyzer {
