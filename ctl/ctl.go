@@ -75,9 +75,11 @@ type Config struct {
 	// known to every command whether or not a process recorded them in the
 	// database, and enqueue --kind decodes a kind's args with its args type
 	// (service.Kind.DecodeArgs, as the API does) rather than checking their
-	// keys against the recorded field names. The services recorded in the
-	// database are known too; one that shares a name, a queue or a kind
-	// with one of the registry's is left out: the registry wins.
+	// keys against the recorded field names, and inserts them as the API
+	// does (producer.Insert: the kind's attempts, dedup that upgrades). The
+	// services recorded in the database are known too; one that shares a
+	// name, a queue or a kind with one of the registry's is left out: the
+	// registry wins.
 	//
 	// Default: nil, the services recorded in the database alone.
 	Registry *service.Registry

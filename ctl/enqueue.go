@@ -12,10 +12,12 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/subscriptions"
@@ -57,14 +59,19 @@ type Enqueue struct {
 // enqueueKindHelp is enqueue's help about --kind, after Enqueue's.
 const enqueueKindHelp = `With --kind, insert COUNT jobs (default 1) of that kind instead, with the
 args --args gives (a JSON object), routed by its service's queues: any kind
-of a service known in the database (tierctl services list). The stock
+of a service known in the database (tierctl services list), with the
+attempts the kind declares (service.MaxAttempts; else 10). The stock
 tierctl does not have the kind's args type: it checks that each key of
 --args is one of the args' JSON fields as the service's processes recorded
-them, and inserts the JSON as given; the values are checked by the worker
-when it works the job, and the args type's own InsertOpts and unique tags do
-not apply. A tierctl built into the application's binary with its registry
-(ctl.Config.Registry) decodes --args into the args type as the API does,
-every check included, and inserts that.`
+them, and inserts the JSON as given, without dedup; the values are checked
+by the worker when it works the job, and the args type's own InsertOpts and
+unique tags do not apply. A tierctl built into the application's binary
+with its registry (ctl.Config.Registry) decodes --args into the args type
+as the API does, every check included, and inserts that as the API does
+(producer.Insert): a job with the same args as one already queued or
+running is a duplicate of it, not inserted (moved up when this tier places
+it better), so with one --args COUNT makes one job. Either way idle
+workers are woken at once.`
 
 // enqueueKindExample is enqueue's example of --kind, after Enqueue's.
 const enqueueKindExample = `  tierctl enqueue --kind invoice_send --args '{"invoice_id": 42}' --mix pro=1 --user-prefix acme`
@@ -263,19 +270,32 @@ type rawArgs struct {
 func (r rawArgs) Kind() string                 { return r.kind }
 func (r rawArgs) MarshalJSON() ([]byte, error) { return r.json, nil }
 
+// kindJobs are the jobs enqueue --kind inserts: their args, and where
+// their options come from.
+type kindJobs struct {
+	args river.JobArgs
+	// service is Config.Registry's service of the kind, when it has the
+	// kind: the jobs go in with producer.Insert, as the API inserts them.
+	service *service.Service
+	// baseQueue and maxAttempts are the recorded service's base queue and
+	// the recorded kind's attempts (0: none declared, or recorded by an
+	// older build), when Config.Registry does not have the kind.
+	baseQueue   string
+	maxAttempts int
+}
+
 // kindArgs makes the args of a job of kind from data: decoded into the
 // kind's args type when Config.Registry has the kind (service.Kind.DecodeArgs,
 // every check the API runs), else checked against the kind's recorded JSON
-// fields and kept as given (rawArgs). It returns the base queue of the
-// kind's service too.
-func (a *app) kindArgs(c catalog, kind string, data []byte) (river.JobArgs, string, error) {
+// fields and kept as given (rawArgs).
+func (a *app) kindArgs(c catalog, kind string, data []byte) (kindJobs, error) {
 	if a.registry != nil {
 		if s, k, ok := a.registry.ForKind(kind); ok {
 			args, err := k.DecodeArgs(data)
 			if err != nil {
-				return nil, "", &UsageError{fmt.Errorf("--args of kind %s: %w", kind, err)}
+				return kindJobs{}, &UsageError{fmt.Errorf("--args of kind %s: %w", kind, err)}
 			}
-			return args, s.BaseQueue(), nil
+			return kindJobs{args: args, service: s}, nil
 		}
 	}
 	s, k, ok := c.forKind(kind)
@@ -287,32 +307,38 @@ func (a *app) kindArgs(c catalog, kind string, data []byte) (river.JobArgs, stri
 			}
 		}
 		if len(known) == 0 {
-			return nil, "", &UsageError{fmt.Errorf("--kind %q: %w", kind, errNoServices)}
+			return kindJobs{}, &UsageError{fmt.Errorf("--kind %q: %w", kind, errNoServices)}
 		}
-		return nil, "", &UsageError{fmt.Errorf("--kind %q is not a kind of a service known in this database (%s)", kind, strings.Join(known, ", "))}
+		return kindJobs{}, &UsageError{fmt.Errorf("--kind %q is not a kind of a service known in this database (%s)", kind, strings.Join(known, ", "))}
 	}
 	var object map[string]json.RawMessage
 	if err := json.Unmarshal(data, &object); err != nil || object == nil {
-		return nil, "", &UsageError{fmt.Errorf("--args of kind %s must be a JSON object", kind)}
+		return kindJobs{}, &UsageError{fmt.Errorf("--args of kind %s must be a JSON object", kind)}
 	}
 	if k.Fields != nil {
 		for _, key := range slices.Sorted(maps.Keys(object)) {
 			if !slices.Contains(k.Fields, key) {
-				return nil, "", &UsageError{fmt.Errorf("--args of kind %s: unknown field %q (its fields are %s)", kind, key, strings.Join(k.Fields, ", "))}
+				return kindJobs{}, &UsageError{fmt.Errorf("--args of kind %s: unknown field %q (its fields are %s)", kind, key, strings.Join(k.Fields, ", "))}
 			}
 		}
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, data); err != nil {
-		return nil, "", &UsageError{fmt.Errorf("--args of kind %s: %w", kind, err)}
+		return kindJobs{}, &UsageError{fmt.Errorf("--args of kind %s: %w", kind, err)}
 	}
-	return rawArgs{kind: kind, json: compact.Bytes()}, s.BaseQueue, nil
+	return kindJobs{args: rawArgs{kind: kind, json: compact.Bytes()}, baseQueue: s.BaseQueue, maxAttempts: k.MaxAttempts}, nil
 }
 
 // enqueueKind inserts count jobs of kind with the args data, tiers cycling
 // through cycle, a share scheduled of them as background work, the user
-// ids demoUserID's, each routed by its service's queues
-// (routing.InsertOptsFor, as service.Service.InsertOpts does).
+// ids demoUserID's, in transactions of enqueueBatch jobs. A kind of
+// Config.Registry goes in with producer.Insert, as the API inserts it: the
+// kind's attempts (service.MaxAttempts), dedup that upgrades (so jobs
+// with the same args after the first are duplicates of it) and River's
+// insert notification for each job. A recorded kind goes in routed by its
+// service's queues (routing.InsertOptsFor, as service.Service.InsertOpts
+// does), with its recorded attempts, no dedup, and River's insert
+// notification for each queue of a batch (producer.NotifyInsert).
 func (a *app) enqueueKind(ctx context.Context, kind string, data []byte, count int, cycle []tiers.Tier, scheduled float64, userPrefix string) error {
 	pool, client, err := a.connectProducer(ctx)
 	if err != nil {
@@ -323,28 +349,84 @@ func (a *app) enqueueKind(ctx context.Context, kind string, data []byte, count i
 	if err != nil {
 		return err
 	}
-	args, baseQueue, err := a.kindArgs(c, kind, data)
+	jobs, err := a.kindArgs(c, kind, data)
 	if err != nil {
 		return err
 	}
-	perQueue := map[string]int{}
-	batch := make([]river.InsertManyParams, 0, min(count, enqueueBatch))
-	rng := rand.New(rand.NewPCG(1, 2)) //nolint:gosec // routing of demo work, not secrets
+	var (
+		perQueue          = map[string]int{}
+		placed            = map[int64]string{} // job inserted through producer.Insert → its queue
+		inserted          int
+		duplicates, moved int
+		batch             = make([]producer.Job, 0, min(count, enqueueBatch))
+		rng               = rand.New(rand.NewPCG(1, 2)) //nolint:gosec // routing of demo work, not secrets
+	)
+	insert := func(tx pgx.Tx) error {
+		if jobs.service != nil {
+			for _, job := range batch {
+				res, err := producer.Insert(ctx, client, tx, job)
+				switch {
+				case err != nil:
+					return err
+				case !res.Duplicate:
+					inserted++
+					placed[res.Job.ID] = res.Job.Queue
+				default:
+					duplicates++
+					if res.Upgraded {
+						moved++
+					}
+					if _, ours := placed[res.Job.ID]; ours {
+						placed[res.Job.ID] = res.Job.Queue // where it is now
+					}
+				}
+			}
+			return nil
+		}
+		params := make([]river.InsertManyParams, 0, len(batch))
+		var queues []string
+		for _, job := range batch {
+			opts := routing.InsertOptsFor(jobs.baseQueue, job.Tier, job.Tenant, job.Scheduled)
+			opts.MaxAttempts = jobs.maxAttempts // 0: the client's, producer.DefaultMaxAttempts
+			params = append(params, river.InsertManyParams{Args: job.Args, InsertOpts: opts})
+			queues = append(queues, opts.Queue)
+		}
+		if _, err := client.InsertManyTx(ctx, tx, params); err != nil {
+			return err
+		}
+		for _, queue := range queues {
+			perQueue[queue]++
+		}
+		inserted += len(params)
+		slices.Sort(queues)
+		for _, queue := range slices.Compact(queues) {
+			if err := producer.NotifyInsert(ctx, tx, queue); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for i := range count {
 		tier := cycle[i%len(cycle)]
-		opts := routing.InsertOptsFor(baseQueue, tier, demoUserID(userPrefix, tier, i), rng.Float64() < scheduled)
-		batch = append(batch, river.InsertManyParams{Args: args, InsertOpts: opts})
-		perQueue[opts.Queue]++
-		if len(batch) == enqueueBatch || i == count-1 {
-			if _, err := client.InsertMany(ctx, batch); err != nil {
-				return fmt.Errorf("insert jobs: %w", err)
-			}
-			batch = batch[:0]
+		batch = append(batch, producer.Job{Args: jobs.args, Service: jobs.service, Tier: tier,
+			Tenant: demoUserID(userPrefix, tier, i), Scheduled: rng.Float64() < scheduled})
+		if len(batch) < enqueueBatch && i < count-1 {
+			continue
 		}
+		if err := pgx.BeginFunc(ctx, pool, insert); err != nil {
+			return fmt.Errorf("insert jobs: %w", err)
+		}
+		batch = batch[:0]
 	}
-	fmt.Fprintf(a.stdout, "enqueued %d %s jobs:\n", count, termSafe(kind))
+	for _, queue := range placed {
+		perQueue[queue]++
+	}
+	fmt.Fprintf(a.stdout, "enqueued %d %s jobs:\n", inserted, termSafe(kind))
 	for _, queue := range slices.Sorted(maps.Keys(perQueue)) {
 		fmt.Fprintf(a.stdout, "  %-20s %d\n", termSafe(queue), perQueue[queue])
+	}
+	if duplicates > 0 {
+		fmt.Fprintf(a.stdout, "%d more were duplicates of a job already queued or running, not inserted (%d of them moved it to a better place)\n", duplicates, moved)
 	}
 	return nil
 }

@@ -45,6 +45,10 @@ type RecordedKind struct {
 	// Fields are the JSON field names of its args type, sorted (Kind.ArgsFields);
 	// nil when the args type is not a struct, which takes any JSON object.
 	Fields []string `json:"fields"`
+	// MaxAttempts is the kind's declared attempts (Kind.MaxAttempts), 0
+	// when it declares none, or when a build of tierq before the field
+	// recorded the kind: the inserting process's default applies.
+	MaxAttempts int `json:"max_attempts,omitempty"`
 }
 
 // Recorded are the registry's services as Record writes them, in the
@@ -54,7 +58,7 @@ func (r *Registry) Recorded() []Recorded {
 	for _, s := range r.services {
 		rec := Recorded{Name: s.Name(), BaseQueue: s.BaseQueue(), Queues: s.Queues(), Kinds: []RecordedKind{}}
 		for _, k := range s.Kinds() {
-			kind := RecordedKind{Name: k.Name(), Aliases: append([]string{}, k.FetchedNames()[1:]...)}
+			kind := RecordedKind{Name: k.Name(), Aliases: append([]string{}, k.FetchedNames()[1:]...), MaxAttempts: k.MaxAttempts()}
 			if t := k.ArgsType(); t != nil && (t.Kind() == reflect.Struct || t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct) {
 				kind.Fields = append([]string{}, k.ArgsFields()...)
 			}

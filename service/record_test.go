@@ -33,8 +33,8 @@ type nopWorker[T river.JobArgs] struct{ river.WorkerDefaults[T] }
 func (*nopWorker[T]) Work(context.Context, *river.Job[T]) error { return nil }
 
 // TestRecord: Record writes each service of the registry (name, base
-// queue, queues, kinds with aliases and args' fields, null fields for args
-// that are not a struct), again idempotently (seen_at moves, first_seen_at
+// queue, queues, kinds with aliases, args' fields and declared attempts,
+// null fields for args that are not a struct), again idempotently (seen_at moves, first_seen_at
 // stays); ReadRecorded reads them back; Forget deletes one.
 func TestRecord(t *testing.T) {
 	t.Parallel()
@@ -42,7 +42,7 @@ func TestRecord(t *testing.T) {
 	ctx := context.Background()
 
 	ledger, err := service.New(&service.Config{Name: "ledger", BaseQueue: "books", Kinds: []service.Kind{
-		service.WorkerKind[renamedArgs](&nopWorker[renamedArgs]{}),
+		service.WorkerKind[renamedArgs](&nopWorker[renamedArgs]{}, service.MaxAttempts[renamedArgs](3)),
 		service.WorkerKind[mapArgs](&nopWorker[mapArgs]{}),
 	}})
 	require.NoError(t, err)
@@ -51,7 +51,7 @@ func TestRecord(t *testing.T) {
 	want := service.Recorded{
 		Name: "ledger", BaseQueue: "books", Queues: []string{"books_priority", "books_default", "books_scheduled"},
 		Kinds: []service.RecordedKind{
-			{Name: "renamed", Aliases: []string{"renamed_v1"}, Fields: []string{"id", "inner"}},
+			{Name: "renamed", Aliases: []string{"renamed_v1"}, Fields: []string{"id", "inner"}, MaxAttempts: 3},
 			{Name: "free_form", Aliases: []string{}, Fields: nil},
 		},
 	}
@@ -74,8 +74,15 @@ func TestRecord(t *testing.T) {
 	require.Equal(t, "api", again[0].RecordedBy)
 	require.True(t, first[0].FirstSeenAt.Equal(again[0].FirstSeenAt), "first_seen_at stays")
 	require.True(t, again[0].SeenAt.After(first[0].SeenAt), "seen_at moves on")
-	require.Equal(t, `[{"name": "renamed", "fields": ["id", "inner"], "aliases": ["renamed_v1"]}, {"name": "free_form", "fields": null, "aliases": []}]`,
+	require.Equal(t, `[{"name": "renamed", "fields": ["id", "inner"], "aliases": ["renamed_v1"], "max_attempts": 3}, {"name": "free_form", "fields": null, "aliases": []}]`,
 		queryString(t, db, `SELECT kinds::text FROM tierq_services WHERE name = 'ledger'`))
+
+	// A record an older build wrote has no max_attempts: none declared.
+	_, err = db.Pool.Exec(ctx, `UPDATE tierq_services SET kinds = '[{"name": "renamed", "fields": ["id", "inner"], "aliases": ["renamed_v1"]}]' WHERE name = 'ledger'`)
+	require.NoError(t, err)
+	old, err := service.ReadRecorded(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, []service.RecordedKind{{Name: "renamed", Aliases: []string{"renamed_v1"}, Fields: []string{"id", "inner"}}}, old[0].Kinds)
 
 	forgot, err := service.Forget(ctx, db.Pool, "ledger")
 	require.NoError(t, err)
