@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,7 +37,8 @@ type Maintenance struct {
 	// ReanalyzeStaleAfter is the age of a target's latest result that makes
 	// it stale (REANALYZE_STALE_AFTER).
 	ReanalyzeStaleAfter time.Duration
-	// MaxAttempts is the max_attempts of the re-analysis jobs (MAX_ATTEMPTS).
+	// MaxAttempts is the max_attempts of the re-analysis jobs (MAX_ATTEMPTS)
+	// when the analysis kind declares none (service.MaxAttempts).
 	MaxAttempts int
 	// RetentionSchedule is when old results and spec documents are deleted
 	// (RETENTION_CRON, read in CRON_TZ). Required.
@@ -70,8 +72,9 @@ var errNoSchedule = errors.New("maintenance: the re-analysis and retention sched
 // periodic are the analyzer's periodic jobs, each a cron job of the
 // scheduler (scheduler.CronJob), and the kinds they insert, which the
 // scheduler works. analysisBaseQueue is the base queue of the re-analysis
-// jobs.
-func (m *Maintenance) periodic(deps Deps, analysisBaseQueue string) ([]*river.PeriodicJob, []service.Kind, error) {
+// jobs and analysis their kind, whose declared attempts they get
+// (MaxAttempts when it declares none).
+func (m *Maintenance) periodic(deps Deps, analysisBaseQueue string, analysis service.Kind) ([]*river.PeriodicJob, []service.Kind, error) {
 	if m.ReanalyzeSchedule == nil || m.RetentionSchedule == nil {
 		return nil, nil, errNoSchedule
 	}
@@ -81,7 +84,7 @@ func (m *Maintenance) periodic(deps Deps, analysisBaseQueue string) ([]*river.Pe
 	}
 	kinds := []service.Kind{
 		service.WorkerKind(&ReanalyzeStaleWorker{pool: deps.Pool, logger: deps.Logger, baseQueue: analysisBaseQueue,
-			staleAfter: m.ReanalyzeStaleAfter, maxAttempts: m.MaxAttempts}, service.Timeout[ReanalyzeStaleArgs](ReanalyzeStaleTimeout)),
+			staleAfter: m.ReanalyzeStaleAfter, maxAttempts: cmp.Or(analysis.MaxAttempts(), m.MaxAttempts)}, service.Timeout[ReanalyzeStaleArgs](ReanalyzeStaleTimeout)),
 		service.WorkerKind(&RetentionWorker{pool: deps.Pool, logger: deps.Logger, period: m.RetentionPeriod, batch: m.Batch},
 			service.Timeout[RetentionArgs](RetentionTimeout)),
 	}

@@ -43,16 +43,17 @@ type Deps struct {
 // periodic jobs too: kinds reanalyze_stale and retention, cron jobs of the
 // scheduler.
 func AnalyzerService(deps Deps) (*service.Service, error) {
+	analysis := service.WorkerKind(NewAnalysisWorker(deps.Pool, deps.Logger, deps.AnalysisRoots...),
+		service.Timeout[AnalysisArgs](AnalysisTimeout), service.Check(analysisRequest(deps.AnalysisRoots)))
 	cfg := &service.Config{
 		Name:      ServiceAnalyzer,
 		BaseQueue: analysisBaseQueue,
-		Kinds: []service.Kind{service.WorkerKind(NewAnalysisWorker(deps.Pool, deps.Logger, deps.AnalysisRoots...),
-			service.Timeout[AnalysisArgs](AnalysisTimeout), service.Check(analysisRequest(deps.AnalysisRoots)))},
-		Workers: &service.ClassWorkers{Priority: 5, Default: 3, Scheduled: 2},
+		Kinds:     []service.Kind{analysis},
+		Workers:   &service.ClassWorkers{Priority: 5, Default: 3, Scheduled: 2},
 	}
 	if deps.Maintenance != nil {
 		var err error
-		cfg.PeriodicJobs, cfg.PeriodicKinds, err = deps.Maintenance.periodic(deps, cfg.BaseQueue)
+		cfg.PeriodicJobs, cfg.PeriodicKinds, err = deps.Maintenance.periodic(deps, cfg.BaseQueue, analysis)
 		if err != nil {
 			return nil, err
 		}
@@ -69,7 +70,7 @@ func SpecGenService(deps Deps) (*service.Service, error) {
 		BaseQueue: specViewBaseQueue,
 		Kinds: []service.Kind{service.WorkerKind(NewSpecViewWorker(deps.Pool, deps.Logger),
 			service.Timeout[SpecViewArgs](SpecViewTimeout), service.Check(specViewRequest))},
-		Workers:   &service.ClassWorkers{Priority: 3, Default: 2, Scheduled: 1},
+		Workers: &service.ClassWorkers{Priority: 3, Default: 2, Scheduled: 1},
 	})
 }
 

@@ -73,6 +73,10 @@ func TestInvoices(t *testing.T) {
 	services := s.tierctl(t, "services", "list")
 	require.Regexp(t, `^SERVICE\s+QUEUES\s+KINDS\s+SOURCE\s+RECORDED BY\s+FIRST SEEN\s+LAST SEEN\n`+
 		`invoices\s+invoices_priority invoices_default invoices_scheduled\s+invoice_render invoice_send\s+database\s+(worker|scheduler|api)\s+\S+ \S+\s+\S+ \S+\n$`, services)
+	// It enqueues a kind with the attempts the kind declares, as recorded.
+	require.Equal(t, "enqueued 1 invoice_send jobs:\n  invoices_default     1\n",
+		s.tierctl(t, "enqueue", "--kind", "invoice_send", "--args", `{"invoice_id": 90, "email": "ap@example.com"}`))
+	require.Equal(t, 1, s.count(t, `SELECT count(*) FROM river_job WHERE kind = 'invoice_send' AND args->>'invoice_id' = '90' AND max_attempts = 2`))
 
 	// Routing: a pro user's job goes to invoices_priority, a free user's to
 	// invoices_default; both are worked.
@@ -96,10 +100,12 @@ func TestInvoices(t *testing.T) {
 	require.Equal(t, `invalid args: format "docx" not pdf, html or ledger`, body["error"])
 
 	// The periodic job: the scheduler queued the day's ledger in
-	// invoices_scheduled when it became leader, and the worker rendered it.
+	// invoices_scheduled when it became leader, with the scheduler's
+	// MAX_ATTEMPTS (invoice_render declares none), and the worker rendered
+	// it.
 	waitFor(t, "the ledger rendered", func() bool {
 		return s.count(t, `SELECT count(*) FROM river_job WHERE kind = 'invoice_render' AND queue = 'invoices_scheduled'
-			AND args = '{"format": "ledger", "invoice_id": 0}' AND state = 'completed'`) == 1
+			AND args = '{"format": "ledger", "invoice_id": 0}' AND state = 'completed' AND max_attempts = 10`) == 1
 	})
 
 	// A mail that cannot go: 2 attempts (the kind's MaxAttempts) a second

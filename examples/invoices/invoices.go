@@ -177,13 +177,15 @@ func (Discard) Send(_ context.Context, to string, _ int64) error {
 }
 
 // LedgerJob is the service's periodic job: once a day, and when a
-// scheduler becomes leader, it queues the day's ledger (invoice_render,
-// format ledger) in invoices_scheduled, one per day however many schedulers
-// start (unique by period).
-func LedgerJob() *river.PeriodicJob {
+// scheduler becomes leader, it queues the day's ledger (render, the
+// invoice_render kind, format ledger) in invoices_scheduled, one per day
+// however many schedulers start (unique by period), with the attempts
+// render declares (none: the scheduler's MAX_ATTEMPTS).
+func LedgerJob(render service.Kind) *river.PeriodicJob {
 	const day = 24 * time.Hour
 	return river.NewPeriodicJob(river.PeriodicInterval(day), func() (river.JobArgs, *river.InsertOpts) {
 		opts := routing.InsertOptsFor(BaseQueue, tiers.Free, "", true) // invoices_scheduled
+		opts.MaxAttempts = render.MaxAttempts()                        // 0: the client's default
 		opts.UniqueOpts = river.UniqueOpts{ByArgs: true, ByPeriod: day}
 		return RenderArgs{Format: FormatLedger}, opts
 	}, &river.PeriodicJobOpts{ID: "invoices_ledger", RunOnStart: true})
@@ -204,16 +206,17 @@ func Service(deps Deps) (*service.Service, error) {
 	if mailer == nil {
 		mailer = Discard{}
 	}
+	render := service.WorkerKind(&RenderWorker{}, service.Timeout[RenderArgs](RenderTimeout))
 	return service.New(&service.Config{
 		Name:      ServiceName,
 		BaseQueue: BaseQueue,
 		Kinds: []service.Kind{
-			service.WorkerKind(&RenderWorker{}, service.Timeout[RenderArgs](RenderTimeout)),
+			render,
 			service.WorkerKind(&SendWorker{mailer: mailer},
 				service.Timeout[SendArgs](SendTimeout), service.MaxAttempts[SendArgs](SendAttempts)),
 		},
 		Workers:      &service.ClassWorkers{Priority: 2, Default: 1, Scheduled: 1},
-		PeriodicJobs: []*river.PeriodicJob{LedgerJob()},
+		PeriodicJobs: []*river.PeriodicJob{LedgerJob(render)},
 	})
 }
 
