@@ -74,7 +74,7 @@ it better), so with one --args COUNT makes one job. Either way idle
 workers are woken at once.`
 
 // enqueueKindExample is enqueue's example of --kind, after Enqueue's.
-const enqueueKindExample = `  tierctl enqueue --kind invoice_send --args '{"invoice_id": 42}' --mix pro=1 --user-prefix acme`
+const enqueueKindExample = `  tierctl enqueue --kind invoice_send --args '{"invoice_id": 42, "email": "billing@example.com"}' --mix pro=1 --user-prefix acme`
 
 func (a *app) enqueueCommand() *cobra.Command {
 	var (

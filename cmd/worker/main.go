@@ -14,8 +14,9 @@
 // (migrate.Check); one a newer tierq migrated is accepted and logged.
 // docs/operations.md, "Schema version".
 //
-// Each job kind has its own timeout (package jobs); JOB_TIMEOUT applies only
-// to kinds registered without one, and setting it logs a warning.
+// Each job kind has its own timeout (service.Timeout, declared in package
+// jobs); JOB_TIMEOUT bounds only workers registered with River directly,
+// none of the reference app's, and setting it logs a warning.
 package main
 
 import (
