@@ -3,6 +3,7 @@ package fairshare
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
@@ -203,4 +204,48 @@ func insertAvailable(t *testing.T, db *testdb.DB, queue, tenant string, n int) {
 		       CASE WHEN $2 = '' THEN '{}'::jsonb ELSE jsonb_build_object('tierq:tenant', $2::text) END
 		FROM generate_series(1, $3)`, queue, tenant, n)
 	require.NoError(t, err)
+}
+
+// TestALookSeesALateCommit: a job's scheduled_at is its insert
+// transaction's start, and it becomes visible when the transaction commits:
+// a batch insert that takes long commits jobs older than the watermark of a
+// look taken meanwhile. The look keeps its watermark behind any writing
+// transaction still open (watermarkSQL), so the next look still finds a
+// newcomer among the late jobs and a pass holds the lone tenant back.
+func TestALookSeesALateCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	const queue = "fair_priority"
+	a, err := New(db.Pool, &Config{Queues: map[string]Queue{queue: {Workers: 2, Fair: true}}})
+	require.NoError(t, err)
+	q := a.queues[queue]
+	insertAvailable(t, db, queue, "a", 50)
+	p, err := a.Pass(ctx, queue)
+	require.NoError(t, err)
+	require.True(t, p.Lone, "a alone: %+v", p)
+
+	// A producer's batch: its transaction starts, writes b's job, and is
+	// still open when the look runs, well past loneMargin later.
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `
+		INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
+		VALUES ('fair_test', '{}', $1, 2, 'available', 25, '{"tierq:tenant": "b"}')`, queue)
+	require.NoError(t, err)
+	var started time.Time
+	require.NoError(t, tx.QueryRow(ctx, `SELECT now()`).Scan(&started))
+	testdb.WaitFor(t, 10*time.Second, "the database's clock a second past the batch's start", func() bool {
+		return db.Count(t, `SELECT count(*) FROM (SELECT 1 WHERE clock_timestamp() > $1::timestamptz + interval '1 second') AS x`, started) == 1
+	})
+	p, err = a.pass(ctx, q, look)
+	require.NoError(t, err)
+	require.Equal(t, Pass{Ran: true, Lone: true, Checked: true}, p, "b's job is not committed yet")
+	require.True(t, q.watermark.Before(started), "the watermark %s waits for the batch started at %s", q.watermark, started)
+
+	require.NoError(t, tx.Commit(ctx))
+	p, err = a.pass(ctx, q, look)
+	require.NoError(t, err)
+	require.Equal(t, Pass{Ran: true, Held: 49, Tenants: 2, Capacity: 2}, p, "the newcomer in the late batch: a held back to its window")
 }
