@@ -37,7 +37,7 @@ func (*renderInvoiceWorker) Work(context.Context, *river.Job[renderInvoiceArgs])
 // its workers on pool.
 func invoiceServices(pool *pgxpool.Pool) (*service.Registry, error) {
 	invoicer, err := service.New(&service.Config{
-		Name:  "invoicer",
+		Name: "invoicer",
 		Kinds: []service.Kind{service.WorkerKind(&renderInvoiceWorker{pool: pool},
 			service.Timeout[renderInvoiceArgs](renderInvoiceTimeout))},
 	})
