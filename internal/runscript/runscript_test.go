@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -22,6 +23,18 @@ import (
 	"github.com/tierq/tierq/internal/proctest"
 	"github.com/tierq/tierq/internal/testdb"
 )
+
+// catchHangUp makes the scripts start with SIGHUP's default action when
+// the tests run with it ignored (under nohup, say): an ignored signal stays
+// ignored across exec, bash cannot trap one it was started with ignored,
+// and the terminal-closed case then never stopped (run.sh and its tierctl
+// ran the demo to its end). A signal this process catches is reset to its
+// default in the programs it starts.
+func catchHangUp() {
+	if signal.Ignored(syscall.SIGHUP) {
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+	}
+}
 
 // script is one run of scripts/run.sh in a process group of its own, like
 // a foreground job in a terminal: a signal sent to the group is what the
@@ -49,6 +62,7 @@ func setup(t *testing.T) *bundle {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
 	}
+	catchHangUp()
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
 	return &bundle{root: root, bin: t.TempDir()}
