@@ -160,8 +160,13 @@ func environ() []string {
 // kill ends whatever of the run is left after a failed test: the script's
 // group and each process it started.
 func (s *script) kill() {
-	if s.cmd.ProcessState != nil {
+	// Whether it has exited is the Wait goroutine's to say (reading
+	// cmd.ProcessState here raced with Wait's write of it).
+	select {
+	case err := <-s.done:
+		s.done <- err
 		return
+	default:
 	}
 	for _, pid := range s.startedPIDs() {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
