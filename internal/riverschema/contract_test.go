@@ -229,7 +229,7 @@ WHERE n.nspname = $1 AND p.proname = $2`, bundle.schema, riverschema.StateInBitm
 		require.Equal(t, "boolean", result)
 	})
 
-	t.Run("UniqueHeldSQL", func(t *testing.T) {
+	t.Run("UniqueHeld", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 		ctx := context.Background()
@@ -241,7 +241,9 @@ WHERE n.nspname = $1 AND p.proname = $2`, bundle.schema, riverschema.StateInBitm
 		held := func() int {
 			var n int
 			require.NoError(t, bundle.pool.QueryRow(ctx,
-				`SELECT count(*) FROM river_job AS j WHERE j.id = $1 AND `+riverschema.UniqueHeldSQL("j"), res.Job.ID).Scan(&n))
+				`SELECT count(*) FROM river_job AS j WHERE j.id = $1
+				 AND j.unique_states IS NOT NULL AND `+riverschema.StateInBitmaskFunc+`(j.unique_states, j.state)`,
+				res.Job.ID).Scan(&n))
 			return n
 		}
 		require.Equal(t, 1, held(), "an available unique job holds its key")
@@ -319,8 +321,12 @@ WHERE n.nspname = $1 AND p.proname = $2`, bundle.schema, riverschema.StateInBitm
 		decodeStrict(t, payload, &n)
 		require.Equal(t, riverschema.LeadershipNotification{Action: riverschema.ActionResigned, LeaderID: clientID}, n)
 
-		// tierq's SQL form: the same channel, the same message.
-		_, err = bundle.pool.Exec(ctx, `SELECT `+riverschema.NotifyResignedSQL("$1::text"), clientID)
+		// tierq's SQL form, over a river_leader row: the same channel, the
+		// same message.
+		_, err = bundle.pool.Exec(ctx,
+			`INSERT INTO river_leader (leader_id, elected_at, expires_at) VALUES ($1, now(), now() + interval '15 seconds')`, clientID)
+		require.NoError(t, err)
+		_, err = bundle.pool.Exec(ctx, `SELECT `+riverschema.NotifyResignedSQL+` FROM river_leader`)
 		require.NoError(t, err)
 		gotChannel, payload = wait(t, conn)
 		require.Equal(t, channel, gotChannel)

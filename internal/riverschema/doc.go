@@ -15,7 +15,7 @@
 //
 // tierq's SQL stays beside the concept it belongs to; it builds on these
 // names (the constants, and the SQL fragments such as NotifyInsertSQL and
-// UniqueHeldSQL) rather than spelling River's internals itself.
+// NotifyResignedSQL) rather than spelling River's internals itself.
 //
 // The package is internal: the names are River's, not tierq's, and a
 // library user writing SQL against River should read River's own schema.

@@ -3,9 +3,9 @@ package riverschema
 import "fmt"
 
 // River's notification topics. A topic's channel is "<schema>.<topic>"
-// (Channel, ChannelSQL): River qualifies it with the schema of its client,
-// so that clients of different schemas in one database do not wake each
-// other.
+// (Channel, InsertChannelSQL, LeadershipChannelSQL): River qualifies it
+// with the schema of its client, so that clients of different schemas in
+// one database do not wake each other.
 const (
 	// InsertTopic is the topic of River's insert notification: a client
 	// that inserts an available job sends InsertPayload of its queue, and
@@ -38,9 +38,13 @@ type LeadershipNotification struct {
 // Channel is the notification channel of topic for schema.
 func Channel(schema, topic string) string { return schema + "." + topic }
 
-// ChannelSQL is the SQL expression of topic's channel for the
-// connection's current schema (which tierq's pools set as search_path).
-func ChannelSQL(topic string) string { return "current_schema() || '." + topic + "'" }
+// InsertChannelSQL and LeadershipChannelSQL are the SQL expressions of
+// InsertTopic's and LeadershipTopic's channels for the connection's current
+// schema (which tierq's pools set as search_path).
+const (
+	InsertChannelSQL     = "current_schema() || '." + InsertTopic + "'"
+	LeadershipChannelSQL = "current_schema() || '." + LeadershipTopic + "'"
+)
 
 // InsertPayload is the insert notification payload for queue, byte for
 // byte as River's client sends it: PostgreSQL delivers equal
@@ -53,13 +57,12 @@ func InsertPayload(queue string) string { return fmt.Sprintf(`{"queue": %q}`, qu
 // on the current schema's channel. Its payload is JSON equal to
 // InsertPayload's, though not byte for byte.
 func NotifyInsertSQL(queue string) string {
-	return "pg_notify(" + ChannelSQL(InsertTopic) + ", json_build_object('queue', " + queue + ")::text)"
+	return "pg_notify(" + InsertChannelSQL + ", json_build_object('queue', " + queue + ")::text)"
 }
 
 // NotifyResignedSQL is the SQL expression that sends River's leadership
-// message that the leader named by the SQL text expression leaderID
-// resigned, on the current schema's channel.
-func NotifyResignedSQL(leaderID string) string {
-	return "pg_notify(" + ChannelSQL(LeadershipTopic) +
-		", json_build_object('action', '" + ActionResigned + "', 'leader_id', " + leaderID + ")::text)"
-}
+// message that the leader of the river_leader row in scope (its leader_id
+// column) resigned, on the current schema's channel. Its payload is JSON
+// equal to the one River's resigning leader sends.
+const NotifyResignedSQL = "pg_notify(" + LeadershipChannelSQL +
+	", json_build_object('action', '" + ActionResigned + "', 'leader_id', " + LeaderID + ")::text)"

@@ -80,15 +80,9 @@ const (
 )
 
 // StateInBitmaskFunc is River's SQL function
-// river_job_state_in_bitmask(bit(8), river_job_state) boolean: whether a
-// state is in a unique_states bitmask. UniqueIndex's predicate uses it.
+// river_job_state_in_bitmask(bitmask bit, state river_job_state) boolean:
+// whether state is in a unique_states bitmask. A river_job row holds its
+// unique key when its unique_states is not null and
+// river_job_state_in_bitmask(unique_states, state): UniqueIndex's
+// predicate, so a second such row with the same unique_key is refused.
 const StateInBitmaskFunc = "river_job_state_in_bitmask"
-
-// UniqueHeldSQL is the condition that the river_job row aliased alias
-// holds its unique key: it has unique states and its state is one of them,
-// UniqueIndex's predicate. A second row with the same unique_key for which
-// it also holds is what UniqueIndex refuses.
-func UniqueHeldSQL(alias string) string {
-	return alias + "." + JobUniqueStates + " IS NOT NULL AND " +
-		StateInBitmaskFunc + "(" + alias + "." + JobUniqueStates + ", " + alias + "." + JobState + ")"
-}
