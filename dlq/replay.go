@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/routing"
 )
@@ -246,7 +247,7 @@ func (a rawArgs) MarshalJSON() ([]byte, error) { return a.args, nil }
 const holderSQL = `LATERAL (
     SELECT j.id AS holder_id, j.state::text AS holder_state FROM river_job AS j
     WHERE j.unique_key = d.unique_key AND j.unique_states IS NOT NULL
-      AND river_job_state_in_bitmask(j.unique_states, j.state)
+      AND ` + riverschema.StateInBitmaskFunc + `(j.unique_states, j.state)
     LIMIT 1
 ) AS h`
 
@@ -426,7 +427,7 @@ func retryUniqueRace(replay func() error) error {
 	var err error
 	for range 3 {
 		var pgErr *pgconn.PgError
-		if err = replay(); !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "river_job_unique_idx" {
+		if err = replay(); !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != riverschema.UniqueIndex {
 			return err
 		}
 	}
@@ -621,7 +622,7 @@ func replayWhere(f Filter, opts ReplayOptions, origins []string) (string, []any)
 	where, args := replayFilter(f, opts, origins)
 	return where + ` AND NOT EXISTS (SELECT 1 FROM river_job AS j
 		WHERE j.unique_key = dead_letter_jobs.unique_key AND j.unique_states IS NOT NULL
-		  AND river_job_state_in_bitmask(j.unique_states, j.state))`, args
+		  AND ` + riverschema.StateInBitmaskFunc + `(j.unique_states, j.state))`, args
 }
 
 // replayFilter is the condition on dead_letter_jobs of f and opts;

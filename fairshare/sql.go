@@ -2,6 +2,7 @@ package fairshare
 
 import (
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
 )
 
@@ -96,7 +97,7 @@ func localFetchableSQL(alias, kinds, every string) string {
 // workers fetch at once.
 func notifiedCTE(moved string) string {
 	return `notified AS (
-    SELECT pg_notify(current_schema() || '.river_insert', json_build_object('queue', $1::text)::text)
+    SELECT ` + riverschema.NotifyInsertSQL("$1::text") + `
     WHERE EXISTS (SELECT 1 FROM ` + moved + `)
 )`
 }

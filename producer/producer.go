@@ -22,6 +22,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tierq/tierq/escalation"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/service"
@@ -218,11 +219,11 @@ func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Jo
 }
 
 // notifySQL sends River's insert notification for a queue: the channel
-// and payload ($1) River's driver sends (riverpgxv5's PGNotifyMany), so that
-// PostgreSQL, which delivers equal notifications of one transaction once,
-// delivers one when River's limiter let its own through in the same
-// transaction.
-const notifySQL = `SELECT pg_notify(current_schema() || '.river_insert', $1)`
+// and payload ($1, riverschema.InsertPayload) River's driver sends
+// (riverpgxv5's PGNotifyMany), so that PostgreSQL, which delivers equal
+// notifications of one transaction once, delivers one when River's limiter
+// let its own through in the same transaction.
+const notifySQL = `SELECT pg_notify(` + riverschema.InsertChannelSQL + `, $1)`
 
 // NotifyInsert sends River's insert notification for queue in tx: when tx
 // commits, the workers of queue that listen fetch at once.
@@ -242,7 +243,7 @@ const notifySQL = `SELECT pg_notify(current_schema() || '.river_insert', $1)`
 // isolation). Teams that insert with their own River client and care
 // about pickup latency call it after InsertTx the same way.
 func NotifyInsert(ctx context.Context, tx pgx.Tx, queue string) error {
-	if _, err := tx.Exec(ctx, notifySQL, fmt.Sprintf(`{"queue": %q}`, queue)); err != nil {
+	if _, err := tx.Exec(ctx, notifySQL, riverschema.InsertPayload(queue)); err != nil {
 		return fmt.Errorf("notify insert into %s: %w", queue, err)
 	}
 	return nil

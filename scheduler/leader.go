@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/metrics"
 )
 
@@ -23,8 +24,7 @@ const watchSQL = `
 SELECT leader_id,
        leader_id = $1 AND expires_at >= now() AS leads,
        CASE WHEN expires_at < now() THEN
-           pg_notify(current_schema() || '.river_leadership',
-                     json_build_object('action', 'resigned', 'leader_id', leader_id)::text) IS NOT NULL
+           ` + riverschema.NotifyResignedSQL + ` IS NOT NULL
        ELSE false END AS nudged
 FROM river_leader`
 
