@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/routing"
 )
@@ -132,12 +133,12 @@ func queueMoves(queues []string, from []routing.Class, to routing.Class) (fromQu
 	return fromQueues, toQueues
 }
 
-// notifyCTE sends River's insert notification (topic "<schema>.river_insert",
+// notifyCTE sends River's insert notification (riverschema.NotifyInsertSQL,
 // as River's own inserts do) once per target queue of the moved rows that are
 // available now.
-const notifyCTE = `
+var notifyCTE = `
 notified AS (
-    SELECT pg_notify(current_schema() || '.river_insert', json_build_object('queue', q.to_queue)::text)
+    SELECT ` + riverschema.NotifyInsertSQL("q.to_queue") + `
     FROM (SELECT DISTINCT to_queue FROM moved WHERE state = 'available') AS q
 )`
 
