@@ -58,16 +58,13 @@ stop() {
     kill -TERM "${pids[@]}" 2>/dev/null
     local i status summary=()
     for i in "${!pids[@]}"; do
-      # wait returns early when a trapped signal (a second Ctrl-C) arrives:
-      # wait again until the process has exited.
-      while :; do
-        wait "${pids[$i]}" 2>/dev/null; status=$?
-        kill -0 "${pids[$i]}" 2>/dev/null || break
-      done
-      if [ "$status" -gt 128 ]; then # interrupted just as it exited: ask again
-        wait "${pids[$i]}" 2>/dev/null; local again=$?
-        if [ "$again" != 127 ]; then status=$again; fi
-      fi
+      # wait returns early when a trapped signal (a second Ctrl-C) arrives,
+      # and a wait cut short as the process exits can lose its status (bash
+      # then reported "exit -1"): wait only once the process is gone (this
+      # shell has reaped it), which returns its status at once. A signal
+      # meanwhile runs its trap after the current sleep.
+      while kill -0 "${pids[$i]}" 2>/dev/null; do sleep 0.1; done
+      wait "${pids[$i]}" 2>/dev/null; status=$?
       summary+=("${names[$i]} exit $status")
     done
     say "stopped: $(join "${summary[@]}"). Logs: $logs/"

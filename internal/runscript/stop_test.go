@@ -33,6 +33,15 @@ func TestRunStopsCleanly(t *testing.T) {
 		s.waitFor(3*time.Minute, "three load-test jobs running", func() bool {
 			return s.counted(3, `SELECT count(*) FROM river_job WHERE kind = 'loadtest' AND state = 'running'`)
 		})
+		// The workers may run jobs before the scheduler has started (it
+		// records the services and applies the reference app's migration
+		// line first): the signal is for a running scheduler, as a user's
+		// Ctrl-C mid-demo is (one signalled while it starts stops cleanly
+		// too: process TestRunStoppedWhileStarting).
+		s.waitFor(time.Minute, "the scheduler started", func() bool {
+			raw, err := os.ReadFile(filepath.Join(s.logs, "scheduler.log"))
+			return err == nil && strings.Contains(string(raw), `msg="scheduler started"`)
+		})
 		procs := s.descendants()
 		var running []int64
 		rows, err := s.pool.Query(t.Context(), `SELECT id FROM river_job WHERE state = 'running' ORDER BY id`)
