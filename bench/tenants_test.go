@@ -59,16 +59,12 @@ func TestTenantsMeasuresANewcomer(t *testing.T) {
 		require.GreaterOrEqual(t, c.PassP95Ms, c.PassP50Ms)
 		require.Positive(t, c.PassesPerS)
 		require.Positive(t, c.PassBusy)
-		if ids+1 > te.Workers {
-			// More tenants than workers: the newcomer waits in line behind
-			// one place per id, for many passes.
-			require.Equal(t, ids+1, c.PassTenants, "%d ids: a pass saw every id and the newcomer", ids)
-		} else {
-			// As many places as tenants: the newcomer's one job may be
-			// fetched, run and done (about 40 ms) between two passes, most
-			// likely under make test's parallel load (CI saw 3 for 3 ids).
-			require.Contains(t, []int{ids, ids + 1}, c.PassTenants, "%d ids: a pass saw every id", ids)
-		}
+		// Every id is active in every pass; the newcomer's one job may be
+		// fetched, run and done between two passes (its place comes
+		// early: the pass before it moved the others' places behind it),
+		// most likely under make test's parallel load (3 for 3 ids in CI,
+		// 20 for 20 in a local make test).
+		require.Contains(t, []int{ids, ids + 1}, c.PassTenants, "%d ids: a pass saw every id", ids)
 	}
 
 	raw, err := json.Marshal(r)
