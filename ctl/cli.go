@@ -23,6 +23,17 @@ import (
 
 // connectProducer connects (a.connect) and builds an insert-only River
 // client (no queues, never a leader) on the pool; the caller closes the pool.
+// ConnectProducer is what tierctl's inserting commands connect with, for a
+// command added through Config.Commands (the stock tierctl's demo): the
+// configuration from environ (config.CLI), a pool, the schema check of
+// every command (migrate.Check: a *migrate.SchemaError says to run
+// `tierctl migrate`), and an insert-only River client on the pool
+// (producer.ClientConfig: no queues, never a leader). The caller closes
+// the pool.
+func ConnectProducer(ctx context.Context, environ []string) (*pgxpool.Pool, *river.Client[pgx.Tx], error) {
+	return (&app{environ: environ}).connectProducer(ctx)
+}
+
 func (a *app) connectProducer(ctx context.Context) (*pgxpool.Pool, *river.Client[pgx.Tx], error) {
 	cfg, pool, err := a.connect(ctx)
 	if err != nil {

@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,11 +17,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/spf13/cobra"
 
-	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/ctl"
-	"github.com/tierq/tierq/internal/process"
-	"github.com/tierq/tierq/migrate"
-	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -63,34 +58,10 @@ func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 	}
 }
 
-// connectProducer loads the configuration, opens a pool, checks that the
-// schema has every migration (migrate.Check), as ctl's commands do, and
-// builds an insert-only River client (no queues, never a leader) on the
-// pool; the caller closes the pool.
+// connectProducer connects as ctl's inserting commands do
+// (ctl.ConnectProducer); the caller closes the pool.
 func (a *app) connectProducer(ctx context.Context) (*pgxpool.Pool, *river.Client[pgx.Tx], error) {
-	cfg, err := config.Load[config.CLI](a.environ)
-	if err != nil {
-		return nil, nil, err
-	}
-	poolConfig, err := cfg.PoolConfig()
-	if err != nil {
-		return nil, nil, err
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect to database: %w", err)
-	}
-	var schemaErr *migrate.SchemaError
-	if err := migrate.Check(ctx, pool, cfg.Schema); errors.As(err, &schemaErr) {
-		pool.Close()
-		return nil, nil, err
-	}
-	client, err := process.NewClient(pool, producer.ClientConfig(cfg.Schema, nil))
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return pool, client, nil
+	return ctl.ConnectProducer(ctx, a.environ)
 }
 
 // demoUserID is the user id of the i-th demo job: 7 users per tier, as
