@@ -76,13 +76,23 @@ stop() {
   if [ "${TIERQ_PG_STARTED:-}" = 1 ]; then scripts/pg.sh stop; fi
 }
 
+# still_stopping names the processes still running and the kill line for
+# them alone: the pid of one that exited (the scheduler and the API stop at
+# once) is free for the system to give another process.
 still_stopping() {
-  local i running=()
+  local i running=() alive=()
   for i in "${!pids[@]}"; do
-    if kill -0 "${pids[$i]}" 2>/dev/null; then running+=("${names[$i]} (pid ${pids[$i]})"); fi
+    if kill -0 "${pids[$i]}" 2>/dev/null; then
+      running+=("${names[$i]} (pid ${pids[$i]})")
+      alive+=("${pids[$i]}")
+    fi
   done
   say
-  say "still stopping, no second signal sent: waiting for $(join "${running[@]}") to finish running jobs (at most SOFT_STOP_TIMEOUT=$soft_stop); to kill them at once: kill -KILL ${pids[*]}"
+  if [ ${#alive[@]} -eq 0 ]; then
+    say "still stopping, no second signal sent: every process has exited"
+    return
+  fi
+  say "still stopping, no second signal sent: waiting for $(join "${running[@]}") to finish running jobs (at most SOFT_STOP_TIMEOUT=$soft_stop); to kill them at once: kill -KILL ${alive[*]}"
 }
 
 on_signal() {

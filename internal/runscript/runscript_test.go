@@ -212,6 +212,18 @@ func (s *script) startedPIDs() []int {
 	return pids
 }
 
+// startedPIDOf is the pid the script printed for the process it started
+// as name ("worker analyzer", "scheduler", "api"), failing the test if it
+// printed none.
+func (s *script) startedPIDOf(name string) int {
+	s.t.Helper()
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` started (?:on \S+ )?\(pid (\d+)`).FindStringSubmatch(s.out.String())
+	require.NotNil(s.t, m, "no %q started line; output:\n%s", name, s.out)
+	pid, err := strconv.Atoi(m[1])
+	require.NoError(s.t, err)
+	return pid
+}
+
 // proc is a process as /proc shows it: its pid and start time tell it
 // apart from a later process given the same pid.
 type proc struct {

@@ -3,6 +3,8 @@ package runscript
 import (
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -105,9 +107,67 @@ func TestRunStopsCleanly(t *testing.T) {
 		s, running, procs := run(t, "4000")
 		s.signal(syscall.SIGINT)
 		s.waitOutput("stopping: one SIGTERM each", 10*time.Second)
+		// The scheduler and the API stop at once, the workers only once
+		// their jobs (2-6 s) finish: the second Ctrl-C comes once the first
+		// two are gone (the script has reaped them, so their pids are free
+		// for reuse), and its kill hint must leave them out.
+		exited := []int{s.startedPIDOf("scheduler"), s.startedPIDOf("api")}
+		s.waitFor(20*time.Second, "the scheduler and the API gone", func() bool {
+			return gone(procs, exited...)
+		})
 		s.signal(syscall.SIGINT)
 		s.waitOutput("still stopping, no second signal sent: waiting for worker", 10*time.Second)
 		s.wait(60 * time.Second)
 		check(t, s, running, procs)
+
+		// The hint kills exactly the processes the line says are still
+		// running: workers, never an exited process's pid.
+		still := s.lines("still stopping")
+		require.Len(t, still, 1, "output:\n%s", s.out)
+		m := stillStopping.FindStringSubmatch(still[0])
+		require.NotNil(t, m, "still stopping line: %s", still[0])
+		var named []int
+		for _, n := range namedPID.FindAllStringSubmatch(m[1], -1) {
+			pid, _ := strconv.Atoi(n[1])
+			named = append(named, pid)
+		}
+		var hinted []int
+		for _, f := range strings.Fields(m[2]) {
+			pid, err := strconv.Atoi(f)
+			require.NoError(t, err, "kill hint: %s", still[0])
+			hinted = append(hinted, pid)
+		}
+		require.NotEmpty(t, named, still[0])
+		require.Equal(t, named, hinted, "the kill hint names the running processes only: %s", still[0])
+		workers := []int{s.startedPIDOf("worker analyzer"), s.startedPIDOf("worker specgen")}
+		for _, pid := range hinted {
+			require.NotContains(t, exited, pid, "the kill hint names an exited process: %s", still[0])
+			require.Contains(t, workers, pid, "the kill hint names a process that is no worker: %s", still[0])
+		}
 	})
+}
+
+// stillStopping is the line a second Ctrl-C prints: what is still running
+// (names and pids) and the pids of the kill hint.
+var (
+	stillStopping = regexp.MustCompile(`^still stopping, no second signal sent: waiting for (.*) to finish running jobs .*; to kill them at once: kill -KILL ([0-9 ]+)$`)
+	namedPID      = regexp.MustCompile(`\(pid (\d+)\)`)
+)
+
+// gone reports whether each of pids has exited and been reaped (no longer
+// in /proc, or its pid now another process's): a process of procs, the
+// snapshot that tells them apart.
+func gone(procs []proc, pids ...int) bool {
+	for _, pid := range pids {
+		now, ok := readProc(pid)
+		if !ok {
+			continue
+		}
+		for _, p := range procs {
+			if p.pid == pid && p.start == now.start {
+				return false
+			}
+		}
+	}
+	return true
 }
