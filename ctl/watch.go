@@ -450,10 +450,14 @@ func waitGroupLabel(queue string) string {
 }
 
 // watchLegend closes every frame: what the queue names and the state
-// columns mean, for whoever reads the view for the first time.
+// columns mean, for whoever reads the view for the first time. A _priority
+// queue holds free jobs too: escalated there (an operator's or a rule's
+// move) or lent its idle workers (fair share's lending), so the wait table
+// may show a free row in it.
 const watchLegend = `
-_priority: paid tiers' jobs; _default: free and unknown tiers'; _scheduled: background jobs
-of any tier; scheduler: tierq's periodic jobs; SCHEDULED is River's state (due later), not a queue
+_priority: paid tiers' jobs, and free jobs escalated or lent there
+_default: free and unknown tiers'; _scheduled: background jobs of any tier
+scheduler: tierq's periodic jobs; SCHEDULED is River's state (due later), not a queue
 `
 
 // formatSeconds shows a wait or an age: whole milliseconds under a second

@@ -76,6 +76,10 @@ func TestWatchDashboard(t *testing.T) {
 		started("completed", "analysis_default", `{"tier": "free", "target": "/srv"}`, `{}`, 200, wait)
 	}
 	started("discarded", "analysis_priority", `{"tier": "pro"}`, `[]`, 60, 7)
+	// A free job an operator escalated (or lending moved) into the priority
+	// queue: a free row there, which the legend explains.
+	started("completed", "analysis_priority", `{"tier": "free"}`,
+		`{"tierq:tier": "free", "tierq:moves": [{"kind": "escalation", "from_queue": "analysis_default", "to_queue": "analysis_priority"}]}`, 45, 0.2)
 	// The tier recorded in metadata counts before args' (none here, and
 	// "free" in the second).
 	started("completed", "specview_priority", `{}`, `{"tierq:tier": "pro_plus"}`, 30, 0.004)
@@ -126,6 +130,7 @@ func TestWatchDashboard(t *testing.T) {
 		queue, tier string
 		waits       []float64
 	}{
+		{"analysis_priority", "free", []float64{0.2}},
 		{"analysis_priority", "pro", []float64{7}},
 		{"analysis_priority", "enterprise", enterprise},
 		{"analysis_default", "free", free},
@@ -146,6 +151,13 @@ func TestWatchDashboard(t *testing.T) {
 	}
 	require.Regexp(t, `(?m)^\s*specview_priority\s+pro_plus\s+2\s+6ms\s+8ms$`, out, "waits under a second in milliseconds")
 	require.Contains(t, out, "\n"+watchLegend[1:], "the legend closes the frame")
+	// The legend says what each queue holds, the free jobs moved into a
+	// _priority queue included (the free row above).
+	require.True(t, strings.HasSuffix(out, "\n\n"+
+		"_priority: paid tiers' jobs, and free jobs escalated or lent there\n"+
+		"_default: free and unknown tiers'; _scheduled: background jobs of any tier\n"+
+		"scheduler: tierq's periodic jobs; SCHEDULED is River's state (due later), not a queue\n"),
+		"the legend closes the frame:\n%s", out)
 	require.NotContains(t, out, "(paused)")
 
 	// Without a leader lease in the last minute: "none".
