@@ -2,7 +2,8 @@ package ctl
 
 // tierctl queues: River's own pause and resume (river.Client.QueuePause and
 // QueueResume, through an insert-only client), and the list of queues River
-// knows with whether each is paused. A paused queue keeps its jobs and keeps
+// knows with whether each is paused and the workers serving it now (their
+// fair-share heartbeats). A paused queue keeps its jobs and keeps
 // taking inserts; workers fetch nothing from it until it is resumed (running
 // jobs finish), and tierq's sweeps leave it alone (docs/scheduling.md,
 // "Paused queues").
@@ -136,20 +137,35 @@ func checkQueueName(name string) error {
 
 // queueRow is one line of `queues list`.
 type queueRow struct {
-	Name      string     `json:"name"`
-	Kind      string     `json:"kind"` // "service", "scheduler" or "other"
-	PausedAt  *time.Time `json:"paused_at"`
-	UpdatedAt *time.Time `json:"updated_at"` // when a worker serving it last reported; nil when none ever did
+	Name     string     `json:"name"`
+	Kind     string     `json:"kind"` // "service", "scheduler" or "other"
+	PausedAt *time.Time `json:"paused_at"`
+	// Workers, Processes and HeartbeatAt are the queue's live fair-share
+	// heartbeats (fair_share_slots rows not expired): the workers tierq's
+	// worker processes run on it, how many processes, and the latest
+	// heartbeat (nil when none is live).
+	Workers     int        `json:"workers"`
+	Processes   int        `json:"processes"`
+	HeartbeatAt *time.Time `json:"heartbeat_at"`
 }
 
-// listQueuesSQL reads River's row for each queue, if any.
+// listQueuesSQL reads River's pause of each queue, if it has a row, and
+// the queue's live worker heartbeats (each worker process of tierq renews
+// its rows every 5s; a row expires after three missed heartbeats).
 const listQueuesSQL = `
-SELECT q.name, r.paused_at, r.updated_at
+SELECT q.name, r.paused_at, coalesce(h.workers, 0), coalesce(h.processes, 0), h.heartbeat_at
 FROM unnest($1::text[]) WITH ORDINALITY AS q(name, ord)
 LEFT JOIN river_queue AS r ON r.name = q.name
+LEFT JOIN (
+    SELECT s.queue, sum(s.slots)::int AS workers, count(DISTINCT s.client_id)::int AS processes,
+           max(s.heartbeat_at) AS heartbeat_at
+    FROM fair_share_slots AS s
+    WHERE s.expires_at > now()
+    GROUP BY s.queue
+) AS h ON h.queue = q.name
 ORDER BY q.ord`
 
-// listQueues lists KnownQueues with River's pause and last report.
+// listQueues lists KnownQueues with River's pause and their live workers.
 func listQueues(ctx context.Context, q db.Querier, serviceQueues []string) ([]queueRow, error) {
 	known, err := queuestats.KnownQueues(ctx, q, serviceQueues)
 	if err != nil {
@@ -163,7 +179,7 @@ func listQueues(ctx context.Context, q db.Querier, serviceQueues []string) ([]qu
 		out []queueRow
 		r   queueRow
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&r.Name, &r.PausedAt, &r.UpdatedAt}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&r.Name, &r.PausedAt, &r.Workers, &r.Processes, &r.HeartbeatAt}, func() error {
 		r.Kind = "other"
 		if slices.Contains(serviceQueues, r.Name) {
 			r.Kind = "service"
@@ -178,11 +194,32 @@ func listQueues(ctx context.Context, q db.Querier, serviceQueues []string) ([]qu
 	return out, nil
 }
 
+// workersCell is the WORKERS cell of a queue: its live workers and
+// processes with the latest heartbeat, or why there is no figure: none for
+// a service's queue means no worker process serves it now; the scheduler's
+// queue and other River clients' queues are served by processes that send
+// no heartbeat.
+func workersCell(q queueRow) string {
+	switch {
+	case q.HeartbeatAt != nil:
+		processes := "processes"
+		if q.Processes == 1 {
+			processes = "process"
+		}
+		return fmt.Sprintf("%d in %d %s (heartbeat %s)", q.Workers, q.Processes, processes, formatTime(*q.HeartbeatAt))
+	case q.Kind == "service":
+		return "none (no worker process serves it now)"
+	case q.Kind == "scheduler":
+		return "not reported (the scheduler's own)"
+	}
+	return "not reported (not a tierq worker's queue)"
+}
+
 func (a *app) queuesListCommand() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List the queues: the services', the scheduler's and any other River knows, paused or not",
+		Short: "List the queues: the services', the scheduler's and any other River knows, paused or not, with their live workers",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -203,16 +240,13 @@ func (a *app) queuesListCommand() *cobra.Command {
 				return a.printJSON(queues)
 			}
 			w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "QUEUE\tKIND\tSTATE\tLAST WORKER REPORT")
+			fmt.Fprintln(w, "QUEUE\tKIND\tSTATE\tWORKERS")
 			for _, q := range queues {
-				state, seen := "active", "never (no worker has served it)"
+				state := "active"
 				if q.PausedAt != nil {
 					state = "paused since " + formatTime(*q.PausedAt)
 				}
-				if q.UpdatedAt != nil {
-					seen = formatTime(*q.UpdatedAt)
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", termSafe(q.Name), q.Kind, state, seen)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", termSafe(q.Name), q.Kind, state, workersCell(q))
 			}
 			return w.Flush()
 		},
