@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/jobmetasql"
 	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/routing"
@@ -172,8 +173,8 @@ moved AS (
     UPDATE river_job AS j
     SET queue = t.to_queue,
         priority = t.to_priority,
-        metadata = CASE WHEN ` + db.IsObjectSQL("j.metadata") + `
-                        THEN ` + db.WithMoveSQL("j.metadata", `jsonb_build_object('`+jobmeta.BasePriority+`', t.to_priority)`,
+        metadata = CASE WHEN ` + jobmetasql.IsObjectSQL("j.metadata") + `
+                        THEN ` + jobmetasql.WithMoveSQL("j.metadata", `jsonb_build_object('`+jobmeta.BasePriority+`', t.to_priority)`,
 	moveSQL(`CASE WHEN $5 = '`+ActorDedup+`' THEN '`+jobmeta.MoveDedup+`' ELSE '`+jobmeta.MoveEscalation+`' END`, "t", "t.to_priority")) + `
                         ELSE j.metadata END
     FROM target AS t
@@ -300,7 +301,7 @@ type SweepResult struct {
 var sweepSQL = `
 WITH due AS (
     SELECT j.id, j.queue AS from_queue, m.to_queue, j.priority AS from_priority,
-           ` + db.DueAtSQL("j") + ` AS due_at
+           ` + jobmetasql.DueAtSQL("j") + ` AS due_at
     FROM river_job AS j
     JOIN unnest($1::text[], $2::text[]) AS m(from_queue, to_queue) ON m.from_queue = j.queue
     WHERE j.state = 'available'
@@ -308,7 +309,7 @@ WITH due AS (
       AND j.priority = ANY('{1,2,3,4}'::smallint[])
       AND j.scheduled_at <= now() - make_interval(secs => $3)
       AND j.scheduled_at > '-infinity'
-      AND ` + db.IsObjectSQL("j.metadata") + `
+      AND ` + jobmetasql.IsObjectSQL("j.metadata") + `
       AND NOT ` + db.PausedSQL("j.queue") + `
       AND NOT ` + db.PausedSQL("m.to_queue") + `
     LIMIT $4
@@ -319,7 +320,7 @@ moved AS (
     SET queue = due.to_queue,
         priority = 4,
         scheduled_at = now(),
-        metadata = ` + db.WithMoveSQL("j.metadata", `jsonb_build_object(
+        metadata = ` + jobmetasql.WithMoveSQL("j.metadata", `jsonb_build_object(
             '`+jobmeta.BasePriority+`', 4,
             '`+jobmeta.DueAt+`', (extract(epoch FROM due.due_at) * 1000000)::bigint,
             '`+jobmeta.MovedAt+`', (extract(epoch FROM now()) * 1000000)::bigint)`,

@@ -1,4 +1,4 @@
-package db_test
+package jobmetasql_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/jobmetasql"
 	"github.com/tierq/tierq/internal/testdb"
 )
 
@@ -80,8 +80,8 @@ func TestDueAtAgreesWithDueAtSQL(t *testing.T) {
 				INSERT INTO river_job (state, queue, priority, kind, args, metadata, max_attempts, scheduled_at)
 				VALUES ('available', 'analysis_default', 4, 'loadtest', '{}', $1::jsonb, 1, $2)
 				RETURNING id, scheduled_at, metadata`, tt.metadata, scheduled).Scan(&id, &schedule, &printed))
-			require.NoError(t, tdb.Pool.QueryRow(ctx, `SELECT `+db.DueAtSQL("j")+` FROM river_job AS j WHERE id = $1`, id).Scan(&sqlDue))
-			goDue := db.DueAt(schedule, printed)
+			require.NoError(t, tdb.Pool.QueryRow(ctx, `SELECT `+jobmetasql.DueAtSQL("j")+` FROM river_job AS j WHERE id = $1`, id).Scan(&sqlDue))
+			goDue := jobmetasql.DueAt(schedule, printed)
 			require.True(t, tt.want.Equal(sqlDue), fmt.Sprintf("SQL: want %s, got %s", tt.want, sqlDue))
 			require.True(t, tt.want.Equal(goDue), fmt.Sprintf("Go: want %s, got %s", tt.want, goDue))
 		})
