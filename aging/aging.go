@@ -27,6 +27,7 @@ import (
 
 	"github.com/tierq/tierq/internal/db"
 	"github.com/tierq/tierq/internal/jobmetasql"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/routing"
 )
@@ -79,10 +80,10 @@ func sweepSQL(scheduledRange string) string {
 	return `
 WITH due AS (
     SELECT j.id, b.base, extract(epoch FROM now() - d.at) AS wait_s
-    FROM river_job AS j,
+    FROM ` + riverschema.JobTable + ` AS j,
          LATERAL (SELECT ` + jobmetasql.DueAtSQL("j") + ` AS at) AS d,
          LATERAL (SELECT ` + jobmetasql.BasePrioritySQL("j") + ` AS base) AS b
-    WHERE j.state = 'available'
+    WHERE j.state = '` + riverschema.StateAvailable + `'
       AND j.queue = ANY($1::text[])
       AND j.priority = ANY($2::smallint[])
       AND ` + scheduledRange + `
@@ -92,7 +93,7 @@ WITH due AS (
     LIMIT $5
     FOR UPDATE OF j SKIP LOCKED
 )
-UPDATE river_job AS j
+UPDATE ` + riverschema.JobTable + ` AS j
 SET priority = greatest($4::int, due.base - floor(due.wait_s / $3))::smallint,
     metadata = ` + jobmetasql.WithMoveSQL("j.metadata",
 		`jsonb_build_object('`+jobmeta.BasePriority+`', due.base)`,
@@ -118,8 +119,8 @@ var sweepRanges = []string{
 // skippedSQL finds the jobs the sweep would look at but cannot change: their
 // metadata is not a JSON object, or their scheduled_at is -infinity.
 var skippedSQL = `
-SELECT j.id, ` + db.SkipReasonSQL("j") + ` AS reason FROM river_job AS j
-WHERE j.state = 'available' AND j.queue = ANY($1::text[]) AND j.priority = ANY($2::smallint[])
+SELECT j.id, ` + db.SkipReasonSQL("j") + ` AS reason FROM ` + riverschema.JobTable + ` AS j
+WHERE j.state = '` + riverschema.StateAvailable + `' AND j.queue = ANY($1::text[]) AND j.priority = ANY($2::smallint[])
   AND j.scheduled_at <= now() - make_interval(secs => $3)
   AND ` + db.SkipReasonSQL("j") + ` IS NOT NULL
   AND NOT ` + db.PausedSQL("j.queue") + `
