@@ -51,7 +51,8 @@ const (
 )
 
 // queuedStates are the states in which a job has not been fetched yet.
-const queuedStates = `('available', 'scheduled', 'retryable', 'pending')`
+const queuedStates = `('` + riverschema.StateAvailable + `', '` + riverschema.StateScheduled + `', '` +
+	riverschema.StateRetryable + `', '` + riverschema.StatePending + `')`
 
 // Request asks for one job to move.
 type Request struct {
@@ -140,7 +141,7 @@ func queueMoves(queues []string, from []routing.Class, to routing.Class) (fromQu
 var notifyCTE = `
 notified AS (
     SELECT ` + riverschema.NotifyInsertSQL("q.to_queue") + `
-    FROM (SELECT DISTINCT to_queue FROM moved WHERE state = 'available') AS q
+    FROM (SELECT DISTINCT to_queue FROM moved WHERE state = '` + riverschema.StateAvailable + `') AS q
 )`
 
 // moveSQL is the jobmeta.Move of an escalation, as an SQL expression: kind
@@ -164,13 +165,13 @@ var escalateSQL = `
 WITH target AS (
     SELECT j.id, j.queue AS from_queue, m.to_queue, j.priority AS from_priority,
            coalesce($4::smallint, j.priority) AS to_priority
-    FROM river_job AS j
+    FROM ` + riverschema.JobTable + ` AS j
     JOIN unnest($2::text[], $3::text[]) AS m(from_queue, to_queue) ON m.from_queue = j.queue
     WHERE j.id = $1 AND j.state IN ` + queuedStates + `
     FOR UPDATE OF j
 ),
 moved AS (
-    UPDATE river_job AS j
+    UPDATE ` + riverschema.JobTable + ` AS j
     SET queue = t.to_queue,
         priority = t.to_priority,
         metadata = CASE WHEN ` + jobmetasql.IsObjectSQL("j.metadata") + `
@@ -229,7 +230,7 @@ func Escalate(ctx context.Context, q db.Querier, queues []string, req Request) (
 // go.
 func unchanged(ctx context.Context, q db.Querier, queues []string, jobID int64, to routing.Class) (Result, error) {
 	res := Result{JobID: jobID}
-	err := q.QueryRow(ctx, `SELECT kind, state::text, queue, priority, `+db.PausedSQL("queue")+` FROM river_job WHERE id = $1`, jobID).
+	err := q.QueryRow(ctx, `SELECT kind, state::text, queue, priority, `+db.PausedSQL("queue")+` FROM `+riverschema.JobTable+` WHERE id = $1`, jobID).
 		Scan(&res.Kind, &res.State, &res.FromQueue, &res.FromPriority, &res.ToQueuePaused)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -238,7 +239,7 @@ func unchanged(ctx context.Context, q db.Querier, queues []string, jobID int64, 
 		return Result{}, fmt.Errorf("escalate job %d: %w", jobID, err)
 	}
 	switch res.State {
-	case "available", "scheduled", "retryable", "pending":
+	case riverschema.StateAvailable, riverschema.StateScheduled, riverschema.StateRetryable, riverschema.StatePending:
 	default:
 		return Result{}, fmt.Errorf("%w: job %d is %s", ErrNotQueued, jobID, res.State)
 	}
@@ -302,9 +303,9 @@ var sweepSQL = `
 WITH due AS (
     SELECT j.id, j.queue AS from_queue, m.to_queue, j.priority AS from_priority,
            ` + jobmetasql.DueAtSQL("j") + ` AS due_at
-    FROM river_job AS j
+    FROM ` + riverschema.JobTable + ` AS j
     JOIN unnest($1::text[], $2::text[]) AS m(from_queue, to_queue) ON m.from_queue = j.queue
-    WHERE j.state = 'available'
+    WHERE j.state = '` + riverschema.StateAvailable + `'
       AND j.queue = ANY($1::text[])
       AND j.priority = ANY('{1,2,3,4}'::smallint[])
       AND j.scheduled_at <= now() - make_interval(secs => $3)
@@ -316,7 +317,7 @@ WITH due AS (
     FOR UPDATE OF j SKIP LOCKED
 ),
 moved AS (
-    UPDATE river_job AS j
+    UPDATE ` + riverschema.JobTable + ` AS j
     SET queue = due.to_queue,
         priority = 4,
         scheduled_at = now(),
@@ -334,9 +335,9 @@ SELECT from_queue, to_queue FROM moved, (SELECT count(*) FROM notified) AS n`
 // skippedSQL finds the jobs a rule's sweep would move but cannot: their
 // metadata is not a JSON object, or their scheduled_at is -infinity.
 var skippedSQL = `
-SELECT j.id, ` + db.SkipReasonSQL("j") + ` AS reason FROM river_job AS j
+SELECT j.id, ` + db.SkipReasonSQL("j") + ` AS reason FROM ` + riverschema.JobTable + ` AS j
 JOIN unnest($1::text[], $2::text[]) AS m(from_queue, to_queue) ON m.from_queue = j.queue
-WHERE j.state = 'available'
+WHERE j.state = '` + riverschema.StateAvailable + `'
   AND j.queue = ANY($1::text[])
   AND j.priority = ANY('{1,2,3,4}'::smallint[])
   AND j.scheduled_at <= now() - make_interval(secs => $3)
