@@ -140,6 +140,38 @@ func WithMoveSQL(m, fields, move string) string {
               ELSE '[]'::jsonb END) || jsonb_build_array(` + move + `)))`
 }
 
+// KeptDueSQL is the metadata entries (for jsonb_build_object) that keep a
+// job's due time across a move: jobmeta.DueAt, the timestamptz expression
+// dueAt, and jobmeta.MovedAt, the timestamptz expression movedAt (the
+// scheduled_at the move writes), both in Unix microseconds, as DueAtSQL and
+// DueAt read them back.
+func KeptDueSQL(dueAt, movedAt string) string {
+	return `'` + jobmeta.DueAt + `', (extract(epoch FROM ` + dueAt + `) * 1000000)::bigint,
+            '` + jobmeta.MovedAt + `', (extract(epoch FROM ` + movedAt + `) * 1000000)::bigint`
+}
+
+// Move is a jobmeta.Move made at now(), as SQL: each field is an SQL
+// expression for that field of jobmeta.Move. Actor and Reason are left out
+// of the move when "".
+type Move struct {
+	Kind, FromQueue, ToQueue, FromPriority, ToPriority string
+	Actor, Reason                                      string
+}
+
+// SQL is an SQL expression for the move's JSON object, under jobmeta.Move's
+// JSON names: the move argument of WithMoveSQL.
+func (m Move) SQL() string {
+	out := `jsonb_build_object('kind', ` + m.Kind + `, 'at', now(), 'from_queue', ` + m.FromQueue + `, 'to_queue', ` + m.ToQueue + `,
+            'from_priority', ` + m.FromPriority + `, 'to_priority', ` + m.ToPriority
+	if m.Actor != "" {
+		out += `, 'actor', ` + m.Actor
+	}
+	if m.Reason != "" {
+		out += `, 'reason', ` + m.Reason
+	}
+	return out + `)`
+}
+
 // UpgradeKeysSQL is an SQL expression for the metadata m (an object) with
 // each legacy key renamed to its jobmeta key, unless that key is already
 // set.
