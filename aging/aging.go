@@ -97,8 +97,10 @@ UPDATE ` + riverschema.JobTable + ` AS j
 SET priority = greatest($4::int, due.base - floor(due.wait_s / $3))::smallint,
     metadata = ` + jobmetasql.WithMoveSQL("j.metadata",
 		`jsonb_build_object('`+jobmeta.BasePriority+`', due.base)`,
-		`jsonb_build_object('kind', '`+jobmeta.MoveAging+`', 'at', now(), 'from_queue', j.queue, 'to_queue', j.queue,
-            'from_priority', j.priority, 'to_priority', greatest($4::int, due.base - floor(due.wait_s / $3))::int)`) + `
+		jobmetasql.Move{
+			Kind: `'` + jobmeta.MoveAging + `'`, FromQueue: "j.queue", ToQueue: "j.queue",
+			FromPriority: "j.priority", ToPriority: "greatest($4::int, due.base - floor(due.wait_s / $3))::int",
+		}.SQL()) + `
 FROM due
 WHERE j.id = due.id
 RETURNING j.queue`

@@ -149,8 +149,10 @@ notified AS (
 // from_queue, to_queue and from_priority; $5 and $6 are the actor and the
 // reason.
 func moveSQL(kind, t, toPriority string) string {
-	return `jsonb_build_object('kind', ` + kind + `, 'at', now(), 'from_queue', ` + t + `.from_queue, 'to_queue', ` + t + `.to_queue,
-            'from_priority', ` + t + `.from_priority, 'to_priority', ` + toPriority + `, 'actor', $5::text, 'reason', left($6::text, ` + strconv.Itoa(jobmeta.MaxReasonChars) + `))`
+	return jobmetasql.Move{
+		Kind: kind, FromQueue: t + ".from_queue", ToQueue: t + ".to_queue", FromPriority: t + ".from_priority", ToPriority: toPriority,
+		Actor: "$5::text", Reason: "left($6::text, " + strconv.Itoa(jobmeta.MaxReasonChars) + ")",
+	}.SQL()
 }
 
 const auditCTE = `
@@ -323,8 +325,7 @@ moved AS (
         scheduled_at = now(),
         metadata = ` + jobmetasql.WithMoveSQL("j.metadata", `jsonb_build_object(
             '`+jobmeta.BasePriority+`', 4,
-            '`+jobmeta.DueAt+`', (extract(epoch FROM due.due_at) * 1000000)::bigint,
-            '`+jobmeta.MovedAt+`', (extract(epoch FROM now()) * 1000000)::bigint)`,
+            `+jobmetasql.KeptDueSQL("due.due_at", "now()")+`)`,
 	moveSQL(`'`+jobmeta.MoveEscalation+`'`, "due", "4")) + `
     FROM due
     WHERE j.id = due.id
