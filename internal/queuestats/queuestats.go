@@ -86,10 +86,11 @@ type Summary struct {
 	OldestAvailableSeconds float64 `json:"oldest_available_seconds"`
 	// OldestWaitingSeconds is how long the longest-waiting job of the queue
 	// has waited, over its available and held jobs, from when each became
-	// due (db.DueAtSQL: its insert or the end of its retry's backoff; a move
-	// by escalation, aging or fair share does not reset it). Only jobs whose
-	// scheduled_at has come count; never negative; 0 when none waits. Exact:
-	// it reads every waiting job of the queue (see waitingSQL for the cost).
+	// due (jobmetasql.DueAtSQL: its insert or the end of its retry's
+	// backoff; a move by escalation, aging or fair share does not reset
+	// it). Only jobs whose scheduled_at has come count; never negative; 0
+	// when none waits. Exact: it reads every waiting job of the queue (see
+	// waitingSQL for the cost).
 	OldestWaitingSeconds float64 `json:"oldest_waiting_seconds"`
 	// Unfetchable is how many of the queue's available jobs are due but of
 	// a kind no worker serving the queue fetches (Unfetchable): no worker
