@@ -26,6 +26,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/jobmetasql"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/routing"
 )
@@ -69,7 +71,7 @@ type Result struct {
 // current one, and locks them SKIP LOCKED: a job a worker is fetching right
 // now is locked by that fetch and skipped, and one fetched a moment ago fails
 // the state check when re-read under the lock. Wait counts from when the job
-// became due (db.DueAtSQL).
+// became due (jobmetasql.DueAtSQL).
 //
 // A job whose metadata is not a JSON object has no place for its base
 // priority, and one whose scheduled_at is infinite has no wait: both are
@@ -78,25 +80,27 @@ func sweepSQL(scheduledRange string) string {
 	return `
 WITH due AS (
     SELECT j.id, b.base, extract(epoch FROM now() - d.at) AS wait_s
-    FROM river_job AS j,
-         LATERAL (SELECT ` + db.DueAtSQL("j") + ` AS at) AS d,
-         LATERAL (SELECT ` + db.BasePrioritySQL("j") + ` AS base) AS b
-    WHERE j.state = 'available'
+    FROM ` + riverschema.JobTable + ` AS j,
+         LATERAL (SELECT ` + jobmetasql.DueAtSQL("j") + ` AS at) AS d,
+         LATERAL (SELECT ` + jobmetasql.BasePrioritySQL("j") + ` AS base) AS b
+    WHERE j.state = '` + riverschema.StateAvailable + `'
       AND j.queue = ANY($1::text[])
       AND j.priority = ANY($2::smallint[])
       AND ` + scheduledRange + `
-      AND ` + db.IsObjectSQL("j.metadata") + `
+      AND ` + jobmetasql.IsObjectSQL("j.metadata") + `
       AND NOT ` + db.PausedSQL("j.queue") + `
       AND greatest($4::int, b.base - floor(extract(epoch FROM now() - d.at) / $3)) < j.priority
     LIMIT $5
     FOR UPDATE OF j SKIP LOCKED
 )
-UPDATE river_job AS j
+UPDATE ` + riverschema.JobTable + ` AS j
 SET priority = greatest($4::int, due.base - floor(due.wait_s / $3))::smallint,
-    metadata = ` + db.WithMoveSQL("j.metadata",
+    metadata = ` + jobmetasql.WithMoveSQL("j.metadata",
 		`jsonb_build_object('`+jobmeta.BasePriority+`', due.base)`,
-		`jsonb_build_object('kind', '`+jobmeta.MoveAging+`', 'at', now(), 'from_queue', j.queue, 'to_queue', j.queue,
-            'from_priority', j.priority, 'to_priority', greatest($4::int, due.base - floor(due.wait_s / $3))::int)`) + `
+		jobmetasql.Move{
+			Kind: `'` + jobmeta.MoveAging + `'`, FromQueue: "j.queue", ToQueue: "j.queue",
+			FromPriority: "j.priority", ToPriority: "greatest($4::int, due.base - floor(due.wait_s / $3))::int",
+		}.SQL()) + `
 FROM due
 WHERE j.id = due.id
 RETURNING j.queue`
@@ -111,14 +115,14 @@ RETURNING j.queue`
 // at 1M rows).
 var sweepRanges = []string{
 	`j.scheduled_at <= now() - make_interval(secs => $3) AND j.scheduled_at > '-infinity'`,
-	`j.scheduled_at > now() - make_interval(secs => $3) AND j.scheduled_at < 'infinity' AND ` + db.HasMovedAtSQL("j"),
+	`j.scheduled_at > now() - make_interval(secs => $3) AND j.scheduled_at < 'infinity' AND ` + jobmetasql.HasMovedAtSQL("j"),
 }
 
 // skippedSQL finds the jobs the sweep would look at but cannot change: their
 // metadata is not a JSON object, or their scheduled_at is -infinity.
 var skippedSQL = `
-SELECT j.id, ` + db.SkipReasonSQL("j") + ` AS reason FROM river_job AS j
-WHERE j.state = 'available' AND j.queue = ANY($1::text[]) AND j.priority = ANY($2::smallint[])
+SELECT j.id, ` + db.SkipReasonSQL("j") + ` AS reason FROM ` + riverschema.JobTable + ` AS j
+WHERE j.state = '` + riverschema.StateAvailable + `' AND j.queue = ANY($1::text[]) AND j.priority = ANY($2::smallint[])
   AND j.scheduled_at <= now() - make_interval(secs => $3)
   AND ` + db.SkipReasonSQL("j") + ` IS NOT NULL
   AND NOT ` + db.PausedSQL("j.queue") + `

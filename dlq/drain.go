@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/riverschema"
 )
 
 // drainSQL moves at most $1 discarded jobs in one statement. The claim takes
@@ -29,14 +30,14 @@ import (
 // rows/s instead of 60k, the table growing under stale statistics).
 const drainSQL = `
 WITH claimed AS (
-    SELECT j.id FROM river_job AS j
-    WHERE j.state = 'discarded'
+    SELECT j.id FROM ` + riverschema.JobTable + ` AS j
+    WHERE j.state = '` + riverschema.StateDiscarded + `'
       AND NOT EXISTS (SELECT 1 FROM dead_letter_jobs AS d WHERE d.job_id = j.id OFFSET 0)
     LIMIT $1
     FOR UPDATE OF j SKIP LOCKED
 ),
 removed AS (
-    DELETE FROM river_job AS j
+    DELETE FROM ` + riverschema.JobTable + ` AS j
     USING claimed
     WHERE j.id = claimed.id
     RETURNING j.id, j.kind, j.queue, j.priority, j.args, j.metadata, j.tags, j.errors,
@@ -56,8 +57,8 @@ SELECT queue, count(*) FROM moved GROUP BY queue`
 // conflictsSQL counts discarded jobs the drain cannot move because their id
 // is already in dead_letter_jobs. It reads only the discarded rows left.
 const conflictsSQL = `
-SELECT count(*) FROM river_job AS j
-WHERE j.state = 'discarded' AND EXISTS (SELECT 1 FROM dead_letter_jobs AS d WHERE d.job_id = j.id)`
+SELECT count(*) FROM ` + riverschema.JobTable + ` AS j
+WHERE j.state = '` + riverschema.StateDiscarded + `' AND EXISTS (SELECT 1 FROM dead_letter_jobs AS d WHERE d.job_id = j.id)`
 
 // DrainResult counts the jobs one Drain moved.
 type DrainResult struct {

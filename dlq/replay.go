@@ -245,7 +245,7 @@ func (a rawArgs) MarshalJSON() ([]byte, error) { return a.args, nil }
 // the dead letter aliased d (in a state its unique_states counts, the
 // predicate of River's river_job_unique_idx), if any.
 const holderSQL = `LATERAL (
-    SELECT j.id AS holder_id, j.state::text AS holder_state FROM river_job AS j
+    SELECT j.id AS holder_id, j.state::text AS holder_state FROM ` + riverschema.JobTable + ` AS j
     WHERE j.unique_key = d.unique_key AND j.unique_states IS NOT NULL
       AND ` + riverschema.StateInBitmaskFunc + `(j.unique_states, j.state)
     LIMIT 1
@@ -262,7 +262,7 @@ WHERE d.id = ANY($1) AND d.unique_key IS NOT NULL AND d.unique_states IS NOT NUL
 // restoreUniqueSQL gives each new job its dead letter's unique key and
 // states. River's unique index then refuses a second live job with that key.
 const restoreUniqueSQL = `
-UPDATE river_job AS j
+UPDATE ` + riverschema.JobTable + ` AS j
 SET unique_key = d.unique_key, unique_states = d.unique_states
 FROM unnest($1::bigint[], $2::bigint[]) AS r(id, job_id)
 JOIN dead_letter_jobs AS d ON d.id = r.id
@@ -620,7 +620,7 @@ func CountReplayable(ctx context.Context, q db.Querier, serviceQueues []string, 
 // them at every call (heldSQL reports them instead).
 func replayWhere(f Filter, opts ReplayOptions, origins []string) (string, []any) {
 	where, args := replayFilter(f, opts, origins)
-	return where + ` AND NOT EXISTS (SELECT 1 FROM river_job AS j
+	return where + ` AND NOT EXISTS (SELECT 1 FROM ` + riverschema.JobTable + ` AS j
 		WHERE j.unique_key = dead_letter_jobs.unique_key AND j.unique_states IS NOT NULL
 		  AND ` + riverschema.StateInBitmaskFunc + `(j.unique_states, j.state))`, args
 }

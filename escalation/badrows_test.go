@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/escalation"
-	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/jobmetasql"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/routing"
 )
@@ -73,7 +73,7 @@ func TestEscalateIntoAPausedQueue(t *testing.T) {
 }
 
 // TestSweepKeepsTheDueTime: a moved job's metadata keeps when its attempt
-// became due (db.DueAt reads it back), across two moves, and a later
+// became due (jobmetasql.DueAt reads it back), across two moves, and a later
 // scheduled_at (a retry) makes the kept time stale.
 func TestSweepKeepsTheDueTime(t *testing.T) {
 	t.Parallel()
@@ -88,9 +88,9 @@ func TestSweepKeepsTheDueTime(t *testing.T) {
 			metadata    []byte
 			sqlDue      time.Time
 		)
-		require.NoError(t, tdb.Pool.QueryRow(ctx, `SELECT j.scheduled_at, j.metadata, `+db.DueAtSQL("j")+` FROM river_job AS j WHERE id = $1`, id).
+		require.NoError(t, tdb.Pool.QueryRow(ctx, `SELECT j.scheduled_at, j.metadata, `+jobmetasql.DueAtSQL("j")+` FROM river_job AS j WHERE id = $1`, id).
 			Scan(&scheduledAt, &metadata, &sqlDue))
-		goDue := db.DueAt(scheduledAt, metadata)
+		goDue := jobmetasql.DueAt(scheduledAt, metadata)
 		require.True(t, goDue.Equal(sqlDue), "Go %s, SQL %s", goDue, sqlDue)
 		return goDue, scheduledAt
 	}
@@ -142,9 +142,9 @@ func TestDueAtReadsMetadataOfAnyShape(t *testing.T) {
 			scheduledAt, sqlDue time.Time
 			raw                 []byte
 		)
-		require.NoError(t, tdb.Pool.QueryRow(ctx, `SELECT j.scheduled_at, j.metadata, `+db.DueAtSQL("j")+` FROM river_job AS j WHERE id = $1`, id).
+		require.NoError(t, tdb.Pool.QueryRow(ctx, `SELECT j.scheduled_at, j.metadata, `+jobmetasql.DueAtSQL("j")+` FROM river_job AS j WHERE id = $1`, id).
 			Scan(&scheduledAt, &raw, &sqlDue))
 		require.True(t, sqlDue.Equal(scheduledAt), "SQL, metadata %.60s", metadata)
-		require.True(t, db.DueAt(scheduledAt, raw).Equal(scheduledAt), "Go, metadata %.60s", metadata)
+		require.True(t, jobmetasql.DueAt(scheduledAt, raw).Equal(scheduledAt), "Go, metadata %.60s", metadata)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/jobmetasql"
 	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/routing"
@@ -50,7 +51,8 @@ const (
 )
 
 // queuedStates are the states in which a job has not been fetched yet.
-const queuedStates = `('available', 'scheduled', 'retryable', 'pending')`
+const queuedStates = `('` + riverschema.StateAvailable + `', '` + riverschema.StateScheduled + `', '` +
+	riverschema.StateRetryable + `', '` + riverschema.StatePending + `')`
 
 // Request asks for one job to move.
 type Request struct {
@@ -139,7 +141,7 @@ func queueMoves(queues []string, from []routing.Class, to routing.Class) (fromQu
 var notifyCTE = `
 notified AS (
     SELECT ` + riverschema.NotifyInsertSQL("q.to_queue") + `
-    FROM (SELECT DISTINCT to_queue FROM moved WHERE state = 'available') AS q
+    FROM (SELECT DISTINCT to_queue FROM moved WHERE state = '` + riverschema.StateAvailable + `') AS q
 )`
 
 // moveSQL is the jobmeta.Move of an escalation, as an SQL expression: kind
@@ -147,8 +149,10 @@ notified AS (
 // from_queue, to_queue and from_priority; $5 and $6 are the actor and the
 // reason.
 func moveSQL(kind, t, toPriority string) string {
-	return `jsonb_build_object('kind', ` + kind + `, 'at', now(), 'from_queue', ` + t + `.from_queue, 'to_queue', ` + t + `.to_queue,
-            'from_priority', ` + t + `.from_priority, 'to_priority', ` + toPriority + `, 'actor', $5::text, 'reason', left($6::text, ` + strconv.Itoa(jobmeta.MaxReasonChars) + `))`
+	return jobmetasql.Move{
+		Kind: kind, FromQueue: t + ".from_queue", ToQueue: t + ".to_queue", FromPriority: t + ".from_priority", ToPriority: toPriority,
+		Actor: "$5::text", Reason: "left($6::text, " + strconv.Itoa(jobmeta.MaxReasonChars) + ")",
+	}.SQL()
 }
 
 const auditCTE = `
@@ -163,17 +167,17 @@ var escalateSQL = `
 WITH target AS (
     SELECT j.id, j.queue AS from_queue, m.to_queue, j.priority AS from_priority,
            coalesce($4::smallint, j.priority) AS to_priority
-    FROM river_job AS j
+    FROM ` + riverschema.JobTable + ` AS j
     JOIN unnest($2::text[], $3::text[]) AS m(from_queue, to_queue) ON m.from_queue = j.queue
     WHERE j.id = $1 AND j.state IN ` + queuedStates + `
     FOR UPDATE OF j
 ),
 moved AS (
-    UPDATE river_job AS j
+    UPDATE ` + riverschema.JobTable + ` AS j
     SET queue = t.to_queue,
         priority = t.to_priority,
-        metadata = CASE WHEN ` + db.IsObjectSQL("j.metadata") + `
-                        THEN ` + db.WithMoveSQL("j.metadata", `jsonb_build_object('`+jobmeta.BasePriority+`', t.to_priority)`,
+        metadata = CASE WHEN ` + jobmetasql.IsObjectSQL("j.metadata") + `
+                        THEN ` + jobmetasql.WithMoveSQL("j.metadata", `jsonb_build_object('`+jobmeta.BasePriority+`', t.to_priority)`,
 	moveSQL(`CASE WHEN $5 = '`+ActorDedup+`' THEN '`+jobmeta.MoveDedup+`' ELSE '`+jobmeta.MoveEscalation+`' END`, "t", "t.to_priority")) + `
                         ELSE j.metadata END
     FROM target AS t
@@ -228,7 +232,7 @@ func Escalate(ctx context.Context, q db.Querier, queues []string, req Request) (
 // go.
 func unchanged(ctx context.Context, q db.Querier, queues []string, jobID int64, to routing.Class) (Result, error) {
 	res := Result{JobID: jobID}
-	err := q.QueryRow(ctx, `SELECT kind, state::text, queue, priority, `+db.PausedSQL("queue")+` FROM river_job WHERE id = $1`, jobID).
+	err := q.QueryRow(ctx, `SELECT kind, state::text, queue, priority, `+db.PausedSQL("queue")+` FROM `+riverschema.JobTable+` WHERE id = $1`, jobID).
 		Scan(&res.Kind, &res.State, &res.FromQueue, &res.FromPriority, &res.ToQueuePaused)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -237,7 +241,7 @@ func unchanged(ctx context.Context, q db.Querier, queues []string, jobID int64, 
 		return Result{}, fmt.Errorf("escalate job %d: %w", jobID, err)
 	}
 	switch res.State {
-	case "available", "scheduled", "retryable", "pending":
+	case riverschema.StateAvailable, riverschema.StateScheduled, riverschema.StateRetryable, riverschema.StatePending:
 	default:
 		return Result{}, fmt.Errorf("%w: job %d is %s", ErrNotQueued, jobID, res.State)
 	}
@@ -300,29 +304,28 @@ type SweepResult struct {
 var sweepSQL = `
 WITH due AS (
     SELECT j.id, j.queue AS from_queue, m.to_queue, j.priority AS from_priority,
-           ` + db.DueAtSQL("j") + ` AS due_at
-    FROM river_job AS j
+           ` + jobmetasql.DueAtSQL("j") + ` AS due_at
+    FROM ` + riverschema.JobTable + ` AS j
     JOIN unnest($1::text[], $2::text[]) AS m(from_queue, to_queue) ON m.from_queue = j.queue
-    WHERE j.state = 'available'
+    WHERE j.state = '` + riverschema.StateAvailable + `'
       AND j.queue = ANY($1::text[])
       AND j.priority = ANY('{1,2,3,4}'::smallint[])
       AND j.scheduled_at <= now() - make_interval(secs => $3)
       AND j.scheduled_at > '-infinity'
-      AND ` + db.IsObjectSQL("j.metadata") + `
+      AND ` + jobmetasql.IsObjectSQL("j.metadata") + `
       AND NOT ` + db.PausedSQL("j.queue") + `
       AND NOT ` + db.PausedSQL("m.to_queue") + `
     LIMIT $4
     FOR UPDATE OF j SKIP LOCKED
 ),
 moved AS (
-    UPDATE river_job AS j
+    UPDATE ` + riverschema.JobTable + ` AS j
     SET queue = due.to_queue,
         priority = 4,
         scheduled_at = now(),
-        metadata = ` + db.WithMoveSQL("j.metadata", `jsonb_build_object(
+        metadata = ` + jobmetasql.WithMoveSQL("j.metadata", `jsonb_build_object(
             '`+jobmeta.BasePriority+`', 4,
-            '`+jobmeta.DueAt+`', (extract(epoch FROM due.due_at) * 1000000)::bigint,
-            '`+jobmeta.MovedAt+`', (extract(epoch FROM now()) * 1000000)::bigint)`,
+            `+jobmetasql.KeptDueSQL("due.due_at", "now()")+`)`,
 	moveSQL(`'`+jobmeta.MoveEscalation+`'`, "due", "4")) + `
     FROM due
     WHERE j.id = due.id
@@ -333,9 +336,9 @@ SELECT from_queue, to_queue FROM moved, (SELECT count(*) FROM notified) AS n`
 // skippedSQL finds the jobs a rule's sweep would move but cannot: their
 // metadata is not a JSON object, or their scheduled_at is -infinity.
 var skippedSQL = `
-SELECT j.id, ` + db.SkipReasonSQL("j") + ` AS reason FROM river_job AS j
+SELECT j.id, ` + db.SkipReasonSQL("j") + ` AS reason FROM ` + riverschema.JobTable + ` AS j
 JOIN unnest($1::text[], $2::text[]) AS m(from_queue, to_queue) ON m.from_queue = j.queue
-WHERE j.state = 'available'
+WHERE j.state = '` + riverschema.StateAvailable + `'
   AND j.queue = ANY($1::text[])
   AND j.priority = ANY('{1,2,3,4}'::smallint[])
   AND j.scheduled_at <= now() - make_interval(secs => $3)

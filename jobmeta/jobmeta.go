@@ -54,7 +54,7 @@ const (
 	// moved job a new scheduled_at: DueAt is when the job's current attempt
 	// became due, MovedAt the scheduled_at the move wrote, both in Unix
 	// microseconds. The pair counts only while scheduled_at still equals
-	// MovedAt (internal/db.DueAtSQL has the whole rule).
+	// MovedAt (internal/jobmetasql.DueAtSQL has the whole rule).
 	DueAt   = Prefix + "due_at"
 	MovedAt = Prefix + "moved_at"
 

@@ -11,6 +11,8 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/tierq/tierq/internal/riverschema"
 )
 
 // Version is a schema's migration versions: River's (the highest version
@@ -119,9 +121,9 @@ func Need() (Version, error) {
 // before it every row is of the main line).
 const tablesSQL = `
 SELECT
-	EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = $1 AND tablename = 'river_migration'),
+	EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = $1 AND tablename = '` + riverschema.MigrationTable + `'),
 	EXISTS (SELECT 1 FROM information_schema.columns
-	        WHERE table_schema = $1 AND table_name = 'river_migration' AND column_name = 'line'),
+	        WHERE table_schema = $1 AND table_name = '` + riverschema.MigrationTable + `' AND column_name = '` + riverschema.MigrationLine + `'),
 	EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = $1 AND tablename = '` + versionTable + `')`
 
 // Read reads schema's recorded River and tierq migration versions (schema
@@ -150,9 +152,9 @@ func Read(ctx context.Context, pool *pgxpool.Pool, schema string) (Status, error
 		return Status{}, fmt.Errorf("read schema version: %w", err)
 	}
 	if riverTable {
-		q := `SELECT coalesce(max(version), 0) FROM ` + pgx.Identifier{st.Schema, "river_migration"}.Sanitize()
+		q := `SELECT coalesce(max(` + riverschema.MigrationVer + `), 0) FROM ` + pgx.Identifier{st.Schema, riverschema.MigrationTable}.Sanitize()
 		if lineColumn {
-			q += ` WHERE line = 'main'`
+			q += ` WHERE ` + riverschema.MigrationLine + ` = '` + riverschema.MainLine + `'`
 		}
 		if err := pool.QueryRow(ctx, q).Scan(&st.Found.River); err != nil {
 			return Status{}, fmt.Errorf("read River's schema version: %w", err)

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+
+	"github.com/tierq/tierq/internal/riverschema"
 )
 
 // Line is a migration line of an application's own tables, beside River's
@@ -55,7 +57,7 @@ func (l Line) validate() error {
 		return errors.New("migrate: line: Name is required")
 	case l.Table == "":
 		return fmt.Errorf("migrate: line %s: Table is required", l.Name)
-	case l.Table == versionTable || l.Table == "river_migration":
+	case l.Table == versionTable || l.Table == riverschema.MigrationTable:
 		return fmt.Errorf("migrate: line %s: Table %s is not the line's own (it records tierq's or River's migrations)", l.Name, l.Table)
 	case l.FS == nil:
 		return fmt.Errorf("migrate: line %s: FS is required", l.Name)

@@ -201,7 +201,7 @@ func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Jo
 		// too, so that the work it chains (a follow-up job) is routed for
 		// this tier. The row is still locked by the move in tx.
 		_, err := tx.Exec(ctx, `
-			UPDATE river_job
+			UPDATE `+riverschema.JobTable+`
 			SET args = CASE WHEN jsonb_typeof(args) = 'object' AND args ? 'tier'
 			                THEN jsonb_set(args, '{tier}', to_jsonb($2::text)) ELSE args END,
 			    metadata = CASE WHEN jsonb_typeof(metadata) = 'object'

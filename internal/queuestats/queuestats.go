@@ -23,7 +23,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tierq/tierq/internal/db"
-	"github.com/tierq/tierq/jobmeta"
+	"github.com/tierq/tierq/internal/jobmetasql"
+	"github.com/tierq/tierq/internal/riverschema"
 )
 
 // schedulerQueue is the scheduler deployment's own queue (scheduler.Queue),
@@ -33,19 +34,23 @@ const schedulerQueue = "scheduler"
 // QueuedStates are the states a queue's depth counts: waiting or running.
 // Finished jobs (completed, cancelled, discarded) are River's history, kept
 // for a day and deleted by River; counting them would read that history.
-var QueuedStates = []string{"available", "scheduled", "retryable", "pending", "running"}
+var QueuedStates = []string{
+	riverschema.StateAvailable, riverschema.StateScheduled, riverschema.StateRetryable,
+	riverschema.StatePending, riverschema.StateRunning,
+}
 
 // QueuedStatesSQL is QueuedStates as SQL literals. Literals, not a
 // parameter cast to river_job_state[]: the planner cannot see through that
 // cast, guesses that most of the table matches and scans all of it (210 ms
 // at 1M rows instead of a few ms through the index).
-const QueuedStatesSQL = `('available', 'scheduled', 'retryable', 'pending', 'running')`
+const QueuedStatesSQL = `('` + riverschema.StateAvailable + `', '` + riverschema.StateScheduled + `', '` +
+	riverschema.StateRetryable + `', '` + riverschema.StatePending + `', '` + riverschema.StateRunning + `')`
 
 // KnownQueues are serviceQueues (service.Registry.Queues), the scheduler's
 // queue and any other queue a River client has registered (river_queue), in
 // that order.
 func KnownQueues(ctx context.Context, q db.Querier, serviceQueues []string) ([]string, error) {
-	rows, err := q.Query(ctx, `SELECT name FROM river_queue ORDER BY name`)
+	rows, err := q.Query(ctx, `SELECT name FROM `+riverschema.QueueTable+` ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}
@@ -81,10 +86,11 @@ type Summary struct {
 	OldestAvailableSeconds float64 `json:"oldest_available_seconds"`
 	// OldestWaitingSeconds is how long the longest-waiting job of the queue
 	// has waited, over its available and held jobs, from when each became
-	// due (db.DueAtSQL: its insert or the end of its retry's backoff; a move
-	// by escalation, aging or fair share does not reset it). Only jobs whose
-	// scheduled_at has come count; never negative; 0 when none waits. Exact:
-	// it reads every waiting job of the queue (see waitingSQL for the cost).
+	// due (jobmetasql.DueAtSQL: its insert or the end of its retry's
+	// backoff; a move by escalation, aging or fair share does not reset
+	// it). Only jobs whose scheduled_at has come count; never negative; 0
+	// when none waits. Exact: it reads every waiting job of the queue (see
+	// waitingSQL for the cost).
 	OldestWaitingSeconds float64 `json:"oldest_waiting_seconds"`
 	// Unfetchable is how many of the queue's available jobs are due but of
 	// a kind no worker serving the queue fetches (Unfetchable): no worker
@@ -95,7 +101,7 @@ type Summary struct {
 // queueCountsSQL counts queued and running jobs per queue and state over
 // River's (state, queue, ...) index: one range per state.
 const queueCountsSQL = `
-SELECT queue, state::text, count(*) FROM river_job
+SELECT queue, state::text, count(*) FROM ` + riverschema.JobTable + `
 WHERE state IN ` + QueuedStatesSQL + `
 GROUP BY queue, state`
 
@@ -110,25 +116,21 @@ SELECT q.queue, coalesce(extract(epoch FROM now() - min(o.scheduled_at)), 0)::fl
 FROM unnest($1::text[]) AS q(queue)
 CROSS JOIN generate_series(1, 4) AS p(priority)
 LEFT JOIN LATERAL (
-    SELECT scheduled_at FROM river_job
-    WHERE state = 'available' AND queue = q.queue AND priority = p.priority
+    SELECT scheduled_at FROM ` + riverschema.JobTable + `
+    WHERE state = '` + riverschema.StateAvailable + `' AND queue = q.queue AND priority = p.priority
       AND scheduled_at > '-infinity' AND scheduled_at <= now()
     ORDER BY scheduled_at LIMIT 1
 ) AS o ON true
 GROUP BY q.queue`
 
-// HeldSQL is an SQL condition: the river_job row aliased alias is held by
-// fair share. It is package fairshare's condition, character for
-// character: the predicate of river_job_tierq_held_idx (which a query with
-// this condition implies, so the index serves it) and an object (a pending
-// row whose metadata is the JSON string "tierq:held_at" matches the
-// predicate and is no held job).
-func HeldSQL(alias string) string {
-	return alias + `.state = 'pending' AND ` + alias + `.metadata ? '` + jobmeta.HeldAt + `' AND jsonb_typeof(` + alias + `.metadata) = 'object'`
-}
+// HeldSQL is jobmetasql.HeldSQL: the river_job row aliased alias is held
+// by fair share.
+//
+// Deprecated: use jobmetasql.HeldSQL; this stays until api has moved.
+func HeldSQL(alias string) string { return jobmetasql.HeldSQL(alias) }
 
 // waitingSQL counts each queue's held jobs and finds its longest-waiting
-// job, available or held, from when each became due (db.DueAtSQL), over
+// job, available or held, from when each became due (jobmetasql.DueAtSQL), over
 // the jobs whose scheduled_at has come. Exact, not a bound: a kept due time
 // (jobmeta.DueAt) may be any time before scheduled_at and no index orders
 // jobs by it, so every waiting job of the queue is read: the available ones
@@ -139,7 +141,7 @@ func HeldSQL(alias string) string {
 // 2 cores, beside 100,000 finished jobs; the whole Summaries): 21 ms with
 // 50,000 available jobs, 27 ms with 50,000 held and 1,000 admitted, and 181
 // ms with 50,000 available jobs that all carry a kept due time (an
-// escalated backlog: db.DueAtSQL's checks cost about 3.5 µs a row). It runs
+// escalated backlog: jobmetasql.DueAtSQL's checks cost about 3.5 µs a row). It runs
 // on GET /v1/queues, on the API's metrics read (cached for
 // api.MetricsCacheFor, 5 s, per replica) and on each refresh of tierctl
 // watch (1 s by default).
@@ -148,15 +150,15 @@ SELECT q.queue, h.held,
        greatest(coalesce(extract(epoch FROM now() - least(a.due, h.due)), 0), 0)::float8
 FROM unnest($1::text[]) AS q(queue)
 CROSS JOIN LATERAL (
-    SELECT min(` + db.DueAtSQL("j") + `) AS due FROM river_job AS j
-    WHERE j.state = 'available' AND j.queue = q.queue
+    SELECT min(` + jobmetasql.DueAtSQL("j") + `) AS due FROM ` + riverschema.JobTable + ` AS j
+    WHERE j.state = '` + riverschema.StateAvailable + `' AND j.queue = q.queue
       AND j.scheduled_at > '-infinity' AND j.scheduled_at <= now()
 ) AS a
 CROSS JOIN LATERAL (
     SELECT count(*)::int AS held,
-           min(` + db.DueAtSQL("j") + `) FILTER (WHERE j.scheduled_at > '-infinity' AND j.scheduled_at <= now()) AS due
-    FROM river_job AS j
-    WHERE ` + HeldSQL("j") + ` AND j.queue = q.queue
+           min(` + jobmetasql.DueAtSQL("j") + `) FILTER (WHERE j.scheduled_at > '-infinity' AND j.scheduled_at <= now()) AS due
+    FROM ` + riverschema.JobTable + ` AS j
+    WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = q.queue
 ) AS h`
 
 // Summaries counts every known queue (KnownQueues): jobs per queued state,
@@ -232,8 +234,8 @@ WITH known AS (
     GROUP BY s.queue
     HAVING NOT bool_or(s.kinds IS NULL)
 )
-SELECT k.queue, (SELECT count(*) FROM river_job AS j
-                 WHERE j.state = 'available' AND j.queue = k.queue AND j.scheduled_at <= now()
+SELECT k.queue, (SELECT count(*) FROM ` + riverschema.JobTable + ` AS j
+                 WHERE j.state = '` + riverschema.StateAvailable + `' AND j.queue = k.queue AND j.scheduled_at <= now()
                    AND NOT j.kind = ANY(k.kinds))::int
 FROM known AS k`
 
@@ -271,7 +273,7 @@ const LeaderFreshness = time.Minute
 
 // leaderSQL reads the River leader that held a lease within $1 seconds
 // (river_leader has at most one row).
-const leaderSQL = `SELECT leader_id FROM river_leader WHERE expires_at > now() - make_interval(secs => $1)`
+const leaderSQL = `SELECT leader_id FROM ` + riverschema.LeaderTable + ` WHERE expires_at > now() - make_interval(secs => $1)`
 
 // RecentLeader returns the ID of the River leader that held a lease within
 // LeaderFreshness, or "" when there is none.

@@ -215,6 +215,23 @@ WHERE n.nspname = $1 AND t.typname = $2`, bundle.schema, riverschema.StateType)
 		}
 	})
 
+	t.Run("MainLine", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		// rivermigrate's own migrations are recorded under MainLine, up to
+		// its latest version: what migrate.Read compares with.
+		migrator, err := rivermigrate.New(riverpgxv5.New(bundle.pool), nil)
+		require.NoError(t, err)
+		var want int
+		for _, m := range migrator.AllVersions() {
+			want = max(want, m.Version)
+		}
+		var got int
+		require.NoError(t, bundle.pool.QueryRow(context.Background(),
+			`SELECT coalesce(max(version), 0) FROM river_migration WHERE line = $1`, riverschema.MainLine).Scan(&got))
+		require.Equal(t, want, got)
+	})
+
 	t.Run("StateInBitmaskFunc", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)

@@ -48,6 +48,11 @@ const (
 	MigrationVer    = "version"
 )
 
+// MainLine is the line (MigrationTable's MigrationLine column) of River's
+// own migrations, the ones rivermigrate applies by default. Before River's
+// migration 5 added the column, every row was of this line.
+const MainLine = "main"
+
 // StateType is the enum type of JobTable's state column.
 const StateType = "river_job_state"
 

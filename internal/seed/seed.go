@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/riverschema"
+	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/loadtest"
 )
 
@@ -39,9 +41,9 @@ func Finished(ctx context.Context, q db.Querier, queues []string, n int) error {
 		return fmt.Errorf("seed finished jobs: %w", errNoQueues)
 	}
 	_, err := q.Exec(ctx, `
-		INSERT INTO river_job (state, queue, priority, kind, args, max_attempts, attempt, attempted_at,
+		INSERT INTO `+riverschema.JobTable+` (state, queue, priority, kind, args, max_attempts, attempt, attempted_at,
 		                       created_at, scheduled_at, finalized_at)
-		SELECT 'completed', ($2::text[])[1 + i % cardinality($2::text[])],
+		SELECT '`+riverschema.StateCompleted+`', ($2::text[])[1 + i % cardinality($2::text[])],
 		       1 + i % 4, $3, '{}', 10, 1, now() - interval '1 hour',
 		       now() - interval '2 hours', now() - interval '2 hours', now() - interval '1 hour'
 		FROM generate_series(1, $1) AS i`, n, queues, loadtest.Kind)
@@ -65,11 +67,11 @@ func Discarded(ctx context.Context, q db.Querier, queues []Queue, n int) ([]int6
 		names[k], kinds[k], args[k] = queue.Name, queue.Kind, queue.Args
 	}
 	rows, err := q.Query(ctx, `
-		INSERT INTO river_job (state, queue, priority, kind, args, metadata, max_attempts, attempt, attempted_at,
+		INSERT INTO `+riverschema.JobTable+` (state, queue, priority, kind, args, metadata, max_attempts, attempt, attempted_at,
 		                       created_at, scheduled_at, finalized_at, errors)
-		SELECT 'discarded', ($2::text[])[q.k], 1 + i % 4, ($3::text[])[q.k],
+		SELECT '`+riverschema.StateDiscarded+`', ($2::text[])[q.k], 1 + i % 4, ($3::text[])[q.k],
 		       replace(($4::text[])[q.k], '{i}', i::text)::jsonb,
-		       jsonb_build_object('tierq:base_priority', 4), 2, 2, now() - interval '1 minute',
+		       jsonb_build_object('`+jobmeta.BasePriority+`', 4), 2, 2, now() - interval '1 minute',
 		       now() - interval '1 hour' - make_interval(secs => i), now() - interval '1 hour', now(),
 		       ARRAY[jsonb_build_object('at', now() - interval '2 minutes', 'attempt', 1, 'error', 'attempt 1 of job ' || i, 'trace', ''),
 		             jsonb_build_object('at', now() - interval '1 minute', 'attempt', 2, 'error', 'attempt 2 of job ' || i, 'trace', '')]
@@ -104,8 +106,8 @@ func AvailableArgs(ctx context.Context, q db.Querier, kind, queue, args string, 
 
 func available(ctx context.Context, q db.Querier, kind, queue, args string, priority, n int, waited time.Duration, due int, dueWaited time.Duration) error {
 	_, err := q.Exec(ctx, `
-		INSERT INTO river_job (state, queue, priority, kind, args, max_attempts, scheduled_at)
-		SELECT 'available', $1, CASE WHEN $2 = 0 THEN 1 + i % 4 ELSE $2 END, $3, $8::jsonb, 10,
+		INSERT INTO `+riverschema.JobTable+` (state, queue, priority, kind, args, max_attempts, scheduled_at)
+		SELECT '`+riverschema.StateAvailable+`', $1, CASE WHEN $2 = 0 THEN 1 + i % 4 ELSE $2 END, $3, $8::jsonb, 10,
 		       CASE WHEN i <= $5 THEN now() - make_interval(secs => $6) ELSE now() - make_interval(secs => $4) END
 		FROM generate_series(1, $7) AS i`,
 		queue, priority, kind, waited.Seconds(), due, dueWaited.Seconds(), n, args)
@@ -118,7 +120,7 @@ func available(ctx context.Context, q db.Querier, kind, queue, args string, prio
 // Analyze refreshes river_job's planner statistics, as autovacuum would
 // after a bulk load.
 func Analyze(ctx context.Context, q db.Querier) error {
-	if _, err := q.Exec(ctx, `ANALYZE river_job`); err != nil {
+	if _, err := q.Exec(ctx, `ANALYZE `+riverschema.JobTable); err != nil {
 		return fmt.Errorf("analyze river_job: %w", err)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/internal/seed"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/producer"
@@ -36,7 +37,8 @@ func InsertWaiting(t testing.TB, db *DB, args river.JobArgs, opts *river.InsertO
 	o.ScheduledAt = time.Now().Add(-wait)
 	res, err := db.Producer(t).Insert(ctx, args, &o)
 	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `UPDATE river_job SET state = 'available' WHERE id = $1 AND state = 'scheduled'`, res.Job.ID)
+	_, err = db.Pool.Exec(ctx, `UPDATE `+riverschema.JobTable+` SET state = '`+riverschema.StateAvailable+`' WHERE id = $1 AND state = '`+riverschema.StateScheduled+`'`,
+		res.Job.ID)
 	require.NoError(t, err)
 	return res.Job.ID
 }
@@ -55,7 +57,7 @@ type Job struct {
 func (db *DB) Jobs(t testing.TB, where string, args ...any) []Job {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(),
-		"SELECT id, kind, queue, state::text, priority, attempt FROM river_job WHERE "+where+" ORDER BY id", args...)
+		"SELECT id, kind, queue, state::text, priority, attempt FROM "+riverschema.JobTable+" WHERE "+where+" ORDER BY id", args...)
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Job])
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/migrate"
 )
 
@@ -63,7 +64,7 @@ type RawJob struct {
 func InsertRaw(t testing.TB, db *DB, job RawJob) int64 {
 	t.Helper()
 	if job.State == "" {
-		job.State = "available"
+		job.State = riverschema.StateAvailable
 	}
 	if job.Priority == 0 {
 		job.Priority = 4
@@ -76,14 +77,14 @@ func InsertRaw(t testing.TB, db *DB, job RawJob) int64 {
 	}
 	var id int64
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `
-		INSERT INTO river_job (state, queue, priority, kind, args, metadata, max_attempts, attempt,
+		INSERT INTO `+riverschema.JobTable+` (state, queue, priority, kind, args, metadata, max_attempts, attempt,
 		                       created_at, scheduled_at, attempted_at, finalized_at, errors)
-		SELECT $1::river_job_state, $2, $3, $4, $5::jsonb, $6::jsonb, 1,
-		       CASE WHEN $1 = 'discarded' THEN 1 ELSE 0 END,
+		SELECT $1::`+riverschema.StateType+`, $2, $3, $4, $5::jsonb, $6::jsonb, 1,
+		       CASE WHEN $1 = '`+riverschema.StateDiscarded+`' THEN 1 ELSE 0 END,
 		       now() - make_interval(secs => $7), now() - make_interval(secs => $7),
-		       CASE WHEN $1 = 'discarded' THEN now() END,
-		       CASE WHEN $1 = 'discarded' THEN now() END,
-		       CASE WHEN $1 = 'discarded'
+		       CASE WHEN $1 = '`+riverschema.StateDiscarded+`' THEN now() END,
+		       CASE WHEN $1 = '`+riverschema.StateDiscarded+`' THEN now() END,
+		       CASE WHEN $1 = '`+riverschema.StateDiscarded+`'
 		            THEN ARRAY[jsonb_build_object('at', now(), 'attempt', 1, 'error', 'written by hand', 'trace', '')]
 		       END
 		RETURNING id`,
@@ -99,7 +100,7 @@ func InsertRaw(t testing.TB, db *DB, job RawJob) int64 {
 func AllowInfinite(t testing.TB, db *DB) {
 	t.Helper()
 	_, err := db.Pool.Exec(context.Background(),
-		`ALTER TABLE river_job DROP CONSTRAINT IF EXISTS `+migrate.FiniteTimestampsCheck)
+		`ALTER TABLE `+riverschema.JobTable+` DROP CONSTRAINT IF EXISTS `+migrate.FiniteTimestampsCheck)
 	require.NoError(t, err)
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
 )
 
@@ -25,7 +26,7 @@ type WaitingJob struct {
 	Scheduled time.Duration
 	// Due, when not zero, is how long ago the job became due, kept across a
 	// move: jobmeta.DueAt is now() - Due and jobmeta.MovedAt is scheduled_at,
-	// so db.DueAtSQL reads now() - Due. Due must be at least Scheduled.
+	// so jobmetasql.DueAtSQL reads now() - Due. Due must be at least Scheduled.
 	Due time.Duration
 }
 
@@ -42,8 +43,8 @@ func InsertWaitingJob(t testing.TB, db *DB, job WaitingJob) int64 {
 	var id int64
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `
 		WITH t AS (SELECT now() - make_interval(secs => $4) AS scheduled_at)
-		INSERT INTO river_job (state, queue, priority, kind, args, metadata, max_attempts, created_at, scheduled_at)
-		SELECT CASE WHEN $2 THEN 'pending' ELSE 'available' END::river_job_state, $1, $3, 'loadtest', '{}',
+		INSERT INTO `+riverschema.JobTable+` (state, queue, priority, kind, args, metadata, max_attempts, created_at, scheduled_at)
+		SELECT CASE WHEN $2 THEN '`+riverschema.StatePending+`' ELSE '`+riverschema.StateAvailable+`' END::`+riverschema.StateType+`, $1, $3, 'loadtest', '{}',
 		       jsonb_strip_nulls(jsonb_build_object(
 		           '`+jobmeta.Tenant+`', nullif($6, ''),
 		           '`+jobmeta.HeldAt+`', CASE WHEN $2 THEN now() END,

@@ -1,14 +1,27 @@
-package db
+// Package jobmetasql is package jobmeta's rules in SQL: the expressions and
+// conditions by which tierq's statements read and write the "tierq:" keys
+// of a river_job row's metadata (when a moved job's attempt became due, the
+// priority aging computes from, the tier a job runs for, whether fair share
+// holds it, the metadata after a move). The due-time rule has a Go form
+// too, DueAt, beside its SQL, and a test checks that the two agree.
+//
+// Every function takes the alias of a river_job row (or an SQL expression
+// for its metadata) and returns SQL text to build a statement with, the way
+// tierq's SQL constants are built. River's names come from
+// internal/riverschema, jobmeta's keys from package jobmeta.
+//
+// The package is internal: these fragments are built on River's internal
+// schema, which tierq does not hand out (see internal/riverschema); jobmeta's
+// keys, which are tierq's contract, are in package jobmeta.
+package jobmetasql
 
 import (
-	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/tiers"
 )
@@ -41,7 +54,7 @@ const keptMicrosPattern = `^[0-9]{1,18}$`
 // failing: an array, a scalar, a key of the wrong type or a number out of
 // range all mean "scheduled_at".
 func DueAtSQL(alias string) string {
-	m := alias + ".metadata"
+	m := alias + "." + riverschema.JobMetadata
 	return `(CASE WHEN ` + m + ` ? '` + jobmeta.MovedAt + `'
     THEN ` + dueAtSQL(alias, jobmeta.DueAt, jobmeta.MovedAt) + `
     ELSE ` + dueAtSQL(alias, jobmeta.LegacyDueAt, jobmeta.LegacyMovedAt) + ` END)`
@@ -49,7 +62,7 @@ func DueAtSQL(alias string) string {
 
 // dueAtSQL applies the rule to one pair of keys.
 func dueAtSQL(alias, dueKey, movedKey string) string {
-	m, s := alias+".metadata", alias+".scheduled_at"
+	m, s := alias+"."+riverschema.JobMetadata, alias+"."+riverschema.JobScheduledAt
 	due, moved := m+"->>'"+dueKey+"'", m+"->>'"+movedKey+"'"
 	// CASE, not AND, orders the checks: PostgreSQL evaluates a THEN only
 	// when its WHEN held, so the casts never see anything but digits.
@@ -61,55 +74,6 @@ func dueAtSQL(alias, dueKey, movedKey string) string {
         THEN to_timestamp((` + due + `)::float8 / 1000000)
         ELSE ` + s + ` END
     ELSE ` + s + ` END)`
-}
-
-// HasMovedAtSQL is an SQL condition: the river_job row aliased alias carries
-// a kept move time under either generation of keys.
-func HasMovedAtSQL(alias string) string {
-	return alias + `.metadata ?| '{` + jobmeta.MovedAt + `,` + jobmeta.LegacyMovedAt + `}'::text[]`
-}
-
-// BasePrioritySQL is an SQL expression for the priority aging computes from
-// for the river_job row aliased alias: jobmeta.BasePriority (or its legacy
-// key) when it holds 1..4, else the job's priority.
-func BasePrioritySQL(alias string) string {
-	m := alias + ".metadata"
-	return `(CASE WHEN ` + m + `->>'` + jobmeta.BasePriority + `' ~ '^[1-4]$' THEN (` + m + `->>'` + jobmeta.BasePriority + `')::smallint
-      WHEN NOT ` + m + ` ? '` + jobmeta.BasePriority + `' AND ` + m + `->>'` + jobmeta.LegacyBasePriority + `' ~ '^[1-4]$' THEN (` + m + `->>'` + jobmeta.LegacyBasePriority + `')::smallint
-      ELSE ` + alias + `.priority END)`
-}
-
-// WithMoveSQL is an SQL expression for the metadata m (an object) after a
-// move: legacy keys renamed (UpgradeKeysSQL), the entries of fields (an SQL
-// expression for a JSON object of jobmeta keys) set, and move (an SQL
-// expression for a JSON object, see jobmeta.Move) added to jobmeta.Moves,
-// keeping the last jobmeta.MaxMoves.
-func WithMoveSQL(m, fields, move string) string {
-	moves := m + `->'` + jobmeta.Moves + `'`
-	return `(` + UpgradeKeysSQL(m) + ` || ` + fields + ` || jsonb_build_object('` + jobmeta.Moves + `',
-        (CASE WHEN jsonb_typeof(` + moves + `) = 'array'
-              THEN jsonb_path_query_array(` + moves + `, 'lax $[last-` + strconv.Itoa(jobmeta.MaxMoves-2) + ` to last]')
-              ELSE '[]'::jsonb END) || jsonb_build_array(` + move + `)))`
-}
-
-// UpgradeKeysSQL is an SQL expression for the metadata m (an object) with
-// each legacy key renamed to its jobmeta key, unless that key is already
-// set.
-func UpgradeKeysSQL(m string) string {
-	pairs := make([]string, 0, len(legacyRenames))
-	for _, r := range legacyRenames {
-		pairs = append(pairs, `'`+r[1]+`', `+m+`->'`+r[0]+`'`)
-	}
-	return `(jsonb_strip_nulls(jsonb_build_object(` + strings.Join(pairs, ", ") + `)) || (` + m + ` - '{` + strings.Join(jobmeta.LegacyKeys(), ",") + `}'::text[]))`
-}
-
-// legacyRenames pairs each legacy key with its jobmeta key.
-var legacyRenames = [][2]string{
-	{jobmeta.LegacyBasePriority, jobmeta.BasePriority},
-	{jobmeta.LegacyDueAt, jobmeta.DueAt},
-	{jobmeta.LegacyMovedAt, jobmeta.MovedAt},
-	{jobmeta.LegacyReplayOf, jobmeta.ReplayOf},
-	{jobmeta.LegacyReplayOfJobID, jobmeta.ReplayOfJobID},
 }
 
 // DueAt is when the current attempt of a job became due, read from its
@@ -147,14 +111,92 @@ func keptMicros(raw json.RawMessage) (int64, bool) {
 	return n, err == nil
 }
 
-// FiniteSQL is an SQL condition: the timestamptz expression col is neither
-// infinity nor -infinity (a hand-written row may hold either; arithmetic on
-// it fails).
-func FiniteSQL(col string) string {
-	return `isfinite(` + col + `)`
+// HasMovedAtSQL is an SQL condition: the river_job row aliased alias carries
+// a kept move time under either generation of keys.
+func HasMovedAtSQL(alias string) string {
+	return alias + `.` + riverschema.JobMetadata + ` ?| '{` + jobmeta.MovedAt + `,` + jobmeta.LegacyMovedAt + `}'::text[]`
 }
 
-// IsObjectSQL is an SQL condition: the jsonb column col holds a JSON object.
+// BasePrioritySQL is an SQL expression for the priority aging computes from
+// for the river_job row aliased alias: jobmeta.BasePriority (or its legacy
+// key) when it holds 1..4, else the job's priority.
+func BasePrioritySQL(alias string) string {
+	m := alias + "." + riverschema.JobMetadata
+	return `(CASE WHEN ` + m + `->>'` + jobmeta.BasePriority + `' ~ '^[1-4]$' THEN (` + m + `->>'` + jobmeta.BasePriority + `')::smallint
+      WHEN NOT ` + m + ` ? '` + jobmeta.BasePriority + `' AND ` + m + `->>'` + jobmeta.LegacyBasePriority + `' ~ '^[1-4]$' THEN (` + m + `->>'` + jobmeta.LegacyBasePriority + `')::smallint
+      ELSE ` + alias + `.` + riverschema.JobPriority + ` END)`
+}
+
+// WithMoveSQL is an SQL expression for the metadata m (an object) after a
+// move: legacy keys renamed (UpgradeKeysSQL), the entries of fields (an SQL
+// expression for a JSON object of jobmeta keys) set, and move (an SQL
+// expression for a JSON object, see jobmeta.Move) added to jobmeta.Moves,
+// keeping the last jobmeta.MaxMoves.
+func WithMoveSQL(m, fields, move string) string {
+	moves := m + `->'` + jobmeta.Moves + `'`
+	return `(` + UpgradeKeysSQL(m) + ` || ` + fields + ` || jsonb_build_object('` + jobmeta.Moves + `',
+        (CASE WHEN jsonb_typeof(` + moves + `) = 'array'
+              THEN jsonb_path_query_array(` + moves + `, 'lax $[last-` + strconv.Itoa(jobmeta.MaxMoves-2) + ` to last]')
+              ELSE '[]'::jsonb END) || jsonb_build_array(` + move + `)))`
+}
+
+// KeptDueSQL is the metadata entries (for jsonb_build_object) that keep a
+// job's due time across a move: jobmeta.DueAt, the timestamptz expression
+// dueAt, and jobmeta.MovedAt, the timestamptz expression movedAt (the
+// scheduled_at the move writes), both in Unix microseconds, as DueAtSQL and
+// DueAt read them back.
+func KeptDueSQL(dueAt, movedAt string) string {
+	return `'` + jobmeta.DueAt + `', (extract(epoch FROM ` + dueAt + `) * 1000000)::bigint,
+            '` + jobmeta.MovedAt + `', (extract(epoch FROM ` + movedAt + `) * 1000000)::bigint`
+}
+
+// Move is a jobmeta.Move made at now(), as SQL: each field is an SQL
+// expression for that field of jobmeta.Move. Actor and Reason are left out
+// of the move when "".
+type Move struct {
+	Kind, FromQueue, ToQueue, FromPriority, ToPriority string
+	Actor, Reason                                      string
+}
+
+// SQL is an SQL expression for the move's JSON object, under jobmeta.Move's
+// JSON names: the move argument of WithMoveSQL.
+func (m Move) SQL() string {
+	out := `jsonb_build_object('kind', ` + m.Kind + `, 'at', now(), 'from_queue', ` + m.FromQueue + `, 'to_queue', ` + m.ToQueue + `,
+            'from_priority', ` + m.FromPriority + `, 'to_priority', ` + m.ToPriority
+	if m.Actor != "" {
+		out += `, 'actor', ` + m.Actor
+	}
+	if m.Reason != "" {
+		out += `, 'reason', ` + m.Reason
+	}
+	return out + `)`
+}
+
+// UpgradeKeysSQL is an SQL expression for the metadata m (an object) with
+// each legacy key renamed to its jobmeta key, unless that key is already
+// set.
+func UpgradeKeysSQL(m string) string {
+	renames := legacyRenames()
+	pairs := make([]string, 0, len(renames))
+	for _, r := range renames {
+		pairs = append(pairs, `'`+r[1]+`', `+m+`->'`+r[0]+`'`)
+	}
+	return `(jsonb_strip_nulls(jsonb_build_object(` + strings.Join(pairs, ", ") + `)) || (` + m + ` - '{` + strings.Join(jobmeta.LegacyKeys(), ",") + `}'::text[]))`
+}
+
+// legacyRenames pairs each legacy key with its jobmeta key.
+func legacyRenames() [][2]string {
+	return [][2]string{
+		{jobmeta.LegacyBasePriority, jobmeta.BasePriority},
+		{jobmeta.LegacyDueAt, jobmeta.DueAt},
+		{jobmeta.LegacyMovedAt, jobmeta.MovedAt},
+		{jobmeta.LegacyReplayOf, jobmeta.ReplayOf},
+		{jobmeta.LegacyReplayOfJobID, jobmeta.ReplayOfJobID},
+	}
+}
+
+// IsObjectSQL is an SQL condition: the jsonb column col holds a JSON object
+// (a job whose metadata is not one is never rewritten: see jobmeta).
 func IsObjectSQL(col string) string {
 	return `jsonb_typeof(` + col + `) = 'object'`
 }
@@ -170,91 +212,19 @@ func TierSQL(alias string) string {
 		names = append(names, "'"+tier.String()+"'")
 	}
 	list := "(" + strings.Join(names, ", ") + ")"
-	m, a := alias+".metadata", alias+".args"
+	m, a := alias+"."+riverschema.JobMetadata, alias+"."+riverschema.JobArgs
 	return `(CASE WHEN ` + IsObjectSQL(m) + ` AND ` + m + `->>'` + jobmeta.Tier + `' IN ` + list + ` THEN ` + m + `->>'` + jobmeta.Tier + `'
       WHEN ` + IsObjectSQL(a) + ` AND ` + a + `->>'tier' IN ` + list + ` THEN ` + a + `->>'tier'
       ELSE 'unknown' END)`
 }
 
-// PausedSQL is an SQL condition: the queue named by the SQL expression
-// queue is paused in River (river_queue.paused_at, River's QueuePause and
-// River UI's pause button).
-func PausedSQL(queue string) string {
-	return `EXISTS (SELECT 1 FROM river_queue AS pq WHERE pq.name = ` + queue + ` AND pq.paused_at IS NOT NULL)`
-}
-
-// Reasons a sweep skips a row.
-const (
-	// ReasonMetadataNotObject: the job's metadata is an array, a string, a
-	// number, a boolean or null, so tierq cannot keep its bookkeeping there.
-	ReasonMetadataNotObject = "metadata_not_object"
-	// ReasonScheduledAtNotFinite: the job's scheduled_at is infinity or
-	// -infinity, so it has no wait to compute.
-	ReasonScheduledAtNotFinite = "scheduled_at_not_finite"
-)
-
-// SkipReasonSQL is an SQL expression naming why a sweep cannot change the
-// river_job row aliased alias (one of the Reason constants), or NULL when
-// it can.
-func SkipReasonSQL(alias string) string {
-	return `(CASE WHEN NOT ` + IsObjectSQL(alias+".metadata") + ` THEN '` + ReasonMetadataNotObject + `'
-                  WHEN NOT ` + FiniteSQL(alias+".scheduled_at") + ` THEN '` + ReasonScheduledAtNotFinite + `' END)`
-}
-
-// MaxSkippedIDs is the most ids a Skipped keeps (and a log line shows).
-const MaxSkippedIDs = 100
-
-// maxSkippedCount bounds the rows one FindSkipped reads.
-const maxSkippedCount = 10000
-
-// Skipped are rows a sweep found but left alone for one reason: how many
-// (counting at most 10000 in all) and the first MaxSkippedIDs ids.
-type Skipped struct {
-	Reason string
-	Count  int
-	IDs    []int64
-}
-
-// FindSkipped runs sql, a query returning (id, reason) rows ordered by id
-// whose last parameter is a limit, and groups them by reason, in the order
-// the reasons first appear.
-//
-// The query is planned for its arguments at every execution (pgx's unnamed
-// statement), never with a cached generic plan: generic, ORDER BY id LIMIT
-// over "the available jobs of these queues" read river_job in id order,
-// all of it when nothing is skipped (14–34 ms over a 50,000-job backlog,
-// against 0.05–0.16 ms; aging's TestSweepsArePlannedForTheirArguments).
-func FindSkipped(ctx context.Context, q Querier, sql string, args ...any) ([]Skipped, error) {
-	rows, err := q.Query(ctx, sql, append([]any{pgx.QueryExecModeCacheDescribe}, append(args, maxSkippedCount)...)...)
-	if err != nil {
-		return nil, err
-	}
-	var (
-		id     int64
-		reason string
-		out    []Skipped
-	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &reason}, func() error {
-		out = AddSkipped(out, Skipped{Reason: reason, Count: 1, IDs: []int64{id}})
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// AddSkipped adds s to the entry of its reason in all (a new one when none),
-// keeping at most MaxSkippedIDs ids.
-func AddSkipped(all []Skipped, s Skipped) []Skipped {
-	for i := range all {
-		if all[i].Reason == s.Reason {
-			all[i].Count += s.Count
-			room := max(0, MaxSkippedIDs-len(all[i].IDs))
-			all[i].IDs = append(all[i].IDs, s.IDs[:min(room, len(s.IDs))]...)
-			return all
-		}
-	}
-	s.IDs = s.IDs[:min(len(s.IDs), MaxSkippedIDs)]
-	return append(all, s)
+// HeldSQL is an SQL condition: the river_job row aliased alias is held by
+// fair share (pending, with jobmeta.HeldAt). It is package fairshare's
+// condition, character for character: the predicate of
+// river_job_tierq_held_idx (which a query with this condition implies, so
+// the index serves it) and an object (a pending row whose metadata is the
+// JSON string "tierq:held_at" matches the predicate and is no held job).
+func HeldSQL(alias string) string {
+	m := alias + "." + riverschema.JobMetadata
+	return alias + `.` + riverschema.JobState + ` = '` + riverschema.StatePending + `' AND ` + m + ` ? '` + jobmeta.HeldAt + `' AND ` + IsObjectSQL(m)
 }
