@@ -60,7 +60,7 @@ func invoiceServices(pool *pgxpool.Pool) (*service.Registry, error) {
 // /metrics and River UI cover its queues. (An API that also serves the
 // reference app's services gives Run a registry joining jobs.Registry with
 // the team's, service.Registry.Join, and loads ANALYSIS_ROOTS,
-// jobs.AnalysisConfig, as cmd/api does: a side case.)
+// jobsconfig.AnalysisConfig, as cmd/api does: a side case.)
 func Example() {
 	run := func(ctx context.Context, environ []string, stdout io.Writer) error {
 		cfg, err := config.Load[config.API](environ)

@@ -16,6 +16,7 @@ import (
 	"encoding"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"strings"
 	"time"
@@ -31,6 +32,20 @@ var ErrInvalid = errors.New("invalid configuration")
 
 // ExitCodeInvalid is the process exit status for invalid configuration.
 const ExitCodeInvalid = 2
+
+// Exit ends a command whose run returned err: status 0 on nil, 2 (after the
+// message, prefixed with name) for invalid configuration (ErrInvalid), 1
+// for anything else.
+func Exit(name string, err error) {
+	if err == nil {
+		os.Exit(0)
+	}
+	fmt.Fprintln(os.Stderr, name+":", err)
+	if errors.Is(err, ErrInvalid) {
+		os.Exit(ExitCodeInvalid)
+	}
+	os.Exit(1)
+}
 
 // Error is one bad variable.
 type Error struct {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"log/slog"
 	"reflect"
 	"strconv"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/service"
+	"github.com/tierq/tierq/worker"
 )
 
 // MaxQueueWorkers is River's own limit on one queue's workers in one process.
@@ -121,6 +123,66 @@ func LoadWorker(environ []string, services *service.Registry) (Worker, error) {
 // BaseQueue is the base queue of this deployment's service. The Worker
 // must come from LoadWorker.
 func (w *Worker) BaseQueue() string { return w.baseQueue }
+
+// Config is the worker.Config of this environment, for worker.New or
+// worker.Run: a deployment of registry's services (the registry w was
+// loaded with, or one of the same services) logging to logger. Every value
+// comes from w, translated to worker.Config's conventions where they differ
+// (LEND_FLOOR=0 is worker.NoLendFloor, SOFT_STOP_TIMEOUT=0 a negative
+// SoftStopTimeout: wait for running jobs however long); JOB_TIMEOUT set in
+// the environment is WarnJobTimeout. Set NewServices (services built on the
+// pool) and LogAttrs on the result as needed. The Worker must come from
+// LoadWorker.
+func (w *Worker) Config(registry *service.Registry, logger *slog.Logger) (worker.Config, error) {
+	poolConfig, err := w.PoolConfig()
+	if err != nil {
+		return worker.Config{}, err
+	}
+	workers := w.Workers
+	floor := w.LendFloor
+	if floor == 0 {
+		floor = worker.NoLendFloor
+	}
+	return worker.Config{
+		Registry:              registry,
+		Service:               w.Service,
+		Workers:               &workers,
+		Lend:                  w.Lend,
+		LendFloor:             floor,
+		Priority:              tuning(w.PriorityFetchCooldown, w.PriorityFetchPollInterval, w.PriorityFairShare),
+		Default:               tuning(w.DefaultFetchCooldown, w.DefaultFetchPollInterval, w.DefaultFairShare),
+		Scheduled:             tuning(w.ScheduledFetchCooldown, w.ScheduledFetchPollInterval, w.ScheduledFairShare),
+		FairSharePassInterval: w.FairSharePassInterval,
+		LoadTestWorkload:      w.LoadTestWorkload,
+		JobTimeout:            w.JobTimeout,
+		WarnJobTimeout:        w.JobTimeoutSet(),
+		MaxAttempts:           w.MaxAttempts,
+		SoftStopTimeout:       softStop(w.SoftStopTimeout),
+		PoolConfig:            poolConfig,
+		Schema:                w.Schema,
+		MetricsAddr:           w.MetricsAddr,
+		Logger:                logger,
+	}, nil
+}
+
+// tuning is one queue class's worker.Tuning.
+func tuning(cooldown, poll time.Duration, fair bool) worker.Tuning {
+	t := worker.Tuning{FetchCooldown: cooldown, FetchPollInterval: poll, FairShare: worker.FairShareOff}
+	if fair {
+		t.FairShare = worker.FairShareOn
+	}
+	return t
+}
+
+// softStop is SOFT_STOP_TIMEOUT as the library's SoftStopTimeout: 0 (no
+// timeout, River's meaning) is a negative value there, whose 0 is the
+// default.
+func softStop(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
 
 // QueueClass is the River tuning of one class of queue.
 type QueueClass struct {
