@@ -121,7 +121,12 @@ func TestProcessesRecordTheirServices(t *testing.T) {
 	apiCfg, err := config.Load[config.API](append(bareEnv(db), "API_ADDR=127.0.0.1:0", "API_TOKEN=producer-token-0123456789", "API_ADMIN_TOKEN=admin-token-0123456789"))
 	require.NoError(t, err)
 	runUntilRecorded(t, db, "api", `msg="api listening"`, func(ctx context.Context, logger *slog.Logger) error {
-		return api.Run(ctx, apiCfg, logger, invoicesRegistry)
+		apiConfig, err := apiCfg.Config(registry, logger)
+		if err != nil {
+			return err
+		}
+		apiConfig.NewServices = invoicesRegistry
+		return api.Run(ctx, apiConfig)
 	})
 
 	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM tierq_services`))

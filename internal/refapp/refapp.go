@@ -112,11 +112,21 @@ func RunAPI(ctx context.Context, environ []string, stdout io.Writer) error {
 		return err
 	}
 	logger := cfg.NewLogger(stdout)
-	return api.Run(ctx, cfg, logger, func(pool *pgxpool.Pool) (*service.Registry, error) {
-		// ANALYSIS_ROOTS reaches the API through the analyzer's check of
-		// its requests.
+	// ANALYSIS_ROOTS reaches the API through the analyzer's check of its
+	// requests.
+	described, err := jobs.Registry(jobs.Deps{AnalysisRoots: analysis.Roots})
+	if err != nil {
+		return err
+	}
+	apiConfig, err := cfg.Config(described, logger)
+	if err != nil {
+		return err
+	}
+	apiConfig.NewServices = func(pool *pgxpool.Pool) (*service.Registry, error) {
 		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: analysis.Roots})
-	}, slog.String("analysis_roots", analysis.Roots.String()))
+	}
+	apiConfig.LogAttrs = []slog.Attr{slog.String("analysis_roots", analysis.Roots.String())}
+	return api.Run(ctx, apiConfig)
 }
 
 // applyMigrations applies the reference app's migration line

@@ -15,13 +15,10 @@ import (
 	"io"
 	"path/filepath"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/examples/thumbnail"
 	"github.com/tierq/tierq/scheduler"
-	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/worker"
 )
 
@@ -78,9 +75,15 @@ func RunAPI(ctx context.Context, environ []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return api.Run(ctx, cfg, cfg.NewLogger(stdout), func(*pgxpool.Pool) (*service.Registry, error) {
-		return thumbnail.Registry(thumbnail.Deps{})
-	})
+	registry, err := thumbnail.Registry(thumbnail.Deps{})
+	if err != nil {
+		return err
+	}
+	apiConfig, err := cfg.Config(registry, cfg.NewLogger(stdout))
+	if err != nil {
+		return err
+	}
+	return api.Run(ctx, apiConfig)
 }
 
 // Dirs is the thumbnail service's own configuration, a config.Section

@@ -63,7 +63,16 @@ func RunAPIWithReference(ctx context.Context, environ []string, stdout io.Writer
 		return err
 	}
 	logger := cfg.NewLogger(stdout)
-	return api.Run(ctx, cfg, logger, func(pool *pgxpool.Pool) (*service.Registry, error) {
+	described, err := thumbnail.WithReference(jobs.Deps{AnalysisRoots: analysis.Roots})
+	if err != nil {
+		return err
+	}
+	apiConfig, err := cfg.Config(described, logger)
+	if err != nil {
+		return err
+	}
+	apiConfig.NewServices = func(pool *pgxpool.Pool) (*service.Registry, error) {
 		return thumbnail.WithReference(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: analysis.Roots})
-	})
+	}
+	return api.Run(ctx, apiConfig)
 }
