@@ -1,15 +1,19 @@
-// Package config owns the configuration of every tierq process: one struct per
-// process (Worker for a worker deployment, Scheduler, API, and CLI for
-// tierctl), each loaded from an environment passed in with
-// github.com/caarlos0/env/v11 and checked as it loads (Load; LoadWorker for a
-// Worker, whose variables depend on the application's services). An
-// application's own variables are a Section (LoadSection), whose errors Join
-// reports with the process's.
+// Package config translates the environment into the configuration of
+// every tierq process. The library's processes are configured in Go
+// (worker.Config, scheduler.Config, api.Config: each field with its
+// default, WithDefaults, Validate) and import nothing of this package; this
+// package reads the environment into one struct per process (Worker for a
+// worker deployment, Scheduler, API, and CLI for tierctl), each loaded from
+// an environment passed in with github.com/caarlos0/env/v11 and checked as
+// it loads (Load; LoadWorker for a Worker, whose variables depend on the
+// application's services), and translates it: Worker.Config,
+// Scheduler.Config and API.Config. An application's own variables are a
+// Section (LoadSection), whose errors Join reports with the process's.
 //
 // Nothing here falls back to a default on a bad value. A variable that is
 // missing, does not parse or is out of range is an *Error naming the variable
 // and the value; every such error matches ErrInvalid, and the commands exit
-// with status 2 on it before they touch the database.
+// with status 2 on it (Exit) before they touch the database.
 package config
 
 import (
