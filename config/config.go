@@ -133,12 +133,25 @@ func load[T any](environ []string, services *service.Registry, validate func(cfg
 	if len(c.errs) > 0 {
 		return cfg, c.errs
 	}
+	if f, ok := any(&cfg).(filler); ok {
+		f.fill(c)
+	}
 	return cfg, nil
+}
+
+// filler is a configuration with fields no variable sets directly, which
+// load fills in once validate (which changes nothing) found no error: what
+// the checker read of the variables named after the application's services
+// (Worker), and whether or how a variable was written (Jobs.JobTimeoutSet,
+// the value CheckKindTimeouts quotes).
+type filler interface {
+	fill(c *checker)
 }
 
 // servicesValidator is a configuration with variables derived from the
 // names of the application's services, which no struct field declares; its
-// validate calls validateServices too.
+// validate calls validateServices too, which keeps what it read in the
+// checker for fill.
 type servicesValidator interface {
 	validateServices(c *checker)
 }

@@ -170,6 +170,13 @@ func (s *Scheduler) CheckKindTimeouts(timeouts map[string]time.Duration) error {
 	}}
 }
 
+// fill records RESCUE_STUCK_JOBS_AFTER as written, for CheckKindTimeouts,
+// and whether JOB_TIMEOUT was set.
+func (s *Scheduler) fill(c *checker) {
+	s.rescueAfterValue = c.vars[c.fields["RescueStuckJobsAfter"].key]
+	s.Jobs.fill(c)
+}
+
 func (s *Scheduler) validate(c *checker) {
 	s.Database.validate(c)
 	s.Logging.validate(c)
@@ -177,7 +184,6 @@ func (s *Scheduler) validate(c *checker) {
 	s.Jobs.validate(c)
 
 	c.intRange("QueueWorkers", s.QueueWorkers, 1, 100)
-	s.rescueAfterValue = c.vars[c.fields["RescueStuckJobsAfter"].key]
 	if s.RescueStuckJobsAfter <= s.JobTimeout {
 		c.fail("RescueStuckJobsAfter", "must be longer than JOB_TIMEOUT (%s), the timeout of job kinds without their own, or such jobs are rescued while they still run", s.JobTimeout)
 	}

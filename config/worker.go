@@ -218,6 +218,15 @@ func (w *Worker) Queues() map[string]QueueClass {
 	return queues
 }
 
+// fill sets the fields no variable sets directly: the selected service's
+// worker counts, lending and base queue, read by validateServices.
+func (w *Worker) fill(c *checker) {
+	if s := c.selected; s != nil {
+		w.Workers, w.Lend, w.LendFloor, w.baseQueue = s.counts, s.lend, s.floor, s.svc.BaseQueue()
+	}
+	w.Jobs.fill(c)
+}
+
 func (w *Worker) validate(c *checker) {
 	w.Database.validate(c)
 	w.Logging.validate(c)
@@ -236,9 +245,10 @@ func (w *Worker) validate(c *checker) {
 }
 
 // validateServices checks WORKER_SERVICE against the registered services
-// and every service's worker counts, and keeps the selected service's
-// counts and base queue. It reads the raw variables only, so it runs even
-// when another variable did not parse.
+// and every service's worker counts, and keeps what the selected service's
+// variables set in the checker (fill copies it into the Worker). It reads
+// the raw variables only, so it runs even when another variable did not
+// parse.
 func (w *Worker) validateServices(c *checker) {
 	if c.services == nil {
 		panic("config: a Worker is loaded with LoadWorker, which knows the application's services")
@@ -254,8 +264,7 @@ func (w *Worker) validateServices(c *checker) {
 		if svc != selected {
 			continue
 		}
-		w.Service, w.Workers, w.baseQueue = name, counts, svc.BaseQueue()
-		w.Lend, w.LendFloor = lend, floor
+		c.selected = &selectedService{svc: svc, counts: counts, lend: lend, floor: floor}
 		if ok && counts == (service.ClassWorkers{}) {
 			c.fail("Service", "serves no queue: set at least one of %sQUEUE_{PRIORITY,DEFAULT,SCHEDULED}_WORKERS above 0", svc.EnvPrefix())
 		}
