@@ -108,7 +108,7 @@ func Run(ctx context.Context, cfg Config, opts ...RunOption) error {
 		Logger:          logger,
 		Pool:            cfg.PoolConfig,
 		Schema:          cfg.Schema,
-		SoftStopTimeout: cfg.SoftStopTimeout,
+		SoftStopTimeout: max(cfg.SoftStopTimeout, 0), // as River's: 0 waits however long
 		NewClient: func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
 			services := cfg.Registry
 			if cfg.NewServices != nil {

@@ -221,7 +221,7 @@ func (w *Deployment) Run(ctx context.Context) error {
 		Logger:          logger,
 		Pool:            cfg.PoolConfig,
 		Schema:          cfg.Schema,
-		SoftStopTimeout: cfg.SoftStopTimeout,
+		SoftStopTimeout: max(cfg.SoftStopTimeout, 0), // as River's: 0 waits however long
 		NewClient: func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
 			services := cfg.Registry
 			if cfg.NewServices != nil {
