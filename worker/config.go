@@ -341,7 +341,7 @@ type Queue struct {
 	FairShare bool
 }
 
-// derive is what follows from a Config with its defaults, computed once
+// derived is what follows from a Config with its defaults, computed once
 // (New) and handed to RiverConfig, NewAdmitter and Run: the service, the
 // queues served, the kinds fetched and the lending.
 type derived struct {
