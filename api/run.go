@@ -13,11 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/process"
 	"github.com/tierq/tierq/migrate"
 	"github.com/tierq/tierq/producer"
-	"github.com/tierq/tierq/service"
 )
 
 // ShutdownTimeout is how long Run lets requests in flight finish once it
@@ -46,13 +44,15 @@ func checkSchemaAtStart(ctx context.Context, pool *pgxpool.Pool, schema string, 
 }
 
 // Run serves the API of cfg on cfg.Addr until ctx ends or the process gets
-// SIGINT or SIGTERM: it connects to cfg's database, makes an insert-only
-// River client (no queues, never a leader), builds the application's
-// services on the pool with newServices (the API runs none of their
-// workers: the registry says which services, queues and kinds there are,
-// Config.Registry), and serves the routes of New with /metrics and River UI
-// under RiverUIPrefix. "api listening" is logged with the address, then
-// attrs, then River UI's path.
+// SIGINT or SIGTERM. cfg takes its defaults (Config.WithDefaults) and is
+// validated first (Config.Validate: every problem at once). Run connects
+// with cfg.PoolConfig (required), makes an insert-only River client (no
+// queues, never a leader), builds the application's services on the pool
+// with cfg.NewServices (or takes cfg.Registry; the API runs none of their
+// workers: the registry says which services, queues and kinds there are),
+// and serves the routes of New with /metrics and River UI under
+// RiverUIPrefix. "api listening" is logged with the address, then
+// cfg.LogAttrs, then River UI's path.
 //
 // On the first signal it stops accepting connections and lets requests in
 // flight finish for up to ShutdownTimeout, then returns nil; a second
@@ -64,15 +64,19 @@ func checkSchemaAtStart(ctx context.Context, pool *pgxpool.Pool, schema string, 
 // returned, and so is a registry without an OpenAPI document (OpenAPIFor's
 // error: a kind's hand-written args schema that does not describe its args
 // type, say), before anything listens.
-func Run(ctx context.Context, cfg config.API, logger *slog.Logger, newServices func(pool *pgxpool.Pool) (*service.Registry, error), attrs ...slog.Attr) error {
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg = cfg.WithDefaults()
+	if cfg.PoolConfig == nil {
+		return errors.New("api: Config.PoolConfig is required to run")
+	}
+	logger := cfg.Logger
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	poolConfig, err := cfg.PoolConfig()
-	if err != nil {
-		return err
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg.PoolConfig)
 	if err != nil {
 		return fmt.Errorf("connect to database: %w", err)
 	}
@@ -95,9 +99,11 @@ func Run(ctx context.Context, cfg config.API, logger *slog.Logger, newServices f
 		return err
 	}
 
-	registry, err := newServices(pool)
-	if err != nil {
-		return fmt.Errorf("api: services: %w", err)
+	registry := cfg.Registry
+	if cfg.NewServices != nil {
+		if registry, err = cfg.NewServices(pool); err != nil {
+			return fmt.Errorf("api: services: %w", err)
+		}
 	}
 	// For the stock tierctl; like the schema check, bounded, and no reason
 	// not to serve.
@@ -106,10 +112,9 @@ func Run(ctx context.Context, cfg config.API, logger *slog.Logger, newServices f
 		logger.WarnContext(ctx, "services not recorded", slog.String("error", err.Error()))
 	}
 	cancelRecord()
-	server := New(Config{
-		Token: cfg.Token, AdminToken: cfg.AdminToken, Schema: cfg.Schema, MaxAttempts: cfg.MaxAttempts,
-		Registry: registry, RiverUI: riverUI,
-	}, pool, client, NewMetrics(pool, registry, logger), logger)
+	serverConfig := cfg
+	serverConfig.Registry, serverConfig.RiverUI = registry, riverUI
+	server := New(serverConfig, pool, client, NewMetrics(pool, registry, logger), logger)
 	if server.openAPIErr != nil {
 		return fmt.Errorf("api: %w", server.openAPIErr)
 	}
@@ -117,7 +122,7 @@ func Run(ctx context.Context, cfg config.API, logger *slog.Logger, newServices f
 		Handler:           server.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      DefaultRequestTimeout + 5*time.Second,
+		WriteTimeout:      cfg.RequestTimeout + 5*time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
@@ -126,7 +131,7 @@ func Run(ctx context.Context, cfg config.API, logger *slog.Logger, newServices f
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	listening := []any{slog.String("addr", listener.Addr().String())}
-	for _, a := range attrs {
+	for _, a := range cfg.LogAttrs {
 		listening = append(listening, a)
 	}
 	listening = append(listening, slog.String("river_ui", RiverUIPrefix+"/"))

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -24,14 +25,22 @@ import (
 func TestRun(t *testing.T) {
 	t.Parallel()
 
-	apiConfig := func(t *testing.T, db *testdb.DB) config.API {
+	// apiConfig is the configuration cmd/api loads, translated for Run
+	// (config.API.Config), serving the registry newServices builds on
+	// Run's pool and logging to out.
+	apiConfig := func(t *testing.T, db *testdb.DB, out io.Writer, newServices func(*pgxpool.Pool) (*service.Registry, error), attrs ...slog.Attr) api.Config {
 		t.Helper()
 		cfg, err := config.Load[config.API]([]string{
 			"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "API_ADDR=127.0.0.1:0",
 			"API_TOKEN=" + producerToken, "API_ADMIN_TOKEN=" + adminToken,
 		})
 		require.NoError(t, err)
-		return cfg
+		described, err := invoiceServices(nil)
+		require.NoError(t, err)
+		apiConfig, err := cfg.Config(described, slog.New(slog.NewTextHandler(out, nil)))
+		require.NoError(t, err)
+		apiConfig.NewServices, apiConfig.LogAttrs = newServices, attrs
+		return apiConfig
 	}
 
 	// The reference app's services joined with a team's (example_test.go):
@@ -57,7 +66,7 @@ func TestRun(t *testing.T) {
 		defer cancel()
 		done := make(chan error, 1)
 		go func() {
-			done <- api.Run(ctx, apiConfig(t, db), slog.New(slog.NewTextHandler(out, nil)), newServices, slog.String("team", "billing"))
+			done <- api.Run(ctx, apiConfig(t, db, out, newServices, slog.String("team", "billing")))
 		}()
 
 		proctest.WaitOutput(t, out, "api listening", 20*time.Second)
@@ -86,8 +95,8 @@ func TestRun(t *testing.T) {
 		db := testdb.New(t)
 
 		out := &proctest.Buffer{}
-		err := api.Run(context.Background(), apiConfig(t, db), slog.New(slog.NewTextHandler(out, nil)),
-			func(*pgxpool.Pool) (*service.Registry, error) { return nil, errors.New("no registry") })
+		err := api.Run(context.Background(), apiConfig(t, db, out,
+			func(*pgxpool.Pool) (*service.Registry, error) { return nil, errors.New("no registry") }))
 		require.EqualError(t, err, "api: services: no registry")
 		require.NotContains(t, out.String(), "api listening")
 	})
@@ -99,14 +108,14 @@ func TestRun(t *testing.T) {
 		db := testdb.New(t)
 
 		out := &proctest.Buffer{}
-		err := api.Run(context.Background(), apiConfig(t, db), slog.New(slog.NewTextHandler(out, nil)),
+		err := api.Run(context.Background(), apiConfig(t, db, out,
 			func(*pgxpool.Pool) (*service.Registry, error) {
 				svc, err := service.New(&service.Config{Name: "drifter", Kinds: []service.Kind{service.WorkerKind(&driftedWorker{})}})
 				if err != nil {
 					return nil, err
 				}
 				return service.NewRegistry(svc)
-			})
+			}))
 		require.EqualError(t, err, `api: openapi: kind drifted: api_test.driftedArgs.OpenAPISchema does not describe the args: property "target" is not a JSON field of the args; no property "targets" (a JSON field of the args)`)
 		require.NotContains(t, out.String(), "api listening")
 	})

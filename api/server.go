@@ -17,14 +17,17 @@
 // graceful stop on a signal). A team's API of the reference app's services
 // and its own is a few lines of its main:
 //
-//	cfg, err := config.Load[config.API](environ) // exit 2 on config.ErrInvalid
-//	if err != nil {
-//		return err
-//	}
-//	return api.Run(ctx, cfg, cfg.NewLogger(stdout), newServices)
+//	return api.Run(ctx, api.Config{
+//		Token:      producerToken,
+//		AdminToken: adminToken,
+//		Registry:   registry, // the team's service.Registry
+//		PoolConfig: poolConfig,
+//		Logger:     logger,
+//	})
 //
-// where newServices(pool) joins jobs.Registry with the team's registry
-// (service.Registry.Join; see the example).
+// A Config is built in Go from the registry and plain values (see the
+// example), or from the environment by package config (config.API.Config),
+// which this package does not import.
 package api
 
 import (
@@ -38,47 +41,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-
-	"github.com/tierq/tierq/service"
 )
 
 // MaxBodyBytes is the largest request body accepted (1 MiB); larger → 413.
 const MaxBodyBytes = 1 << 20
-
-// Config is what the server needs besides its connections.
-type Config struct {
-	// Token authorises producers; AdminToken operators (everything).
-	Token, AdminToken string
-	// Schema is the database schema holding River's and tierq's tables
-	// ("" for the connection's search_path); readyz checks its migrations.
-	Schema string
-	// MaxAttempts is the max_attempts of the jobs the API inserts.
-	MaxAttempts int
-	// RequestTimeout bounds each request's work (0: DefaultRequestTimeout);
-	// a database that does not answer in time makes a 503, not a hung
-	// client.
-	RequestTimeout time.Duration
-	// Registry is every service of the application (package service): its
-	// kinds are the ones POST /v1/jobs accepts (each kind's args decoded
-	// and checked by service.Kind.DecodeArgs, with the checks the service
-	// gave its kinds), its
-	// service queues are the ones GET /v1/queues and /metrics list first,
-	// the ones PATCH /v1/jobs/{id} moves a job between (inside the job's own
-	// service), and the ones a dead letter may be replayed into. Required;
-	// New does not check it, and the endpoints that need it fail without
-	// it.
-	Registry *service.Registry
-	// RiverUI, when set, is served under RiverUIPrefix (/riverui/) for
-	// operators: the admin token as the Basic auth password (any user name)
-	// or as a bearer token, and state-changing requests with Basic auth
-	// only from River UI's own page (docs/api.md, "River UI").
-	// StartRiverUI makes it. Nil (the default): no River UI, /riverui/ is
-	// a 404.
-	RiverUI http.Handler
-}
-
-// DefaultRequestTimeout is Config.RequestTimeout's default.
-const DefaultRequestTimeout = 30 * time.Second
 
 // Server serves the API.
 type Server struct {
@@ -97,10 +63,13 @@ type Server struct {
 	producerDigest, adminDigest [sha256.Size]byte
 }
 
-// New returns a server inserting through client (an insert-only River
-// client) and reading through pool. It serves OpenAPIFor(cfg.Registry) at
-// /openapi.json (without a registry, a 500).
+// New returns a server of cfg, with its defaults (Config.WithDefaults; New
+// does not validate it, Run does), inserting through client (an
+// insert-only River client) and reading through pool. It serves
+// OpenAPIFor(cfg.Registry) at /openapi.json (without a registry, a 500).
+// It logs to logger, not cfg.Logger, which is Run's.
 func New(cfg Config, pool *pgxpool.Pool, client *river.Client[pgx.Tx], metrics *Metrics, logger *slog.Logger) *Server {
+	cfg = cfg.WithDefaults()
 	doc, err := OpenAPIFor(cfg.Registry)
 	return &Server{
 		cfg: cfg, pool: pool, client: client, logger: logger, metrics: metrics,

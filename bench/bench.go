@@ -73,7 +73,7 @@ type Options struct {
 
 	// Registry is every service of the application, Service among them:
 	// the registry the worker deployment is configured from
-	// (config.LoadWorker, worker.RiverConfig), whose queues the sweeps and
+	// (config.LoadWorker, worker.New), whose queues the sweeps and
 	// dead-letter replays act on and the seeded history and discarded jobs
 	// fill. The workers of its kinds are registered but never run (the
 	// scenarios run the load-test workload only), so a registry built
@@ -350,17 +350,21 @@ func riverDeployment(pool *pgxpool.Pool, cfg *river.Config) (*deployment, error)
 
 // tierqDeployment is tierq's worker deployment of cfg (the service under
 // test, from opts.Registry) on pool, built as worker.Run builds it: the
-// River configuration of worker.RiverConfig with the job-metrics hook and
-// the hook of the fair-share admitter of worker.NewAdmitter, which start
+// River configuration of Deployment.RiverConfig with the job-metrics hook
+// and the hook of the fair-share admitter of Deployment.NewAdmitter, which start
 // runs beside the client. adjust, when given, changes the River
 // configuration last (the fairness scenario's comparator adds its
 // middleware).
 func tierqDeployment(cfg config.Worker, pool *pgxpool.Pool, opts Options, adjust ...func(*river.Config)) (*deployment, error) {
-	rc, err := worker.RiverConfig(cfg, opts.Registry, pool, opts.logger())
+	w, err := workerDeployment(cfg, opts)
 	if err != nil {
 		return nil, err
 	}
-	admitter, err := worker.NewAdmitter(cfg, opts.Registry, pool, opts.logger(), nil)
+	rc, err := w.RiverConfig(opts.Registry, pool)
+	if err != nil {
+		return nil, err
+	}
+	admitter, err := w.NewAdmitter(pool, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -374,6 +378,16 @@ func tierqDeployment(cfg config.Worker, pool *pgxpool.Pool, opts Options, adjust
 	}
 	d.admitter = admitter
 	return d, nil
+}
+
+// workerDeployment is the worker.Deployment of cfg, the service under test
+// from opts.Registry, as worker.Run makes it.
+func workerDeployment(cfg config.Worker, opts Options) (*worker.Deployment, error) {
+	wc, err := cfg.Config(opts.Registry, opts.logger())
+	if err != nil {
+		return nil, err
+	}
+	return worker.New(wc)
 }
 
 // start starts the deployment's client and, beside it, its admitter, as

@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/bench"
+	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/examples/thumbnail"
 	thumbnailapp "github.com/tierq/tierq/examples/thumbnail/app"
-	"github.com/tierq/tierq/internal/process"
 	"github.com/tierq/tierq/internal/proctest"
 	"github.com/tierq/tierq/internal/refapp"
 	"github.com/tierq/tierq/internal/testdb"
@@ -34,13 +34,13 @@ func TestMain(m *testing.M) {
 		ctx, environ := context.Background(), os.Environ()
 		switch os.Getenv(appRoleEnv) {
 		case string(bench.RoleScheduler):
-			process.Exit("scheduler", thumbnailapp.RunSchedulerWithReference(ctx, environ, os.Stdout))
+			config.Exit("scheduler", thumbnailapp.RunSchedulerWithReference(ctx, environ, os.Stdout))
 		case string(bench.RoleAPI):
-			process.Exit("api", thumbnailapp.RunAPIWithReference(ctx, environ, os.Stdout))
+			config.Exit("api", thumbnailapp.RunAPIWithReference(ctx, environ, os.Stdout))
 		case thumbnail.ServiceName:
-			process.Exit("worker", thumbnailapp.RunWorker(ctx, environ, os.Stdout))
+			config.Exit("worker", thumbnailapp.RunWorker(ctx, environ, os.Stdout))
 		}
-		process.Exit("worker", refapp.RunWorker(ctx, environ, os.Stdout))
+		config.Exit("worker", refapp.RunWorker(ctx, environ, os.Stdout))
 	})
 	os.Exit(m.Run())
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/tiers"
-	"github.com/tierq/tierq/worker"
 )
 
 // TenantsResult is the tenants scenario: a newcomer's first start in a
@@ -379,11 +378,15 @@ func (e *env) insertSpread(ctx context.Context, client *river.Client[pgx.Tx], id
 // observedDeployment is tierqDeployment, with obs told about every pass of
 // the admitter.
 func observedDeployment(cfg config.Worker, pool *pgxpool.Pool, opts Options, obs fairshare.Observer) (*deployment, error) {
-	rc, err := worker.RiverConfig(cfg, opts.Registry, pool, opts.logger())
+	w, err := workerDeployment(cfg, opts)
 	if err != nil {
 		return nil, err
 	}
-	admitter, err := worker.NewAdmitter(cfg, opts.Registry, pool, opts.logger(), obs)
+	rc, err := w.RiverConfig(opts.Registry, pool)
+	if err != nil {
+		return nil, err
+	}
+	admitter, err := w.NewAdmitter(pool, obs)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,14 @@
 package config
 
+import (
+	"log/slog"
+
+	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/service"
+)
+
 // MinTokenLen is the shortest API token accepted.
-const MinTokenLen = 16
+const MinTokenLen = api.MinTokenLen
 
 // API is the configuration of the HTTP API (cmd/api): tier-aware enqueue for
 // producers and the operations endpoints for operators.
@@ -24,6 +31,26 @@ type API struct {
 	// that declares none of its own (service.MaxAttempts). Default 10,
 	// producer.DefaultMaxAttempts.
 	MaxAttempts int `env:"MAX_ATTEMPTS" envDefault:"10"`
+}
+
+// Config is the api.Config of this environment, for api.Run: the API of
+// registry's services logging to logger. Set NewServices (services built on
+// the pool) and LogAttrs on the result as needed.
+func (a *API) Config(registry *service.Registry, logger *slog.Logger) (api.Config, error) {
+	poolConfig, err := a.PoolConfig()
+	if err != nil {
+		return api.Config{}, err
+	}
+	return api.Config{
+		Token:       a.Token,
+		AdminToken:  a.AdminToken,
+		Schema:      a.Schema,
+		MaxAttempts: a.MaxAttempts,
+		Registry:    registry,
+		Addr:        a.Addr,
+		PoolConfig:  poolConfig,
+		Logger:      logger,
+	}, nil
 }
 
 func (a *API) validate(c *checker) {

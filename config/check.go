@@ -14,7 +14,19 @@ type checker struct {
 	// services are the application's services (LoadWorker); nil for a
 	// configuration that does not depend on them.
 	services *service.Registry
+	// selected is what validateServices read of the selected service's
+	// variables (LoadWorker), for Worker.fill.
+	selected *selectedService
 	errs     Errors
+}
+
+// selectedService is the service a worker deployment serves and what its
+// variables set.
+type selectedService struct {
+	svc    *service.Service
+	counts service.ClassWorkers
+	lend   bool
+	floor  int
 }
 
 // fail records that the variable behind Go field name is wrong.

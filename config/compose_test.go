@@ -10,6 +10,7 @@ import (
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/jobs/jobsconfig"
 )
 
 // TestComposeFileIsValid checks docker-compose.yml without a Docker engine:
@@ -76,13 +77,13 @@ func TestComposeFileIsValid(t *testing.T) {
 	// The API and the analyzer confine analysis targets to the same real
 	// root, not to "/".
 	// (ANALYSIS_ROOTS is the reference app's own section.)
-	analysis, err := config.LoadSection[jobs.AnalysisConfig](environ)
+	analysis, err := config.LoadSection[jobsconfig.AnalysisConfig](environ)
 	require.NoError(t, err, "api")
 	require.Equal(t, jobs.AnalysisRoots{"/srv/repos"}, analysis.Roots, "api")
-	analysis, err = config.LoadSection[jobs.AnalysisConfig](composeEnviron(compose.Services["worker-analyzer"].Environment))
+	analysis, err = config.LoadSection[jobsconfig.AnalysisConfig](composeEnviron(compose.Services["worker-analyzer"].Environment))
 	require.NoError(t, err, "worker-analyzer")
 	require.Equal(t, jobs.AnalysisRoots{"/srv/repos"}, analysis.Roots, "worker-analyzer")
-	_, err = jobs.LoadMaintenance(composeEnviron(scheduler.Environment), &config.Scheduler{})
+	_, err = jobsconfig.LoadMaintenance(composeEnviron(scheduler.Environment), &config.Scheduler{})
 	require.NoError(t, err, "scheduler")
 }
 

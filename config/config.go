@@ -1,21 +1,26 @@
-// Package config owns the configuration of every tierq process: one struct per
-// process (Worker for a worker deployment, Scheduler, API, and CLI for
-// tierctl), each loaded from an environment passed in with
-// github.com/caarlos0/env/v11 and checked as it loads (Load; LoadWorker for a
-// Worker, whose variables depend on the application's services). An
-// application's own variables are a Section (LoadSection), whose errors Join
-// reports with the process's.
+// Package config translates the environment into the configuration of
+// every tierq process. The library's processes are configured in Go
+// (worker.Config, scheduler.Config, api.Config: each field with its
+// default, WithDefaults, Validate) and import nothing of this package; this
+// package reads the environment into one struct per process (Worker for a
+// worker deployment, Scheduler, API, and CLI for tierctl), each loaded from
+// an environment passed in with github.com/caarlos0/env/v11 and checked as
+// it loads (Load; LoadWorker for a Worker, whose variables depend on the
+// application's services), and translates it: Worker.Config,
+// Scheduler.Config and API.Config. An application's own variables are a
+// Section (LoadSection), whose errors Join reports with the process's.
 //
 // Nothing here falls back to a default on a bad value. A variable that is
 // missing, does not parse or is out of range is an *Error naming the variable
 // and the value; every such error matches ErrInvalid, and the commands exit
-// with status 2 on it before they touch the database.
+// with status 2 on it (Exit) before they touch the database.
 package config
 
 import (
 	"encoding"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"strings"
 	"time"
@@ -31,6 +36,20 @@ var ErrInvalid = errors.New("invalid configuration")
 
 // ExitCodeInvalid is the process exit status for invalid configuration.
 const ExitCodeInvalid = 2
+
+// Exit ends a command whose run returned err: status 0 on nil, 2 (after the
+// message, prefixed with name) for invalid configuration (ErrInvalid), 1
+// for anything else.
+func Exit(name string, err error) {
+	if err == nil {
+		os.Exit(0)
+	}
+	fmt.Fprintln(os.Stderr, name+":", err)
+	if errors.Is(err, ErrInvalid) {
+		os.Exit(ExitCodeInvalid)
+	}
+	os.Exit(1)
+}
 
 // Error is one bad variable.
 type Error struct {
@@ -114,12 +133,25 @@ func load[T any](environ []string, services *service.Registry, validate func(cfg
 	if len(c.errs) > 0 {
 		return cfg, c.errs
 	}
+	if f, ok := any(&cfg).(filler); ok {
+		f.fill(c)
+	}
 	return cfg, nil
+}
+
+// filler is a configuration with fields no variable sets directly, which
+// load fills in once validate (which changes nothing) found no error: what
+// the checker read of the variables named after the application's services
+// (Worker), and whether or how a variable was written (Jobs.JobTimeoutSet,
+// the value CheckKindTimeouts quotes).
+type filler interface {
+	fill(c *checker)
 }
 
 // servicesValidator is a configuration with variables derived from the
 // names of the application's services, which no struct field declares; its
-// validate calls validateServices too.
+// validate calls validateServices too, which keeps what it read in the
+// checker for fill.
 type servicesValidator interface {
 	validateServices(c *checker)
 }

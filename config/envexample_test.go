@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/config"
-	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/jobs/jobsconfig"
 	"github.com/tierq/tierq/routing"
 )
 
@@ -71,7 +71,7 @@ func TestEnvExampleListsEveryVariable(t *testing.T) {
 	vars := map[string]variable{}
 	for _, typ := range []reflect.Type{reflect.TypeFor[config.Worker](), reflect.TypeFor[config.Scheduler](), reflect.TypeFor[config.CLI](), reflect.TypeFor[config.API](),
 		// The reference app's own sections (config.LoadSection).
-		reflect.TypeFor[jobs.AnalysisConfig](), reflect.TypeFor[jobs.MaintenanceConfig](),
+		reflect.TypeFor[jobsconfig.AnalysisConfig](), reflect.TypeFor[jobsconfig.MaintenanceConfig](),
 	} {
 		for key, def := range envVars(typ) {
 			vars[key] = variable{def: def, of: typ.Name()}

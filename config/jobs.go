@@ -40,8 +40,12 @@ type Jobs struct {
 // longer does, so the commands warn.
 func (j *Jobs) JobTimeoutSet() bool { return j.jobTimeoutSet }
 
-func (j *Jobs) validate(c *checker) {
+// fill records whether JOB_TIMEOUT was set.
+func (j *Jobs) fill(c *checker) {
 	_, j.jobTimeoutSet = c.vars[c.fields["JobTimeout"].key]
+}
+
+func (j *Jobs) validate(c *checker) {
 	if j.JobTimeout <= 0 {
 		c.fail("JobTimeout", "must be positive")
 	}

@@ -1,14 +1,14 @@
 package config
 
 import (
-	"cmp"
-	"fmt"
-	"maps"
+	"log/slog"
 	"net/url"
-	"slices"
 	"strings"
 	"time"
 	_ "time/tzdata" // CRON_TZ must resolve in minimal containers too
+
+	"github.com/tierq/tierq/scheduler"
+	"github.com/tierq/tierq/service"
 )
 
 // Scheduler is the configuration of the scheduler deployment (cmd/scheduler):
@@ -85,7 +85,63 @@ type Scheduler struct {
 // MaxDLQAlertTimeout is the longest DLQ_ALERT_TIMEOUT: the webhook call runs
 // inside the dead-letter drain job, after the drain, and must leave it time
 // within the drain's own timeout (scheduler.DLQDrainTimeout, 1m).
-const MaxDLQAlertTimeout = 30 * time.Second
+const MaxDLQAlertTimeout = scheduler.MaxDLQAlertTimeout
+
+// Config is the scheduler.Config of this environment, for scheduler.Run: a
+// scheduler of registry's services logging to logger. Every value comes
+// from s, translated to scheduler.Config's conventions where they differ
+// (an AGING_INTERVAL, ESCALATE_SCHEDULED_AFTER or DLQ_ALERT_THRESHOLD of 0,
+// off, is a negative value there, whose 0 is the default; SOFT_STOP_TIMEOUT=0
+// a negative SoftStopTimeout); JOB_TIMEOUT set in the environment is
+// WarnJobTimeout; the check of the kinds' timeouts is CheckKindTimeouts,
+// whose error names RESCUE_STUCK_JOBS_AFTER; CRON_TZ is logged with
+// "scheduler started". Set NewServices on the result as needed.
+func (s *Scheduler) Config(registry *service.Registry, logger *slog.Logger) (scheduler.Config, error) {
+	poolConfig, err := s.PoolConfig()
+	if err != nil {
+		return scheduler.Config{}, err
+	}
+	loaded := *s
+	return scheduler.Config{
+		Registry:               registry,
+		QueueWorkers:           s.QueueWorkers,
+		RescueStuckJobsAfter:   s.RescueStuckJobsAfter,
+		AgingInterval:          offIfZero(s.AgingInterval),
+		AgingStep:              s.AgingStep,
+		AgingMaxPriority:       s.AgingMaxPriority,
+		EscalationInterval:     s.EscalationInterval,
+		EscalateScheduledAfter: offIfZero(s.EscalateScheduledAfter),
+		EscalateDefaultAfter:   s.EscalateDefaultAfter,
+		SweepBatch:             s.SweepBatch,
+		DLQDrainInterval:       s.DLQDrainInterval,
+		DLQDrainBatch:          s.DLQDrainBatch,
+		DLQAlertThreshold:      offIfZero(s.DLQAlertThreshold),
+		DLQAlertWebhookURL:     s.DLQAlertWebhookURL,
+		DLQAlertInterval:       s.DLQAlertInterval,
+		DLQAlertTimeout:        s.DLQAlertTimeout,
+		JobTimeout:             s.JobTimeout,
+		WarnJobTimeout:         s.JobTimeoutSet(),
+		MaxAttempts:            s.MaxAttempts,
+		SoftStopTimeout:        softStop(s.SoftStopTimeout),
+		CheckKindTimeouts: func(_ time.Duration, timeouts map[string]time.Duration) error {
+			return loaded.CheckKindTimeouts(timeouts)
+		},
+		PoolConfig:  poolConfig,
+		Schema:      s.Schema,
+		MetricsAddr: s.MetricsAddr,
+		Logger:      logger,
+		LogAttrs:    []slog.Attr{slog.String("cron_tz", s.CronTZ)},
+	}, nil
+}
+
+// offIfZero is a variable whose 0 turns something off, as the library's
+// field whose 0 is the default and whose negative value turns it off.
+func offIfZero[T int | time.Duration](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
+}
 
 // CheckKindTimeouts checks RESCUE_STUCK_JOBS_AFTER against timeouts, the
 // timeout of every job kind the scheduler registers (scheduler.Timeouts:
@@ -98,15 +154,7 @@ const MaxDLQAlertTimeout = 30 * time.Second
 // passes, while the worker may still be finishing them. The error matches
 // ErrInvalid and names the threshold and every kind it does not exceed.
 func (s *Scheduler) CheckKindTimeouts(timeouts map[string]time.Duration) error {
-	kinds := slices.SortedFunc(maps.Keys(timeouts), func(a, b string) int {
-		return cmp.Or(cmp.Compare(timeouts[b], timeouts[a]), cmp.Compare(a, b))
-	})
-	var over []string
-	for _, kind := range kinds {
-		if timeouts[kind] >= s.RescueStuckJobsAfter {
-			over = append(over, fmt.Sprintf("%s has %s", kind, timeouts[kind]))
-		}
-	}
+	over := scheduler.KindsOver(s.RescueStuckJobsAfter, timeouts)
 	if len(over) == 0 {
 		return nil
 	}
@@ -122,6 +170,13 @@ func (s *Scheduler) CheckKindTimeouts(timeouts map[string]time.Duration) error {
 	}}
 }
 
+// fill records RESCUE_STUCK_JOBS_AFTER as written, for CheckKindTimeouts,
+// and whether JOB_TIMEOUT was set.
+func (s *Scheduler) fill(c *checker) {
+	s.rescueAfterValue = c.vars[c.fields["RescueStuckJobsAfter"].key]
+	s.Jobs.fill(c)
+}
+
 func (s *Scheduler) validate(c *checker) {
 	s.Database.validate(c)
 	s.Logging.validate(c)
@@ -129,7 +184,6 @@ func (s *Scheduler) validate(c *checker) {
 	s.Jobs.validate(c)
 
 	c.intRange("QueueWorkers", s.QueueWorkers, 1, 100)
-	s.rescueAfterValue = c.vars[c.fields["RescueStuckJobsAfter"].key]
 	if s.RescueStuckJobsAfter <= s.JobTimeout {
 		c.fail("RescueStuckJobsAfter", "must be longer than JOB_TIMEOUT (%s), the timeout of job kinds without their own, or such jobs are rescued while they still run", s.JobTimeout)
 	}

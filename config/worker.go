@@ -1,6 +1,7 @@
 package config
 
 import (
+	"log/slog"
 	"reflect"
 	"strconv"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/service"
+	"github.com/tierq/tierq/worker"
 )
 
 // MaxQueueWorkers is River's own limit on one queue's workers in one process.
@@ -122,6 +124,66 @@ func LoadWorker(environ []string, services *service.Registry) (Worker, error) {
 // must come from LoadWorker.
 func (w *Worker) BaseQueue() string { return w.baseQueue }
 
+// Config is the worker.Config of this environment, for worker.New or
+// worker.Run: a deployment of registry's services (the registry w was
+// loaded with, or one of the same services) logging to logger. Every value
+// comes from w, translated to worker.Config's conventions where they differ
+// (LEND_FLOOR=0 is worker.NoLendFloor, SOFT_STOP_TIMEOUT=0 a negative
+// SoftStopTimeout: wait for running jobs however long); JOB_TIMEOUT set in
+// the environment is WarnJobTimeout. Set NewServices (services built on the
+// pool) and LogAttrs on the result as needed. The Worker must come from
+// LoadWorker.
+func (w *Worker) Config(registry *service.Registry, logger *slog.Logger) (worker.Config, error) {
+	poolConfig, err := w.PoolConfig()
+	if err != nil {
+		return worker.Config{}, err
+	}
+	workers := w.Workers
+	floor := w.LendFloor
+	if floor == 0 {
+		floor = worker.NoLendFloor
+	}
+	return worker.Config{
+		Registry:              registry,
+		Service:               w.Service,
+		Workers:               &workers,
+		Lend:                  w.Lend,
+		LendFloor:             floor,
+		Priority:              tuning(w.PriorityFetchCooldown, w.PriorityFetchPollInterval, w.PriorityFairShare),
+		Default:               tuning(w.DefaultFetchCooldown, w.DefaultFetchPollInterval, w.DefaultFairShare),
+		Scheduled:             tuning(w.ScheduledFetchCooldown, w.ScheduledFetchPollInterval, w.ScheduledFairShare),
+		FairSharePassInterval: w.FairSharePassInterval,
+		LoadTestWorkload:      w.LoadTestWorkload,
+		JobTimeout:            w.JobTimeout,
+		WarnJobTimeout:        w.JobTimeoutSet(),
+		MaxAttempts:           w.MaxAttempts,
+		SoftStopTimeout:       softStop(w.SoftStopTimeout),
+		PoolConfig:            poolConfig,
+		Schema:                w.Schema,
+		MetricsAddr:           w.MetricsAddr,
+		Logger:                logger,
+	}, nil
+}
+
+// tuning is one queue class's worker.Tuning.
+func tuning(cooldown, poll time.Duration, fair bool) worker.Tuning {
+	t := worker.Tuning{FetchCooldown: cooldown, FetchPollInterval: poll, FairShare: worker.FairShareOff}
+	if fair {
+		t.FairShare = worker.FairShareOn
+	}
+	return t
+}
+
+// softStop is SOFT_STOP_TIMEOUT as the library's SoftStopTimeout: 0 (no
+// timeout, River's meaning) is a negative value there, whose 0 is the
+// default.
+func softStop(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
 // QueueClass is the River tuning of one class of queue.
 type QueueClass struct {
 	Workers       int
@@ -156,6 +218,15 @@ func (w *Worker) Queues() map[string]QueueClass {
 	return queues
 }
 
+// fill sets the fields no variable sets directly: the selected service's
+// worker counts, lending and base queue, read by validateServices.
+func (w *Worker) fill(c *checker) {
+	if s := c.selected; s != nil {
+		w.Workers, w.Lend, w.LendFloor, w.baseQueue = s.counts, s.lend, s.floor, s.svc.BaseQueue()
+	}
+	w.Jobs.fill(c)
+}
+
 func (w *Worker) validate(c *checker) {
 	w.Database.validate(c)
 	w.Logging.validate(c)
@@ -174,9 +245,10 @@ func (w *Worker) validate(c *checker) {
 }
 
 // validateServices checks WORKER_SERVICE against the registered services
-// and every service's worker counts, and keeps the selected service's
-// counts and base queue. It reads the raw variables only, so it runs even
-// when another variable did not parse.
+// and every service's worker counts, and keeps what the selected service's
+// variables set in the checker (fill copies it into the Worker). It reads
+// the raw variables only, so it runs even when another variable did not
+// parse.
 func (w *Worker) validateServices(c *checker) {
 	if c.services == nil {
 		panic("config: a Worker is loaded with LoadWorker, which knows the application's services")
@@ -192,8 +264,7 @@ func (w *Worker) validateServices(c *checker) {
 		if svc != selected {
 			continue
 		}
-		w.Service, w.Workers, w.baseQueue = name, counts, svc.BaseQueue()
-		w.Lend, w.LendFloor = lend, floor
+		c.selected = &selectedService{svc: svc, counts: counts, lend: lend, floor: floor}
 		if ok && counts == (service.ClassWorkers{}) {
 			c.fail("Service", "serves no queue: set at least one of %sQUEUE_{PRIORITY,DEFAULT,SCHEDULED}_WORKERS above 0", svc.EnvPrefix())
 		}

@@ -84,7 +84,12 @@ func runInvoicesWorker(t *testing.T, db *testdb.DB) {
 	cfg, err := config.LoadWorker(append(bareEnv(db), "WORKER_SERVICE=invoices"), registry)
 	require.NoError(t, err)
 	runUntilRecorded(t, db, "worker", `msg="worker started"`, func(ctx context.Context, logger *slog.Logger) error {
-		return worker.Run(ctx, cfg, logger, invoicesRegistry)
+		workerConfig, err := cfg.Config(registry, logger)
+		if err != nil {
+			return err
+		}
+		workerConfig.NewServices = invoicesRegistry
+		return worker.Run(ctx, workerConfig)
 	})
 }
 
@@ -103,13 +108,25 @@ func TestProcessesRecordTheirServices(t *testing.T) {
 
 	schedulerCfg, err := config.Load[config.Scheduler](bareEnv(db))
 	require.NoError(t, err)
+	registry, err := invoicesRegistry(nil)
+	require.NoError(t, err)
 	runUntilRecorded(t, db, "scheduler", `msg="scheduler started"`, func(ctx context.Context, logger *slog.Logger) error {
-		return scheduler.Run(ctx, schedulerCfg, logger, invoicesRegistry)
+		schedulerConfig, err := schedulerCfg.Config(registry, logger)
+		if err != nil {
+			return err
+		}
+		schedulerConfig.NewServices = invoicesRegistry
+		return scheduler.Run(ctx, schedulerConfig)
 	})
 	apiCfg, err := config.Load[config.API](append(bareEnv(db), "API_ADDR=127.0.0.1:0", "API_TOKEN=producer-token-0123456789", "API_ADMIN_TOKEN=admin-token-0123456789"))
 	require.NoError(t, err)
 	runUntilRecorded(t, db, "api", `msg="api listening"`, func(ctx context.Context, logger *slog.Logger) error {
-		return api.Run(ctx, apiCfg, logger, invoicesRegistry)
+		apiConfig, err := apiCfg.Config(registry, logger)
+		if err != nil {
+			return err
+		}
+		apiConfig.NewServices = invoicesRegistry
+		return api.Run(ctx, apiConfig)
 	})
 
 	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM tierq_services`))

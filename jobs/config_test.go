@@ -8,6 +8,7 @@ import (
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/jobs/jobsconfig"
 )
 
 func TestAnalysisRoots(t *testing.T) {
@@ -25,7 +26,7 @@ func TestAnalysisRoots(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			analysis, err := config.LoadSection[jobs.AnalysisConfig](tt.give)
+			analysis, err := config.LoadSection[jobsconfig.AnalysisConfig](tt.give)
 			require.NoError(t, err)
 			require.Equal(t, tt.want, analysis.Roots)
 		})
@@ -50,7 +51,7 @@ func TestAnalysisRootsBadValues(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := config.LoadSection[jobs.AnalysisConfig]([]string{"ANALYSIS_ROOTS=" + tt.give})
+			_, err := config.LoadSection[jobsconfig.AnalysisConfig]([]string{"ANALYSIS_ROOTS=" + tt.give})
 			require.ErrorIs(t, err, config.ErrInvalid)
 			var errs config.Errors
 			require.ErrorAs(t, err, &errs)
@@ -67,7 +68,7 @@ func TestMaintenanceConfig(t *testing.T) {
 	scheduler := &config.Scheduler{SweepBatch: 300}
 	scheduler.MaxAttempts = 7
 
-	m, err := jobs.LoadMaintenance(nil, scheduler)
+	m, err := jobsconfig.LoadMaintenance(nil, scheduler)
 	require.NoError(t, err)
 	require.Equal(t, 24*time.Hour, m.ReanalyzeStaleAfter)
 	require.Equal(t, 90*24*time.Hour, m.RetentionPeriod)
@@ -79,13 +80,13 @@ func TestMaintenanceConfig(t *testing.T) {
 	require.Equal(t, time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), m.ReanalyzeSchedule.Next(from).UTC())
 	require.Equal(t, time.Date(2026, 11, 22, 3, 30, 0, 0, time.UTC), m.RetentionSchedule.Next(from).UTC())
 
-	m, err = jobs.LoadMaintenance([]string{"CRON_TZ=Asia/Tokyo", "RETENTION_CRON=30 3 * * *"}, scheduler)
+	m, err = jobsconfig.LoadMaintenance([]string{"CRON_TZ=Asia/Tokyo", "RETENTION_CRON=30 3 * * *"}, scheduler)
 	require.NoError(t, err)
 	from = time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC) // 09:00 in Tokyo
 	require.Equal(t, time.Date(2026, 11, 21, 18, 30, 0, 0, time.UTC), m.RetentionSchedule.Next(from).UTC())
 
 	// @every runs on multiples of its period.
-	m, err = jobs.LoadMaintenance([]string{"REANALYZE_CRON=@every 6h", "RETENTION_CRON=@every 2s"}, scheduler)
+	m, err = jobsconfig.LoadMaintenance([]string{"REANALYZE_CRON=@every 6h", "RETENTION_CRON=@every 2s"}, scheduler)
 	require.NoError(t, err)
 	from = time.Date(2026, 11, 21, 7, 10, 3, 500, time.UTC)
 	require.Equal(t, time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), m.ReanalyzeSchedule.Next(from))
@@ -109,7 +110,7 @@ func TestMaintenanceConfigBadValues(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := jobs.LoadMaintenance([]string{tt.give}, &config.Scheduler{})
+			_, err := jobsconfig.LoadMaintenance([]string{tt.give}, &config.Scheduler{})
 			require.ErrorIs(t, err, config.ErrInvalid)
 			var errs config.Errors
 			require.ErrorAs(t, err, &errs)
@@ -125,7 +126,7 @@ func TestMaintenanceConfigBadValues(t *testing.T) {
 	// them; the cron expressions are not blamed for it.
 	environ := []string{"DATABASE_URL=postgres://127.0.0.1/x", "CRON_TZ=Mars/Olympus"}
 	scheduler, schedulerErr := config.Load[config.Scheduler](environ)
-	_, maintenanceErr := jobs.LoadMaintenance(environ, &scheduler)
+	_, maintenanceErr := jobsconfig.LoadMaintenance(environ, &scheduler)
 	require.EqualError(t, maintenanceErr, `invalid configuration: CRON_TZ="Mars/Olympus": not a time zone name (examples: UTC, Europe/Berlin)`)
 	require.EqualError(t, config.Join(schedulerErr, maintenanceErr),
 		`invalid configuration: CRON_TZ="Mars/Olympus": not a time zone name (examples: UTC, Europe/Berlin)`)

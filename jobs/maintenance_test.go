@@ -15,6 +15,7 @@ import (
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/jobs/jobsconfig"
 	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/scheduler"
@@ -34,13 +35,15 @@ func startMaintenance(t *testing.T, db *testdb.DB, environ ...string) *river.Cli
 	}, environ...)
 	cfg, err := config.Load[config.Scheduler](environ)
 	require.NoError(t, err)
-	maintenance, err := jobs.LoadMaintenance(environ, &cfg)
+	maintenance, err := jobsconfig.LoadMaintenance(environ, &cfg)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	services, err := jobs.Registry(jobs.Deps{Pool: db.Pool, Logger: logger, Maintenance: maintenance})
 	require.NoError(t, err)
 	m := metrics.NewScheduler(prometheus.NewRegistry(), services.Queues())
-	riverConfig, err := scheduler.RiverConfig(cfg, db.Pool, services, logger, m)
+	schedulerConfig, err := cfg.Config(services, logger)
+	require.NoError(t, err)
+	riverConfig, err := scheduler.RiverConfig(schedulerConfig, db.Pool, services, m)
 	require.NoError(t, err)
 	return db.Start(t, riverConfig)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/jobs/jobsconfig"
 )
 
 // TestEveryKindDeclaresItsTimeout: each kind of the reference app declares
@@ -20,7 +21,7 @@ func TestEveryKindDeclaresItsTimeout(t *testing.T) {
 
 	cfg, err := config.Load[config.Scheduler]([]string{"DATABASE_URL=postgres://127.0.0.1:1/none"})
 	require.NoError(t, err)
-	maintenance, err := jobs.LoadMaintenance(nil, &cfg)
+	maintenance, err := jobsconfig.LoadMaintenance(nil, &cfg)
 	require.NoError(t, err)
 	registry, err := jobs.Registry(jobs.Deps{Maintenance: maintenance})
 	require.NoError(t, err)

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -10,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/process"
 	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/service"
@@ -32,15 +32,15 @@ type runOptions struct {
 // no service whose stuck jobs the leader's rescuer must still retry rather
 // than discard as unknown, such as the reference app's load-test kind
 // (jobs.LoadTestKind). Each declares its timeout as every kind does
-// (service.Timeout), and Run checks RESCUE_STUCK_JOBS_AFTER against it. A
+// (service.Timeout), and Run checks Config.RescueStuckJobsAfter against it. A
 // kind registered twice is an error. Several AddKinds add up.
 func AddKinds(kinds func(pool *pgxpool.Pool) []service.Kind) RunOption {
 	return func(o *runOptions) { o.addKinds = append(o.addKinds, kinds) }
 }
 
-// LogAttrs adds attrs to the "scheduler started" line: the settings of the
-// application's own periodic jobs (the reference app logs its cron jobs'
-// next runs). Several LogAttrs add up.
+// LogAttrs adds attrs to the "scheduler started" line, after
+// Config.LogAttrs: the settings of the application's own periodic jobs (the
+// reference app logs its cron jobs' next runs). Several LogAttrs add up.
 func LogAttrs(attrs ...slog.Attr) RunOption {
 	return func(o *runOptions) {
 		for _, a := range attrs {
@@ -49,54 +49,73 @@ func LogAttrs(attrs ...slog.Attr) RunOption {
 	}
 }
 
-// Run runs a scheduler deployment until ctx ends or the process gets
-// SIGINT or SIGTERM. It connects to cfg's database, builds the
-// application's services on the pool with newServices, and runs the River
-// client RiverConfig makes of them (plus the workers of AddKinds), with
-// tierq's job metrics and the scheduler's (the sweeps' counts, and
-// tierq_leader, which WatchLeader refreshes every second), served at
-// /metrics on cfg.MetricsAddr when set. "scheduler started" is logged
-// with the client ID, cfg's rescue, time zone, aging and escalation
-// settings, and LogAttrs'.
+// Run runs a scheduler deployment of cfg until ctx ends or the process
+// gets SIGINT or SIGTERM. cfg takes its defaults (Config.WithDefaults) and
+// is validated first (Config.Validate: every problem at once). Run
+// connects with cfg.PoolConfig (required), builds the application's
+// services on the pool with cfg.NewServices (or takes cfg.Registry), and
+// runs the River client RiverConfig makes of them (plus the workers of
+// AddKinds), with tierq's job metrics and the scheduler's (the sweeps'
+// counts, and tierq_leader, which WatchLeader refreshes every second),
+// served at /metrics on cfg.MetricsAddr when set. "scheduler started" is
+// logged with the client ID, cfg's rescue, aging and escalation settings,
+// cfg.LogAttrs and LogAttrs'.
 //
 // Once it has built the services, before its River client starts, Run
-// returns an error matching config.ErrInvalid (a main exits 2 on it) when
-// RESCUE_STUCK_JOBS_AFTER is not longer than the timeout of every kind it
+// returns cfg.CheckKindTimeouts' error (by default a *KindTimeoutsError)
+// when RescueStuckJobsAfter is not longer than the timeout of every kind it
 // registers (Timeouts: its own, the services' and AddKinds'; each kind
-// declares its own, service.Timeout), naming the variable and each kind
-// (config.Scheduler.CheckKindTimeouts). A main that wants the check before
-// it connects makes it itself on a registry built without a pool, as the
-// reference app's does. When JOB_TIMEOUT was set Run logs a warning listing
-// the kinds' timeouts: JOB_TIMEOUT applies to none of them.
+// declares its own, service.Timeout). A main that wants the check before it
+// connects makes it itself on a registry built without a pool, as the
+// reference app's does. With cfg.WarnJobTimeout Run logs a warning listing
+// the kinds' timeouts: JobTimeout applies to none of them.
 //
 // On the first signal River stops fetching, resigns leadership (another
 // replica takes over at once) and lets running jobs finish for up to
 // cfg.SoftStopTimeout, then cancels them, and Run returns nil; a second
 // signal kills the process at once.
-func Run(ctx context.Context, cfg config.Scheduler, logger *slog.Logger, newServices func(pool *pgxpool.Pool) (*service.Registry, error), opts ...RunOption) error {
+func Run(ctx context.Context, cfg Config, opts ...RunOption) error {
 	var o runOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
-	poolConfig, err := cfg.PoolConfig()
-	if err != nil {
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	cfg = cfg.WithDefaults()
+	if cfg.PoolConfig == nil {
+		return errors.New("scheduler: Config.PoolConfig is required to run")
+	}
+	logger := cfg.Logger
 
 	registry := metrics.NewRegistry()
 	// Made with the client (its queues are the services'), before
 	// Background runs.
 	var schedulerMetrics *metrics.Scheduler
+	attrs := []any{
+		slog.Duration("rescue_stuck_jobs_after", cfg.RescueStuckJobsAfter),
+		slog.Duration("aging_interval", cfg.agingInterval()),
+		slog.Duration("aging_step", cfg.AgingStep),
+		slog.Int("aging_max_priority", cfg.AgingMaxPriority),
+		slog.Duration("escalate_scheduled_after", cfg.escalateScheduledAfter()),
+		slog.Duration("escalate_default_after", cfg.EscalateDefaultAfter),
+	}
+	for _, a := range cfg.LogAttrs {
+		attrs = append(attrs, a)
+	}
 	return process.Run(ctx, process.Spec{
 		Name:            "scheduler",
 		Logger:          logger,
-		Pool:            poolConfig,
+		Pool:            cfg.PoolConfig,
 		Schema:          cfg.Schema,
-		SoftStopTimeout: cfg.SoftStopTimeout,
+		SoftStopTimeout: max(cfg.SoftStopTimeout, 0), // as River's: 0 waits however long
 		NewClient: func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
-			services, err := newServices(pool)
-			if err != nil {
-				return nil, fmt.Errorf("scheduler: services: %w", err)
+			services := cfg.Registry
+			if cfg.NewServices != nil {
+				var err error
+				if services, err = cfg.NewServices(pool); err != nil {
+					return nil, fmt.Errorf("scheduler: services: %w", err)
+				}
 			}
 			// Every kind the scheduler registers: its services' and their
 			// periodic kinds, AddKinds', and its own.
@@ -105,10 +124,10 @@ func Run(ctx context.Context, cfg config.Scheduler, logger *slog.Logger, newServ
 				extra = append(extra, kinds(pool)...)
 			}
 			timeouts := Timeouts(services, extra...)
-			if err := cfg.CheckKindTimeouts(timeouts); err != nil {
+			if err := cfg.CheckKindTimeouts(cfg.RescueStuckJobsAfter, timeouts); err != nil {
 				return nil, err
 			}
-			if cfg.JobTimeoutSet() {
+			if cfg.WarnJobTimeout {
 				logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: every kind made with service.WorkerKind has its own timeout (service.Timeout, else service.DefaultTimeout, 1m; docs/operations.md, \"Job timeouts and rescue\"); JOB_TIMEOUT bounds only workers registered with River directly",
 					slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(timeouts)))
 			}
@@ -116,7 +135,7 @@ func Run(ctx context.Context, cfg config.Scheduler, logger *slog.Logger, newServ
 				return nil, fmt.Errorf("scheduler: %w", err)
 			}
 			schedulerMetrics = metrics.NewScheduler(registry, services.Queues())
-			riverConfig, err := RiverConfig(cfg, pool, services, logger, schedulerMetrics)
+			riverConfig, err := RiverConfig(cfg, pool, services, schedulerMetrics)
 			if err != nil {
 				return nil, err
 			}
@@ -132,14 +151,6 @@ func Run(ctx context.Context, cfg config.Scheduler, logger *slog.Logger, newServ
 		Background: func(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx]) {
 			WatchLeader(ctx, pool, logger, leaderWatchInterval, client.ID(), schedulerMetrics)
 		},
-		Attrs: append([]any{
-			slog.Duration("rescue_stuck_jobs_after", cfg.RescueStuckJobsAfter),
-			slog.String("cron_tz", cfg.CronTZ),
-			slog.Duration("aging_interval", cfg.AgingInterval),
-			slog.Duration("aging_step", cfg.AgingStep),
-			slog.Int("aging_max_priority", cfg.AgingMaxPriority),
-			slog.Duration("escalate_scheduled_after", cfg.EscalateScheduledAfter),
-			slog.Duration("escalate_default_after", cfg.EscalateDefaultAfter),
-		}, o.attrs...),
+		Attrs: append(attrs, o.attrs...),
 	})
 }

@@ -68,7 +68,7 @@ func TestRun(t *testing.T) {
 		defer cancel()
 		done := make(chan error, 1)
 		go func() {
-			done <- scheduler.Run(ctx, cfg, slog.New(slog.NewTextHandler(out, nil)), newServices,
+			done <- scheduler.Run(ctx, runConfig(t, cfg, slog.New(slog.NewTextHandler(out, nil)), newServices),
 				scheduler.AddKinds(func(pool *pgxpool.Pool) []service.Kind {
 					extraPool = pool
 					return []service.Kind{service.WorkerKind(&exportWorker{pool: pool}, service.Timeout[exportArgs](3*time.Minute))}
@@ -159,7 +159,7 @@ func TestRun(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
 				cfg := schedulerConfig(t, db, "RESCUE_STUCK_JOBS_AFTER="+tt.rescue, "JOB_TIMEOUT=30s")
-				err := scheduler.Run(context.Background(), cfg, discard, tt.newServices, tt.opts...)
+				err := scheduler.Run(context.Background(), runConfig(t, cfg, discard, tt.newServices), tt.opts...)
 				require.ErrorIs(t, err, config.ErrInvalid)
 				require.Equal(t, strings.ReplaceAll(prefix, "%s", tt.rescue)+tt.want, err.Error())
 			})

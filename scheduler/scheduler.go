@@ -19,26 +19,25 @@
 // kind declares its own, service.Timeout). A team's scheduler is a few
 // lines of its main:
 //
-//	cfg, err := config.Load[config.Scheduler](environ) // exit 2 on config.ErrInvalid
-//	if err != nil {
-//		return err
-//	}
-//	logger := cfg.NewLogger(stdout)
-//	return scheduler.Run(ctx, cfg, logger, newServices)
+//	return scheduler.Run(ctx, scheduler.Config{
+//		Registry:   registry, // the team's service.Registry
+//		PoolConfig: poolConfig,
+//		Logger:     logger,
+//	})
 //
-// where newServices(pool) builds the team's registry (see the example).
+// A Config is built in Go from the registry and plain values (see the
+// example), or from the environment by package config
+// (config.Scheduler.Config), which this package does not import.
 package scheduler
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/service"
 )
@@ -52,9 +51,11 @@ const Queue = "scheduler"
 const periodicMaxAttempts = 3
 
 // RiverConfig is the River client configuration of the scheduler of
-// services, the application's registry: its sweeps age and escalate the
-// jobs of the services' queues and count what they change in m (made with
-// services.Queues()).
+// services, the application's registry (Config.Registry, or one of the
+// same services built on pool): its sweeps age and escalate the jobs of
+// the services' queues and count what they change in m (made with
+// services.Queues()). cfg takes its defaults (Config.WithDefaults) and is
+// validated (Config.Validate).
 //
 // It registers the worker of every kind of services (Registry.AddWorkers:
 // the services' kinds, never worked here since their queues are not served,
@@ -62,11 +63,15 @@ const periodicMaxAttempts = 3
 // worked here) and of the scheduler's own kinds, each with the timeout its
 // kind declares, and fails when two of them clash. A caller may register
 // more kinds in the returned config's Workers (service.Kind.AddWorker)
-// before making the client, as Run does those of AddKinds; RESCUE_STUCK_JOBS_AFTER
-// must then be longer than Timeouts(services, those kinds...), which Run
-// checks and a caller of RiverConfig checks itself
-// (config.Scheduler.CheckKindTimeouts).
-func RiverConfig(cfg config.Scheduler, pool *pgxpool.Pool, services *service.Registry, logger *slog.Logger, m *metrics.Scheduler) (*river.Config, error) {
+// before making the client, as Run does those of AddKinds;
+// RescueStuckJobsAfter must then be longer than Timeouts(services, those
+// kinds...), which Run checks and a caller of RiverConfig checks itself
+// (CheckKindTimeouts).
+func RiverConfig(cfg Config, pool *pgxpool.Pool, services *service.Registry, m *metrics.Scheduler) (*river.Config, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
 	workers := river.NewWorkers()
 	if err := services.AddWorkers(workers); err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
@@ -74,7 +79,7 @@ func RiverConfig(cfg config.Scheduler, pool *pgxpool.Pool, services *service.Reg
 	id := clientID()
 	// Kind.AddWorker is River's AddWorkerSafely: a service may not take one
 	// of the scheduler's kinds.
-	for _, k := range ownKinds(cfg, pool, logger, m, id, services.Queues()) {
+	for _, k := range ownKinds(&cfg, pool, m, id, services.Queues()) {
 		if err := k.AddWorker(workers); err != nil {
 			return nil, fmt.Errorf("scheduler: %w", err)
 		}
@@ -87,14 +92,15 @@ func RiverConfig(cfg config.Scheduler, pool *pgxpool.Pool, services *service.Reg
 		FetchOnlyKnownKinds:         true,
 		ID:                          id,
 		JobTimeout:                  cfg.JobTimeout,
-		Logger:                      logger,
+		Logger:                      cfg.Logger,
 		MaxAttempts:                 cfg.MaxAttempts,
 		PeriodicJobs:                PeriodicJobs(cfg, services),
 		Queues:                      map[string]river.QueueConfig{Queue: {MaxWorkers: cfg.QueueWorkers}},
 		RescueStuckJobsAfter:        cfg.RescueStuckJobsAfter,
 		Schema:                      cfg.Schema,
-		SoftStopTimeout:             cfg.SoftStopTimeout,
-		Workers:                     workers,
+		// River waits for running jobs however long without one.
+		SoftStopTimeout: max(cfg.SoftStopTimeout, 0),
+		Workers:         workers,
 	}, nil
 }
 
@@ -114,9 +120,10 @@ func clientID() string {
 	return id
 }
 
-// PeriodicJobs are the scheduler's own periodic jobs for cfg, then every
-// service's (services.PeriodicJobs). A sweep whose interval is 0, or
-// escalation with both rules off, is left out.
+// PeriodicJobs are the scheduler's own periodic jobs for cfg (with its
+// defaults), then every service's (services.PeriodicJobs). Aging turned off
+// (a negative AgingInterval), or escalation with both rules off, is left
+// out.
 //
 // Each periodic job of the scheduler is unique by period, so that no period
 // runs twice: the sweeps use their interval as the period. They run when a
@@ -125,7 +132,8 @@ func clientID() string {
 // rare occasions skip one sweep; sweeps are idempotent and the next one
 // comes an interval later. A service's cron jobs made with CronJob are
 // unique by their slot.
-func PeriodicJobs(cfg config.Scheduler, services *service.Registry) []*river.PeriodicJob {
+func PeriodicJobs(cfg Config, services *service.Registry) []*river.PeriodicJob {
+	cfg = cfg.WithDefaults()
 	var periodic []*river.PeriodicJob
 	interval := func(id string, every time.Duration, args river.JobArgs) {
 		periodic = append(periodic, river.NewPeriodicJob(river.PeriodicInterval(every), func() (river.JobArgs, *river.InsertOpts) {
@@ -136,10 +144,10 @@ func PeriodicJobs(cfg config.Scheduler, services *service.Registry) []*river.Per
 			}
 		}, &river.PeriodicJobOpts{ID: id, RunOnStart: true}))
 	}
-	if cfg.AgingInterval > 0 {
+	if cfg.agingInterval() > 0 {
 		interval(KindAgingSweep, cfg.AgingInterval, AgingSweepArgs{})
 	}
-	if cfg.EscalateScheduledAfter > 0 || cfg.EscalateDefaultAfter > 0 {
+	if cfg.escalateScheduledAfter() > 0 || cfg.EscalateDefaultAfter > 0 {
 		interval(KindEscalationSweep, cfg.EscalationInterval, EscalationSweepArgs{})
 	}
 	interval(KindDLQDrain, cfg.DLQDrainInterval, DLQDrainArgs{})

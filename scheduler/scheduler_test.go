@@ -20,8 +20,10 @@ import (
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/internal/workertest"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/jobs/jobsconfig"
 	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/scheduler"
+	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/tiers"
 )
 
@@ -38,6 +40,18 @@ func schedulerConfig(t *testing.T, db *testdb.DB, extra ...string) config.Schedu
 	return cfg
 }
 
+// runConfig is cfg translated for scheduler.Run (config.Scheduler.Config),
+// logging to logger, its services built on Run's pool by newServices.
+func runConfig(t testing.TB, cfg config.Scheduler, logger *slog.Logger, newServices func(*pgxpool.Pool) (*service.Registry, error)) scheduler.Config {
+	t.Helper()
+	described, err := newServices(nil)
+	require.NoError(t, err)
+	schedulerConfig, err := cfg.Config(described, logger)
+	require.NoError(t, err)
+	schedulerConfig.NewServices = newServices
+	return schedulerConfig
+}
+
 func startScheduler(t *testing.T, db *testdb.DB, cfg config.Scheduler) *river.Client[pgx.Tx] {
 	t.Helper()
 	return db.Start(t, riverConfig(t, cfg, db.Pool, discard, newMetrics(t, prometheus.NewRegistry())))
@@ -51,11 +65,13 @@ func riverConfig(t testing.TB, cfg config.Scheduler, pool *pgxpool.Pool, logger 
 	// The analyzer's cron jobs have slots every 10 minutes: the latest is
 	// always younger than CronCatchUp, so both run once when the scheduler
 	// becomes leader (RunOnStart) and not again during a test.
-	maintenance, err := jobs.LoadMaintenance([]string{"REANALYZE_CRON=@every 10m", "RETENTION_CRON=@every 10m"}, &cfg)
+	maintenance, err := jobsconfig.LoadMaintenance([]string{"REANALYZE_CRON=@every 10m", "RETENTION_CRON=@every 10m"}, &cfg)
 	require.NoError(t, err)
 	services, err := jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
 	require.NoError(t, err)
-	rc, err := scheduler.RiverConfig(cfg, pool, services, logger, m)
+	schedulerConfig, err := cfg.Config(services, logger)
+	require.NoError(t, err)
+	rc, err := scheduler.RiverConfig(schedulerConfig, pool, services, m)
 	require.NoError(t, err)
 	require.NoError(t, jobs.LoadTestKind(pool).AddWorker(rc.Workers))
 	return rc

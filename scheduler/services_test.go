@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
@@ -65,7 +66,7 @@ func TestSchedulerServesAnyService(t *testing.T) {
 		"AGING_INTERVAL=1s", "AGING_STEP=1m", "AGING_MAX_PRIORITY=2",
 		"ESCALATION_INTERVAL=1s", "ESCALATE_SCHEDULED_AFTER=1h", "ESCALATE_DEFAULT_AFTER=3h")
 	reg := prometheus.NewRegistry()
-	riverConfig, err := scheduler.RiverConfig(cfg, db.Pool, services, discard, metrics.NewScheduler(reg, services.Queues()))
+	riverConfig, err := scheduler.RiverConfig(runConfig(t, cfg, discard, func(*pgxpool.Pool) (*service.Registry, error) { return services, nil }), db.Pool, services, metrics.NewScheduler(reg, services.Queues()))
 	require.NoError(t, err)
 	require.Equal(t, []string{"aging_sweep", "dlq_drain", "escalation_sweep", "purge_bounces", "send_mail"},
 		registeredKinds(t, riverConfig.Workers), "the mailer's kinds, its periodic kind and the scheduler's own")
@@ -114,7 +115,7 @@ func TestRiverConfigRefusesAKindOfTheScheduler(t *testing.T) {
 	services, err := service.NewRegistry(clash)
 	require.NoError(t, err)
 	cfg := schedulerConfig(t, testdb.New(t))
-	_, err = scheduler.RiverConfig(cfg, nil, services, discard, metrics.NewScheduler(prometheus.NewRegistry(), services.Queues()))
+	_, err = scheduler.RiverConfig(runConfig(t, cfg, discard, func(*pgxpool.Pool) (*service.Registry, error) { return services, nil }), nil, services, metrics.NewScheduler(prometheus.NewRegistry(), services.Queues()))
 	require.ErrorContains(t, err, scheduler.KindAgingSweep)
 }
 

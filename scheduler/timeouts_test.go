@@ -15,6 +15,7 @@ import (
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/jobs/jobsconfig"
 	"github.com/tierq/tierq/scheduler"
 )
 
@@ -60,7 +61,7 @@ func TestEveryRegisteredKindHasATimeout(t *testing.T) {
 
 	// The kinds cmd/scheduler registers, with their timeouts as it checks
 	// them.
-	maintenance, err := jobs.LoadMaintenance(nil, &cfg)
+	maintenance, err := jobsconfig.LoadMaintenance(nil, &cfg)
 	require.NoError(t, err)
 	services, err := jobs.Registry(jobs.Deps{Maintenance: maintenance})
 	require.NoError(t, err)

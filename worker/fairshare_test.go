@@ -50,7 +50,8 @@ func (b *fairBundle) startReplica(t *testing.T, env ...string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &proctest.Buffer{}
 	done := make(chan error, 1)
-	go func() { done <- worker.Run(ctx, cfg, slog.New(slog.NewTextHandler(out, nil)), newServices) }()
+	runCfg := runConfig(t, cfg, described, slog.New(slog.NewTextHandler(out, nil)), newServices)
+	go func() { done <- worker.Run(ctx, runCfg) }()
 	t.Cleanup(func() { proctest.WaitReturn(t, cancel, done, out) })
 }
 

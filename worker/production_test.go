@@ -99,10 +99,15 @@ func setupProduction(t *testing.T, env ...string) *productionBundle {
 	require.NoError(t, err)
 	proctest.Start(t, nil,
 		proctest.Deployment{Name: "worker", Run: func(ctx context.Context, _ []string, out io.Writer) error {
-			return worker.Run(ctx, workerCfg, slog.New(slog.NewTextHandler(out, nil)), productionRegistry)
+			return worker.Run(ctx, runConfig(t, workerCfg, registry, slog.New(slog.NewTextHandler(out, nil)), productionRegistry))
 		}},
 		proctest.Deployment{Name: "scheduler", Run: func(ctx context.Context, _ []string, out io.Writer) error {
-			return scheduler.Run(ctx, schedulerCfg, slog.New(slog.NewTextHandler(out, nil)), productionRegistry,
+			schedulerConfig, err := schedulerCfg.Config(registry, slog.New(slog.NewTextHandler(out, nil)))
+			if err != nil {
+				return err
+			}
+			schedulerConfig.NewServices = productionRegistry
+			return scheduler.Run(ctx, schedulerConfig,
 				scheduler.AddKinds(func(pool *pgxpool.Pool) []service.Kind {
 					return []service.Kind{service.WorkerKind(loadtest.NewWorker(pool), service.Timeout[loadtest.Args](loadtest.Timeout))}
 				}))

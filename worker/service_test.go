@@ -80,7 +80,7 @@ func TestRiverConfigOfAnotherService(t *testing.T) {
 
 	t.Run("queues, counts and kinds", func(t *testing.T) {
 		t.Parallel()
-		rc, err := worker.RiverConfig(cfg, newRegistry(t, newMailer(t, nil, "mail")), nil, discard)
+		rc, err := riverConfig(cfg, described, newRegistry(t, newMailer(t, nil, "mail")), nil, discard)
 		require.NoError(t, err)
 		require.Equal(t, map[string]river.QueueConfig{
 			"mail_priority": {MaxWorkers: 6, FetchCooldown: time.Millisecond, FetchPollInterval: 250 * time.Millisecond},
@@ -96,14 +96,14 @@ func TestRiverConfigOfAnotherService(t *testing.T) {
 		t.Parallel()
 		reference, err := jobs.Registry(jobs.Deps{})
 		require.NoError(t, err)
-		_, err = worker.RiverConfig(cfg, reference, nil, discard)
+		_, err = riverConfig(cfg, described, reference, nil, discard)
 		require.EqualError(t, err, `worker: service "mailer" is not registered (registered: analyzer, specgen)`)
 	})
 
 	t.Run("other queues than loaded with", func(t *testing.T) {
 		t.Parallel()
-		_, err := worker.RiverConfig(cfg, newRegistry(t, newMailer(t, nil, "post")), nil, discard)
-		require.ErrorContains(t, err, "is not one of service mailer's (post_priority, post_default, post_scheduled): the configuration was loaded with another registry")
+		_, err := riverConfig(cfg, described, newRegistry(t, newMailer(t, nil, "post")), nil, discard)
+		require.ErrorContains(t, err, "is not one of service mailer's (post_priority, post_default, post_scheduled): the configuration was made with another registry")
 	})
 
 	t.Run("kind taken by the load-test workload", func(t *testing.T) {
@@ -112,7 +112,7 @@ func TestRiverConfigOfAnotherService(t *testing.T) {
 		require.NoError(t, err)
 		withLoadTest := cfg
 		withLoadTest.LoadTestWorkload = true
-		_, err = worker.RiverConfig(withLoadTest, newRegistry(t, claims), nil, discard)
+		_, err = riverConfig(withLoadTest, described, newRegistry(t, claims), nil, discard)
 		require.ErrorContains(t, err, "worker: load-test workload")
 		require.ErrorContains(t, err, jobs.KindLoadTest)
 	})
@@ -156,7 +156,8 @@ func TestRunServesAnotherService(t *testing.T) {
 	defer cancel()
 	out := &proctest.Buffer{}
 	done := make(chan error, 1)
-	go func() { done <- worker.Run(runCtx, cfg, slog.New(slog.NewTextHandler(out, nil)), newServices) }()
+	runCfg := runConfig(t, cfg, described, slog.New(slog.NewTextHandler(out, nil)), newServices)
+	go func() { done <- worker.Run(runCtx, runCfg) }()
 
 	testdb.WaitFor(t, 20*time.Second, "both mails sent", func() bool {
 		return db.Count(t, `SELECT count(*) FROM river_job WHERE id = ANY($1) AND state = 'completed'`,

@@ -18,10 +18,10 @@ import (
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/jobs/jobsconfig"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/tiers"
-	"github.com/tierq/tierq/worker"
 )
 
 type testBundle struct {
@@ -59,7 +59,7 @@ func (b *testBundle) workerConfig(t *testing.T, svc *service.Service, extra ...s
 	require.NoError(t, err)
 	cfg, err := config.LoadWorker(environ, described)
 	require.NoError(t, err)
-	analysis, err := config.LoadSection[jobs.AnalysisConfig](environ)
+	analysis, err := config.LoadSection[jobsconfig.AnalysisConfig](environ)
 	require.NoError(t, err)
 	b.roots = analysis.Roots
 	return cfg
@@ -73,7 +73,9 @@ func (b *testBundle) start(t *testing.T, cfg config.Worker, mutate func(*river.C
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	services, err := jobs.Registry(jobs.Deps{Pool: b.db.Pool, Logger: logger, AnalysisRoots: b.roots})
 	require.NoError(t, err)
-	riverConfig, err := worker.RiverConfig(cfg, services, b.db.Pool, logger)
+	described, err := jobs.Registry(jobs.Deps{})
+	require.NoError(t, err)
+	riverConfig, err := riverConfig(cfg, described, services, b.db.Pool, logger)
 	require.NoError(t, err)
 	if mutate != nil {
 		mutate(riverConfig)

@@ -12,6 +12,7 @@ import (
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/ctl"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/jobs/jobsconfig"
 	"github.com/tierq/tierq/jobs/scan"
 	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/tiers"
@@ -39,7 +40,7 @@ cancel a job whose target is elsewhere.`,
 			flags.StringArrayVar(&targets, "target", []string{"."}, "directory to analyse (repeatable; jobs cycle through them)")
 		},
 		Prepare: func(environ []string) (*service.Service, func(int, tiers.Tier, string) river.JobArgs, error) {
-			analysis, err := config.LoadSection[jobs.AnalysisConfig](environ)
+			analysis, err := config.LoadSection[jobsconfig.AnalysisConfig](environ)
 			if err != nil {
 				return nil, nil, err
 			}

@@ -24,12 +24,12 @@ import (
 	"io"
 	"os"
 
-	"github.com/tierq/tierq/internal/process"
+	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/refapp"
 )
 
 func main() {
-	process.Exit("worker", run(context.Background(), os.Args, os.Environ(), os.Stdout))
+	config.Exit("worker", run(context.Background(), os.Args, os.Environ(), os.Stdout))
 }
 
 func run(ctx context.Context, _ []string, environ []string, stdout io.Writer) error {

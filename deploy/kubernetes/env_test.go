@@ -16,6 +16,7 @@ import (
 	"github.com/tierq/tierq/examples/thumbnail"
 	"github.com/tierq/tierq/examples/thumbnail/app"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/jobs/jobsconfig"
 	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/service"
 )
@@ -170,7 +171,7 @@ func loadProcess(t *testing.T, c corev1.Container, env map[string]string) (proce
 			r, err := jobs.Registry(jobs.Deps{})
 			require.NoError(t, err)
 			registry = r
-			analysis, err := config.LoadSection[jobs.AnalysisConfig](environ)
+			analysis, err := config.LoadSection[jobsconfig.AnalysisConfig](environ)
 			sectionErr = err
 			if err == nil && env["WORKER_SERVICE"] == jobs.ServiceAnalyzer {
 				p.reads = analysis.Roots
@@ -195,7 +196,7 @@ func loadProcess(t *testing.T, c corev1.Container, env map[string]string) (proce
 		// (which RunSchedulerWithReference calls) once connected: checked
 		// here for both.
 		cfg, err := config.Load[config.Scheduler](environ)
-		_, maintenanceErr := jobs.LoadMaintenance(environ, &cfg)
+		_, maintenanceErr := jobsconfig.LoadMaintenance(environ, &cfg)
 		if err := config.Join(err, maintenanceErr); err != nil {
 			return p, err
 		}
@@ -206,7 +207,7 @@ func loadProcess(t *testing.T, c corev1.Container, env map[string]string) (proce
 	case "api", "thumbnail-api-with-reference":
 		// Both bound the analyzer's targets (ANALYSIS_ROOTS).
 		cfg, err := config.Load[config.API](environ)
-		_, analysisErr := config.LoadSection[jobs.AnalysisConfig](environ)
+		_, analysisErr := config.LoadSection[jobsconfig.AnalysisConfig](environ)
 		if err := config.Join(err, analysisErr); err != nil {
 			return p, err
 		}
@@ -240,7 +241,7 @@ func schedulerTimeouts(t *testing.T, binary string) map[string]time.Duration {
 	require.True(t, ok, "%s is not a scheduler of the manifests", binary)
 	cfg, err := config.Load[config.Scheduler]([]string{"DATABASE_URL=postgres://127.0.0.1:1/none"})
 	require.NoError(t, err)
-	maintenance, err := jobs.LoadMaintenance(nil, &cfg)
+	maintenance, err := jobsconfig.LoadMaintenance(nil, &cfg)
 	require.NoError(t, err)
 	services, err := registry(jobs.Deps{Maintenance: maintenance})
 	require.NoError(t, err)

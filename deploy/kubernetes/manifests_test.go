@@ -27,6 +27,7 @@ import (
 	"github.com/tierq/tierq/config"
 	tierqprocess "github.com/tierq/tierq/internal/process"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/jobs/jobsconfig"
 	"github.com/tierq/tierq/routing"
 )
 
@@ -68,7 +69,7 @@ func secretVars() []string {
 	}
 	for _, t := range []reflect.Type{
 		reflect.TypeFor[config.Worker](), reflect.TypeFor[config.Scheduler](), reflect.TypeFor[config.API](), reflect.TypeFor[config.CLI](),
-		reflect.TypeFor[jobs.AnalysisConfig](), reflect.TypeFor[jobs.MaintenanceConfig](),
+		reflect.TypeFor[jobsconfig.AnalysisConfig](), reflect.TypeFor[jobsconfig.MaintenanceConfig](),
 	} {
 		walk(t)
 	}

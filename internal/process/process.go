@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -20,22 +19,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/migrate"
 )
-
-// Exit ends a command whose run returned err: status 0 on nil, 2 (after the
-// message) for invalid configuration, 1 for anything else.
-func Exit(name string, err error) {
-	if err == nil {
-		os.Exit(0)
-	}
-	fmt.Fprintln(os.Stderr, name+":", err)
-	if errors.Is(err, config.ErrInvalid) {
-		os.Exit(config.ExitCodeInvalid)
-	}
-	os.Exit(1)
-}
 
 // CheckSchema reads schema's migration versions (migrate.Read) before a
 // process starts: a schema missing a migration is a *migrate.SchemaError

@@ -22,6 +22,7 @@ import (
 	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/jobs/jobsconfig"
 	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/worker"
@@ -38,22 +39,25 @@ func RunWorker(ctx context.Context, environ []string, stdout io.Writer) error {
 		return err
 	}
 	cfg, err := config.LoadWorker(environ, described)
-	analysis, analysisErr := config.LoadSection[jobs.AnalysisConfig](environ)
+	analysis, analysisErr := config.LoadSection[jobsconfig.AnalysisConfig](environ)
 	if err := config.Join(err, analysisErr); err != nil {
 		return err
 	}
 	logger := cfg.NewLogger(stdout)
-
-	var attrs []slog.Attr
-	if cfg.Service == jobs.ServiceAnalyzer {
-		attrs = append(attrs, slog.String("analysis_roots", analysis.Roots.String()))
+	workerConfig, err := cfg.Config(described, logger)
+	if err != nil {
+		return err
 	}
-	return worker.Run(ctx, cfg, logger, func(pool *pgxpool.Pool) (*service.Registry, error) {
+	if cfg.Service == jobs.ServiceAnalyzer {
+		workerConfig.LogAttrs = append(workerConfig.LogAttrs, slog.String("analysis_roots", analysis.Roots.String()))
+	}
+	workerConfig.NewServices = func(pool *pgxpool.Pool) (*service.Registry, error) {
 		if err := applyMigrations(ctx, pool, cfg.Schema, logger); err != nil {
 			return nil, err
 		}
 		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: analysis.Roots})
-	}, attrs...)
+	}
+	return worker.Run(ctx, workerConfig)
 }
 
 // RunScheduler runs one scheduler replica (cmd/scheduler) configured by
@@ -63,7 +67,7 @@ func RunWorker(ctx context.Context, environ []string, stdout io.Writer) error {
 // any connection.
 func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error {
 	cfg, err := config.Load[config.Scheduler](environ)
-	maintenance, maintenanceErr := jobs.LoadMaintenance(environ, &cfg)
+	maintenance, maintenanceErr := jobsconfig.LoadMaintenance(environ, &cfg)
 	if err := config.Join(err, maintenanceErr); err != nil {
 		return err
 	}
@@ -78,13 +82,17 @@ func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error
 		return err
 	}
 	logger := cfg.NewLogger(stdout)
-	return scheduler.Run(ctx, cfg, logger,
-		func(pool *pgxpool.Pool) (*service.Registry, error) {
-			if err := applyMigrations(ctx, pool, cfg.Schema, logger); err != nil {
-				return nil, err
-			}
-			return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
-		},
+	schedulerConfig, err := cfg.Config(described, logger)
+	if err != nil {
+		return err
+	}
+	schedulerConfig.NewServices = func(pool *pgxpool.Pool) (*service.Registry, error) {
+		if err := applyMigrations(ctx, pool, cfg.Schema, logger); err != nil {
+			return nil, err
+		}
+		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
+	}
+	return scheduler.Run(ctx, schedulerConfig,
 		// The load test's kind, no service's, is registered so that the
 		// rescuer on this leader retries a stuck load-test job.
 		scheduler.AddKinds(func(pool *pgxpool.Pool) []service.Kind {
@@ -99,16 +107,26 @@ func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error
 // config.ErrInvalid, returned before any connection.
 func RunAPI(ctx context.Context, environ []string, stdout io.Writer) error {
 	cfg, err := config.Load[config.API](environ)
-	analysis, analysisErr := config.LoadSection[jobs.AnalysisConfig](environ)
+	analysis, analysisErr := config.LoadSection[jobsconfig.AnalysisConfig](environ)
 	if err := config.Join(err, analysisErr); err != nil {
 		return err
 	}
 	logger := cfg.NewLogger(stdout)
-	return api.Run(ctx, cfg, logger, func(pool *pgxpool.Pool) (*service.Registry, error) {
-		// ANALYSIS_ROOTS reaches the API through the analyzer's check of
-		// its requests.
+	// ANALYSIS_ROOTS reaches the API through the analyzer's check of its
+	// requests.
+	described, err := jobs.Registry(jobs.Deps{AnalysisRoots: analysis.Roots})
+	if err != nil {
+		return err
+	}
+	apiConfig, err := cfg.Config(described, logger)
+	if err != nil {
+		return err
+	}
+	apiConfig.NewServices = func(pool *pgxpool.Pool) (*service.Registry, error) {
 		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: analysis.Roots})
-	}, slog.String("analysis_roots", analysis.Roots.String()))
+	}
+	apiConfig.LogAttrs = []slog.Attr{slog.String("analysis_roots", analysis.Roots.String())}
+	return api.Run(ctx, apiConfig)
 }
 
 // applyMigrations applies the reference app's migration line

@@ -1,7 +1,7 @@
 // Package workertest builds the River configuration of the reference app's
 // worker deployments in tests, as cmd/worker builds it: the configuration
 // from an environment (config.LoadWorker), the reference app's services
-// (jobs.Registry) built on the test's pool, then worker.RiverConfig.
+// (jobs.Registry) built on the test's pool, then worker.New and Deployment.RiverConfig.
 package workertest
 
 import (
@@ -15,6 +15,7 @@ import (
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/jobs/jobsconfig"
 	"github.com/tierq/tierq/worker"
 )
 
@@ -29,13 +30,17 @@ func RiverConfig(t testing.TB, db *testdb.DB, environ ...string) *river.Config {
 	environ = append([]string{"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema}, environ...)
 	cfg, err := config.LoadWorker(environ, described)
 	require.NoError(t, err)
-	analysis, err := config.LoadSection[jobs.AnalysisConfig](environ)
+	analysis, err := config.LoadSection[jobsconfig.AnalysisConfig](environ)
 	require.NoError(t, err)
 
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	services, err := jobs.Registry(jobs.Deps{Pool: db.Pool, Logger: logger, AnalysisRoots: analysis.Roots})
 	require.NoError(t, err)
-	riverConfig, err := worker.RiverConfig(cfg, services, db.Pool, logger)
+	workerConfig, err := cfg.Config(described, logger)
+	require.NoError(t, err)
+	deployment, err := worker.New(workerConfig)
+	require.NoError(t, err)
+	riverConfig, err := deployment.RiverConfig(services, db.Pool)
 	require.NoError(t, err)
 	return riverConfig
 }

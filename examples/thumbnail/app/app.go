@@ -15,13 +15,10 @@ import (
 	"io"
 	"path/filepath"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/examples/thumbnail"
 	"github.com/tierq/tierq/scheduler"
-	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/worker"
 )
 
@@ -31,18 +28,21 @@ import (
 // (absolute, required), and a tierq worker's variables (.env.example).
 func RunWorker(ctx context.Context, environ []string, stdout io.Writer) error {
 	dirs, dirsErr := config.LoadSection[Dirs](environ)
-	services := func(*pgxpool.Pool) (*service.Registry, error) {
-		return thumbnail.Registry(thumbnail.Deps{SourceDir: dirs.SourceDir, OutputDir: dirs.OutputDir})
-	}
-	described, err := services(nil)
+	// The thumbnail worker needs no pool: the registry that describes the
+	// service is the one the deployment runs.
+	registry, err := thumbnail.Registry(thumbnail.Deps{SourceDir: dirs.SourceDir, OutputDir: dirs.OutputDir})
 	if err != nil {
 		return err
 	}
-	cfg, err := config.LoadWorker(environ, described)
+	cfg, err := config.LoadWorker(environ, registry)
 	if err := config.Join(err, dirsErr); err != nil {
 		return err
 	}
-	return worker.Run(ctx, cfg, cfg.NewLogger(stdout), services)
+	workerConfig, err := cfg.Config(registry, cfg.NewLogger(stdout))
+	if err != nil {
+		return err
+	}
+	return worker.Run(ctx, workerConfig)
 }
 
 // RunScheduler runs the thumbnail service's scheduler deployment: its
@@ -55,11 +55,15 @@ func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error
 	if err != nil {
 		return err
 	}
-	return scheduler.Run(ctx, cfg, cfg.NewLogger(stdout),
-		func(*pgxpool.Pool) (*service.Registry, error) {
-			return thumbnail.Registry(thumbnail.Deps{})
-		},
-	)
+	registry, err := thumbnail.Registry(thumbnail.Deps{})
+	if err != nil {
+		return err
+	}
+	schedulerConfig, err := cfg.Config(registry, cfg.NewLogger(stdout))
+	if err != nil {
+		return err
+	}
+	return scheduler.Run(ctx, schedulerConfig)
 }
 
 // RunAPI runs the thumbnail service's API: POST /v1/jobs accepts kind
@@ -71,9 +75,15 @@ func RunAPI(ctx context.Context, environ []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return api.Run(ctx, cfg, cfg.NewLogger(stdout), func(*pgxpool.Pool) (*service.Registry, error) {
-		return thumbnail.Registry(thumbnail.Deps{})
-	})
+	registry, err := thumbnail.Registry(thumbnail.Deps{})
+	if err != nil {
+		return err
+	}
+	apiConfig, err := cfg.Config(registry, cfg.NewLogger(stdout))
+	if err != nil {
+		return err
+	}
+	return api.Run(ctx, apiConfig)
 }
 
 // Dirs is the thumbnail service's own configuration, a config.Section

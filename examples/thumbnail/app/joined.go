@@ -10,6 +10,7 @@ import (
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/examples/thumbnail"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/jobs/jobsconfig"
 	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/service"
 )
@@ -24,18 +25,26 @@ import (
 // Not the main path: a team runs RunScheduler, its own services alone.
 func RunSchedulerWithReference(ctx context.Context, environ []string, stdout io.Writer) error {
 	cfg, err := config.Load[config.Scheduler](environ)
-	maintenance, maintenanceErr := jobs.LoadMaintenance(environ, &cfg)
+	maintenance, maintenanceErr := jobsconfig.LoadMaintenance(environ, &cfg)
 	if err := config.Join(err, maintenanceErr); err != nil {
 		return err
 	}
 	logger := cfg.NewLogger(stdout)
-	return scheduler.Run(ctx, cfg, logger,
-		func(pool *pgxpool.Pool) (*service.Registry, error) {
-			if _, err := jobs.Migrations().Up(ctx, pool, cfg.Schema, logger); err != nil {
-				return nil, err
-			}
-			return thumbnail.WithReference(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
-		},
+	described, err := thumbnail.WithReference(jobs.Deps{Maintenance: maintenance})
+	if err != nil {
+		return err
+	}
+	schedulerConfig, err := cfg.Config(described, logger)
+	if err != nil {
+		return err
+	}
+	schedulerConfig.NewServices = func(pool *pgxpool.Pool) (*service.Registry, error) {
+		if _, err := jobs.Migrations().Up(ctx, pool, cfg.Schema, logger); err != nil {
+			return nil, err
+		}
+		return thumbnail.WithReference(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
+	}
+	return scheduler.Run(ctx, schedulerConfig,
 		// Every kind's timeout comes with the kind, the load test's too.
 		scheduler.AddKinds(func(pool *pgxpool.Pool) []service.Kind {
 			return []service.Kind{jobs.LoadTestKind(pool)}
@@ -49,12 +58,21 @@ func RunSchedulerWithReference(ctx context.Context, environ []string, stdout io.
 // Not the main path: a team runs RunAPI, its own services alone.
 func RunAPIWithReference(ctx context.Context, environ []string, stdout io.Writer) error {
 	cfg, err := config.Load[config.API](environ)
-	analysis, analysisErr := config.LoadSection[jobs.AnalysisConfig](environ)
+	analysis, analysisErr := config.LoadSection[jobsconfig.AnalysisConfig](environ)
 	if err := config.Join(err, analysisErr); err != nil {
 		return err
 	}
 	logger := cfg.NewLogger(stdout)
-	return api.Run(ctx, cfg, logger, func(pool *pgxpool.Pool) (*service.Registry, error) {
+	described, err := thumbnail.WithReference(jobs.Deps{AnalysisRoots: analysis.Roots})
+	if err != nil {
+		return err
+	}
+	apiConfig, err := cfg.Config(described, logger)
+	if err != nil {
+		return err
+	}
+	apiConfig.NewServices = func(pool *pgxpool.Pool) (*service.Registry, error) {
 		return thumbnail.WithReference(jobs.Deps{Pool: pool, Logger: logger, AnalysisRoots: analysis.Roots})
-	})
+	}
+	return api.Run(ctx, apiConfig)
 }

@@ -12,12 +12,9 @@ import (
 	"io"
 	"os"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"example.com/invoices"
 	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/config"
-	"github.com/tierq/tierq/service"
 )
 
 func main() {
@@ -35,7 +32,13 @@ func run(ctx context.Context, environ []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return api.Run(ctx, cfg, cfg.NewLogger(stdout), func(*pgxpool.Pool) (*service.Registry, error) {
-		return invoices.Registry(invoices.Deps{})
-	})
+	registry, err := invoices.Registry(invoices.Deps{})
+	if err != nil {
+		return err
+	}
+	apiConfig, err := cfg.Config(registry, cfg.NewLogger(stdout)) // an api.Config
+	if err != nil {
+		return err
+	}
+	return api.Run(ctx, apiConfig)
 }

@@ -12,12 +12,9 @@ import (
 	"io"
 	"os"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"example.com/invoices"
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/scheduler"
-	"github.com/tierq/tierq/service"
 )
 
 func main() {
@@ -35,7 +32,13 @@ func run(ctx context.Context, environ []string, stdout io.Writer) error {
 	if err != nil {
 		return err // errors.Is(err, config.ErrInvalid): exit 2
 	}
-	return scheduler.Run(ctx, cfg, cfg.NewLogger(stdout), func(*pgxpool.Pool) (*service.Registry, error) {
-		return invoices.Registry(invoices.Deps{}) // no worker runs here: no mailer needed
-	})
+	registry, err := invoices.Registry(invoices.Deps{}) // no worker runs here: no mailer needed
+	if err != nil {
+		return err
+	}
+	schedulerConfig, err := cfg.Config(registry, cfg.NewLogger(stdout)) // a scheduler.Config
+	if err != nil {
+		return err
+	}
+	return scheduler.Run(ctx, schedulerConfig)
 }

@@ -12,11 +12,8 @@ import (
 	"io"
 	"os"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"example.com/invoices"
 	"github.com/tierq/tierq/config"
-	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/worker"
 )
 
@@ -30,20 +27,20 @@ func main() {
 	}
 }
 
-// services is the application's registry, built on the pool worker.Run
-// opens: the invoices service alone.
-func services(*pgxpool.Pool) (*service.Registry, error) {
-	return invoices.Registry(invoices.Deps{})
-}
-
 func run(ctx context.Context, environ []string, stdout io.Writer) error {
-	described, err := services(nil) // names and worker counts: no pool needed
+	// The invoices workers need no pool: the registry that describes the
+	// service is the one the deployment runs.
+	registry, err := invoices.Registry(invoices.Deps{})
 	if err != nil {
 		return err
 	}
-	cfg, err := config.LoadWorker(environ, described)
+	cfg, err := config.LoadWorker(environ, registry)
 	if err != nil {
 		return err // errors.Is(err, config.ErrInvalid): exit config.ExitCodeInvalid (2)
 	}
-	return worker.Run(ctx, cfg, cfg.NewLogger(stdout), services)
+	workerConfig, err := cfg.Config(registry, cfg.NewLogger(stdout)) // a worker.Config
+	if err != nil {
+		return err
+	}
+	return worker.Run(ctx, workerConfig)
 }

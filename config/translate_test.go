@@ -1,0 +1,102 @@
+package config_test
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/scheduler"
+	"github.com/tierq/tierq/worker"
+)
+
+// TestWorkerConfig: the worker.Config an environment translates into
+// validates, and the deployment worker.New makes of it serves the queues
+// the environment configures, with their counts and tuning.
+func TestWorkerConfig(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name          string
+		give          []string
+		wantLendFloor int
+		wantSoftStop  time.Duration
+	}{
+		{name: "defaults", wantLendFloor: 1, wantSoftStop: 25 * time.Second},
+		{name: "queue left out", give: []string{"ANALYZER_QUEUE_DEFAULT_WORKERS=0", "ANALYZER_QUEUE_PRIORITY_WORKERS=9"}, wantLendFloor: 1, wantSoftStop: 25 * time.Second},
+		{name: "fair share switched", give: []string{"QUEUE_PRIORITY_FAIR_SHARE=false", "QUEUE_SCHEDULED_FAIR_SHARE=true"}, wantLendFloor: 1, wantSoftStop: 25 * time.Second},
+		{name: "fetch tuning", give: []string{"QUEUE_DEFAULT_FETCH_COOLDOWN=5ms", "QUEUE_DEFAULT_FETCH_POLL_INTERVAL=7ms"}, wantLendFloor: 1, wantSoftStop: 25 * time.Second},
+		{name: "lending without a floor", give: []string{"ANALYZER_LEND_IDLE_PRIORITY=true", "ANALYZER_LEND_FLOOR=0"}, wantLendFloor: worker.NoLendFloor, wantSoftStop: 25 * time.Second},
+		{name: "no soft stop timeout", give: []string{"SOFT_STOP_TIMEOUT=0"}, wantLendFloor: 1, wantSoftStop: -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			registry := referenceServices(t)
+			cfg, err := config.LoadWorker(append(baseWorkerEnv(), tt.give...), registry)
+			require.NoError(t, err)
+			workerConfig, err := cfg.Config(registry, slog.New(slog.DiscardHandler))
+			require.NoError(t, err)
+			require.NoError(t, workerConfig.Validate())
+			require.Equal(t, workerConfig, workerConfig.WithDefaults(), "every default set")
+			d, err := worker.New(workerConfig)
+			require.NoError(t, err)
+
+			got := map[string]config.QueueClass{}
+			for _, q := range d.Queues() {
+				got[q.Name] = config.QueueClass{Workers: q.Workers, FetchCooldown: q.FetchCooldown, PollInterval: q.FetchPollInterval, FairShare: q.FairShare}
+			}
+			require.Equal(t, cfg.Queues(), got)
+			require.Equal(t, cfg.Lend, d.Config().Lend)
+			require.Equal(t, tt.wantLendFloor, d.Config().LendFloor)
+			require.Equal(t, tt.wantSoftStop, d.Config().SoftStopTimeout)
+			require.Equal(t, "postgres://tierq:s3cret@127.0.0.1:5432/tierq", workerConfig.PoolConfig.ConnString())
+		})
+	}
+}
+
+// TestSchedulerConfig: the scheduler.Config an environment translates into
+// validates, turns off what a 0 turns off, and checks the kinds' timeouts
+// naming RESCUE_STUCK_JOBS_AFTER.
+func TestSchedulerConfig(t *testing.T) {
+	t.Parallel()
+	registry := referenceServices(t)
+
+	cfg, err := config.Load[config.Scheduler](baseSchedulerEnv())
+	require.NoError(t, err)
+	schedulerConfig, err := cfg.Config(registry, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.NoError(t, schedulerConfig.Validate())
+	require.Len(t, scheduler.PeriodicJobs(schedulerConfig, registry), 3+len(registry.PeriodicJobs()), "aging, escalation, drain")
+
+	cfg, err = config.Load[config.Scheduler](append(baseSchedulerEnv(), "AGING_INTERVAL=0", "ESCALATE_SCHEDULED_AFTER=0", "DLQ_ALERT_THRESHOLD=0", "RESCUE_STUCK_JOBS_AFTER=2m"))
+	require.NoError(t, err)
+	schedulerConfig, err = cfg.Config(registry, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.NoError(t, schedulerConfig.Validate())
+	require.Negative(t, schedulerConfig.AgingInterval)
+	require.Negative(t, schedulerConfig.EscalateScheduledAfter)
+	require.Negative(t, schedulerConfig.DLQAlertThreshold)
+	require.Len(t, scheduler.PeriodicJobs(schedulerConfig, registry), 1+len(registry.PeriodicJobs()), "the drain only")
+
+	err = schedulerConfig.CheckKindTimeouts(schedulerConfig.RescueStuckJobsAfter, map[string]time.Duration{"scan": 5 * time.Minute})
+	require.ErrorIs(t, err, config.ErrInvalid)
+	require.EqualError(t, err, `invalid configuration: RESCUE_STUCK_JOBS_AFTER="2m": must be longer than the timeout of every job kind, `+
+		`or the rescuer retries (and runs twice) jobs a worker may still be running; job kind scan has 5m0s`)
+}
+
+// TestAPIConfig: the api.Config an environment translates into validates.
+func TestAPIConfig(t *testing.T) {
+	t.Parallel()
+
+	cfg, err := config.Load[config.API](append(baseAPIEnv(), "API_ADDR=:9000"))
+	require.NoError(t, err)
+	apiConfig, err := cfg.Config(referenceServices(t), slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.NoError(t, apiConfig.Validate())
+	require.Equal(t, ":9000", apiConfig.Addr)
+	require.Equal(t, api.MinTokenLen, config.MinTokenLen)
+}

@@ -1,0 +1,76 @@
+package scheduler_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/scheduler"
+	"github.com/tierq/tierq/service"
+)
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	registry, err := service.NewRegistry()
+	require.NoError(t, err)
+
+	tests := []struct {
+		name string
+		give scheduler.Config
+		want []string // each a line of the error; none: valid
+	}{
+		{name: "defaults", give: scheduler.Config{Registry: registry}},
+		{name: "turned off", give: scheduler.Config{Registry: registry, AgingInterval: -1, EscalateScheduledAfter: -1, DLQAlertThreshold: -1}},
+		{name: "every problem at once", give: scheduler.Config{
+			QueueWorkers: 101, RescueStuckJobsAfter: time.Minute, AgingInterval: 25 * time.Hour, AgingStep: time.Millisecond,
+			AgingMaxPriority: 5, EscalationInterval: time.Millisecond, EscalateDefaultAfter: -time.Second, SweepBatch: -1,
+			DLQDrainInterval: 2 * time.Hour, DLQDrainBatch: 100_001, DLQAlertWebhookURL: "ftp://hooks", DLQAlertInterval: time.Millisecond,
+			DLQAlertTimeout: time.Minute, MaxAttempts: -1,
+		}, want: []string{
+			"scheduler: Registry is required",
+			"scheduler: QueueWorkers is 101: must be between 1 and 100",
+			"scheduler: RescueStuckJobsAfter is 1m0s: must be longer than JobTimeout (1m0s), the timeout of job kinds without their own, or such jobs are rescued while they still run",
+			"scheduler: AgingInterval is 25h0m0s: must be between 1s and 24h0m0s",
+			"scheduler: AgingStep is 1ms: must be at least 1s",
+			"scheduler: AgingMaxPriority is 5: must be between 1 and 4",
+			"scheduler: EscalationInterval is 1ms: must be between 1s and 24h0m0s",
+			"scheduler: EscalateDefaultAfter is -1s: must be at least 1s",
+			"scheduler: SweepBatch is -1: must be between 1 and 100000",
+			"scheduler: DLQDrainInterval is 2h0m0s: must be between 1s and 1h0m0s",
+			"scheduler: DLQDrainBatch is 100001: must be between 1 and 100000",
+			"scheduler: DLQAlertWebhookURL must be an absolute http or https URL",
+			"scheduler: DLQAlertInterval is 1ms: must be at least 1s",
+			"scheduler: DLQAlertTimeout is 1m0s: must be between 100ms and 30s",
+			"scheduler: MaxAttempts is -1: must be between 1 and 1000",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			before := tt.give
+			err := tt.give.Validate()
+			require.Equal(t, before, tt.give, "Validate changes nothing")
+			if len(tt.want) == 0 {
+				require.NoError(t, err)
+				return
+			}
+			require.EqualError(t, err, strings.Join(tt.want, "\n"))
+		})
+	}
+}
+
+func TestCheckKindTimeouts(t *testing.T) {
+	t.Parallel()
+	timeouts := map[string]time.Duration{"render": 30 * time.Second, "scan": time.Minute, "sweep": time.Minute}
+	require.NoError(t, scheduler.CheckKindTimeouts(61*time.Second, timeouts))
+
+	err := scheduler.CheckKindTimeouts(time.Minute, timeouts)
+	var e *scheduler.KindTimeoutsError
+	require.True(t, errors.As(err, &e))
+	require.Equal(t, []string{"scan has 1m0s", "sweep has 1m0s"}, e.Over)
+	require.EqualError(t, err, "scheduler: RescueStuckJobsAfter (1m0s) must be longer than the timeout of every job kind, "+
+		"or the rescuer retries (and runs twice) jobs a worker may still be running; job kind scan has 1m0s, job kind sweep has 1m0s")
+}
