@@ -30,8 +30,9 @@
 // window) or the last pass saw held jobs (admit as places free; a pass that
 // starts holding runs the next itself, since the hook learns of held work
 // only when the pass ends), at most one per Config.PassInterval per queue,
-// and after a pass that moved nothing no sooner than three times that
-// pass's own time (passRest): a pass costs more as tenants grow.
+// and after a pass that moved nothing, or left at least twice the
+// capacity in line, no sooner than three times that pass's own time
+// (passRest): a pass costs more as tenants grow.
 // A tenant alone is never held: it needs no turns. While the last pass found
 // one tenant alone and nothing held, the process only looks, at most every
 // 10ms, for a job of another tenant inserted since (one index range over
@@ -286,15 +287,37 @@ const maxMissBackoff = 4
 
 // passRest is how many times as long as a pass over a queue took the
 // process waits before its next pass over the queue when that pass moved
-// nothing, and before its next lending pass: a pass's cost grows with the
-// queue's active tenants (about 10 ms at 1,000 on the development
-// machine), and woken by every job that starts or ends, passes that found
-// nothing to do ran back to back every PassInterval, as lending passes
-// did, and took the workers' CPU (tierctl bench traffic). A pass that
-// moved jobs is not made to rest: resting after refills, the line ran dry
-// between passes (a newcomer's insert found no job in line in bench's
+// nothing or left a long line (restsAfter), and before its next lending
+// pass: a pass's cost grows with the queue's active tenants (about 10 ms
+// at 1,000 on the development machine), and woken by every job that starts
+// or ends, passes that found nothing to do ran back to back every
+// PassInterval, as lending passes did, and took the workers' CPU (tierctl
+// bench traffic). A pass that moved jobs into a short line is not made to
+// rest: resting after refills, the line ran dry between passes (a
+// newcomer's insert found no job in line in bench's
 // TestTenantsMeasuresANewcomer under make test's load).
 const passRest = 3
+
+// longLine is how many times the queue's capacity a line must hold for the
+// pass that left it to rest even when it moved jobs (restsAfter).
+const longLine = 2
+
+// restsAfter tells whether the loop rests (passRest) after pass p: a pass
+// that ran and moved nothing, or one that left at least longLine times the
+// queue's capacity in line. Such a line cannot run dry before the workers
+// have started a capacity's worth of it twice over, while the next pass
+// would refill only the places the starts freed, behind everything still
+// in line; with many tenants (a place each, the line as long as the
+// tenants are many) passes that refilled one place at a time ran back to
+// back and took both cores of the development machine from the workers
+// (tierctl bench traffic: 1,000 tenants, about 10 ms a pass).
+func restsAfter(p Pass) bool {
+	if !p.Ran || p.Paused || p.Checked {
+		return false
+	}
+	moved := p.Held > 0 || p.Admitted > 0 || p.Yielded > 0
+	return !moved || p.Line >= longLine*max(p.Capacity, 1)
+}
 
 // loneCheckInterval is the shortest time between two lone checks of a
 // queue in one process: how long a newcomer may wait, when a tenant alone
@@ -417,6 +440,9 @@ type Pass struct {
 	// Yielded counts the places of tenants with jobs running moved behind
 	// a tenant that had not had its turn yet (none of its jobs running).
 	Yielded int
+	// Line is the work the pass left in line: the fetchable available jobs
+	// within their tenants' windows, those it admitted included.
+	Line int
 	// Lone is true when one tenant alone (or none) was active and nothing
 	// was held: nothing needs holding, and the next passes only look for
 	// a newcomer. Checked is true for such a look or check (no pass ran).
@@ -494,7 +520,7 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 	began := time.Now()
 	locked, err := a.locked(ctx, q.name, true, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, passSQL, q.name, q.cfg.Workers, q.cfg.Fair, q.localKinds(), q.every && q.cfg.Workers > 0).Scan(
-			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded)
+			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded, &p.Line)
 	})
 	if err != nil {
 		return Pass{}, fmt.Errorf("fair share pass over %s: %w", q.name, err)
@@ -673,10 +699,11 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 		wait := a.cfg.PassInterval << min(misses, maxMissBackoff)
 		if p.Checked {
 			wait = max(wait, loneCheckInterval)
-		} else if p.Ran && !p.Paused && p.Held == 0 && p.Admitted == 0 && p.Yielded == 0 {
-			// A pass that moved nothing rests (passRest): one that refilled
-			// the line is followed by the next as soon as a job starts or
-			// ends, so that the line never runs dry for want of a pass.
+		} else if restsAfter(p) {
+			// A pass that moved nothing, or left a long line, rests
+			// (passRest): one that refilled a short line is followed by
+			// the next as soon as a job starts or ends, so that the line
+			// never runs dry for want of a pass.
 			q.mu.Lock()
 			took := q.took
 			q.mu.Unlock()

@@ -2,6 +2,7 @@ package fairshare
 
 import (
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/jobmetasql"
 	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
 )
@@ -25,16 +26,6 @@ func tenantSQL(alias string) string {
 	return `(CASE WHEN octet_length(coalesce(` + t + `, '')) <= ` + itoa(tenantKeyBytes) + `
              THEN coalesce(` + t + `, '')
              ELSE left(` + t + `, ` + itoa(tenantKeyBytes) + `) || '#md5:' || md5(` + t + `) END)`
-}
-
-// heldSQL is an SQL condition: the river_job row aliased alias is held by
-// fair share (the predicate of river_job_tierq_held_idx, which a query
-// with this condition still implies, and an object: a pending row whose
-// metadata is the JSON string "tierq:held_at" matches the predicate, and
-// removing the key from it failed every pass with "cannot delete from
-// scalar").
-func heldSQL(alias string) string {
-	return alias + `.state = 'pending' AND ` + alias + `.metadata ? '` + jobmeta.HeldAt + `' AND jsonb_typeof(` + alias + `.metadata) = 'object'`
 }
 
 // unlimited is the window of a queue without fair share: nothing is held
@@ -102,16 +93,6 @@ func notifiedCTE(moved string) string {
 )`
 }
 
-// keptDueSQL is the metadata entries that keep the due time of the river_job
-// row aliased alias across a move that gives it the scheduled_at movedAt
-// (an SQL expression): jobmeta.DueAt, when its attempt became due
-// (db.DueAtSQL, read before the move), and jobmeta.MovedAt, movedAt, both in
-// Unix microseconds, as escalation keeps them.
-func keptDueSQL(alias, movedAt string) string {
-	return `'` + jobmeta.DueAt + `', (extract(epoch FROM ` + db.DueAtSQL(alias) + `) * 1000000)::bigint,
-            '` + jobmeta.MovedAt + `', (extract(epoch FROM ` + movedAt + `) * 1000000)::bigint`
-}
-
 // admittedAtSQL is the scheduled_at of an admitted job (t, a row of the
 // pass's turns): now(), less a microsecond per job admitted after it in the
 // same pass, in the order the places they refill were freed (places: a
@@ -135,7 +116,7 @@ const admittedAtSQL = `greatest(now() - (t.total - t.pos) * interval '1 microsec
 // every available job of every queue by id (1,700 rows and 70 ms for 0
 // matches under production traffic, six times a pass), instead of one
 // primary-key probe per id (TestPassPlanReadsTheHeldIndexByTenantKey).
-func stillAvailableSQL(alias string) string { return alias + `.state::text = 'available'` }
+func stillAvailableSQL(alias string) string { return alias + `.state::text = '` + riverschema.StateAvailable + `'` }
 
 // Rows are joined to river_job by id through id = ANY(ARRAY(…)), which the
 // planner always answers from the primary key: a plain join may be planned
@@ -237,6 +218,9 @@ func stillAvailableSQL(alias string) string { return alias + `.state::text = 'av
 //   - notified: River's insert notification for the queue when anything
 //     was admitted, so that idle workers fetch at once.
 //
+// The last column is the line the pass left: the fetchable jobs it found in
+// line within their tenants' windows and those it admitted (Pass.Line).
+//
 // A queue paused in River is left alone.
 var passSQL = `
 WITH RECURSIVE
@@ -249,27 +233,27 @@ avail AS MATERIALIZED (
     SELECT j.id, j.priority, j.scheduled_at, ` + tenantSQL("j") + ` AS tenant, jsonb_typeof(j.metadata) = 'object' AS holdable,
            j.metadata ? '` + jobmeta.HeldAt + `' AS marked,
            row_number() OVER (PARTITION BY ` + tenantSQL("j") + ` ORDER BY j.priority, j.scheduled_at, j.id) AS rank
-    FROM river_job AS j
-    WHERE j.state = 'available' AND j.queue = $1 AND NOT j.metadata ? '` + jobmeta.LentFrom + `' AND (SELECT ok FROM lock)
+    FROM ` + riverschema.JobTable + ` AS j
+    WHERE j.state = '` + riverschema.StateAvailable + `' AND j.queue = $1 AND NOT j.metadata ? '` + jobmeta.LentFrom + `' AND (SELECT ok FROM lock)
       AND ` + fetchableSQL("j") + `
 ),
 held_levels(tenant, level) AS (
-    (SELECT ` + tenantSQL("j") + `, j.priority FROM river_job AS j
-     WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND (SELECT ok FROM lock) AND ` + fetchableSQL("j") + `
+    (SELECT ` + tenantSQL("j") + `, j.priority FROM ` + riverschema.JobTable + ` AS j
+     WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = $1 AND (SELECT ok FROM lock) AND ` + fetchableSQL("j") + `
      ORDER BY ` + tenantSQL("j") + `, j.priority LIMIT 1)
     UNION ALL
     SELECT x.tenant, x.level
     FROM held_levels AS h,
-         LATERAL (SELECT ` + tenantSQL("j") + ` AS tenant, j.priority AS level FROM river_job AS j
-                  WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` > h.tenant AND ` + fetchableSQL("j") + `
+         LATERAL (SELECT ` + tenantSQL("j") + ` AS tenant, j.priority AS level FROM ` + riverschema.JobTable + ` AS j
+                  WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` > h.tenant AND ` + fetchableSQL("j") + `
                   ORDER BY ` + tenantSQL("j") + `, j.priority LIMIT 1) AS x
 ),
 held_counts AS (
     SELECT h.tenant,
            CASE WHEN (SELECT count(*) FROM (SELECT tenant FROM avail UNION SELECT tenant FROM held_levels) AS k) >= (SELECT c FROM cap)
                 THEN (SELECT c FROM cap)
-                ELSE (SELECT count(*) FROM (SELECT 1 FROM river_job AS j
-                                            WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = h.tenant AND ` + fetchableSQL("j") + `
+                ELSE (SELECT count(*) FROM (SELECT 1 FROM ` + riverschema.JobTable + ` AS j
+                                            WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = h.tenant AND ` + fetchableSQL("j") + `
                                             LIMIT (SELECT c FROM cap)) AS x) END AS h
     FROM held_levels AS h
 ),
@@ -315,8 +299,8 @@ ranked AS (
 ),
 busy AS (
     SELECT DISTINCT ` + tenantSQL("j") + ` AS tenant
-    FROM river_job AS j
-    WHERE j.state = 'running' AND j.queue = $1 AND (SELECT ok FROM lock)
+    FROM ` + riverschema.JobTable + ` AS j
+    WHERE j.state = '` + riverschema.StateRunning + `' AND j.queue = $1 AND (SELECT ok FROM lock)
 ),
 newcomers AS (
     SELECT r.priority, max(r.scheduled_at) AS at
@@ -334,43 +318,43 @@ yield AS (
 ),
 yielding AS (
     SELECT j.id
-    FROM river_job AS j
+    FROM ` + riverschema.JobTable + ` AS j
     WHERE j.id = ANY(ARRAY(SELECT id FROM yield))
       AND ` + stillAvailableSQL("j") + `
     FOR UPDATE SKIP LOCKED
 ),
 yielded AS (
-    UPDATE river_job AS j
+    UPDATE ` + riverschema.JobTable + ` AS j
     SET scheduled_at = y.back,
         metadata = j.metadata || jsonb_build_object(
-            ` + keptDueSQL("j", `y.back`) + `)
+            ` + jobmetasql.KeptDueSQL(jobmetasql.DueAtSQL("j"), `y.back`) + `)
     FROM yield AS y
     WHERE j.id = y.id AND j.id = ANY(ARRAY(SELECT id FROM yielding)) AND ` + stillAvailableSQL("j") + `
     RETURNING j.id
 ),
 excess AS (
     SELECT j.id
-    FROM river_job AS j
+    FROM ` + riverschema.JobTable + ` AS j
     WHERE j.id = ANY(ARRAY(SELECT id FROM ranked WHERE over))
       AND ` + stillAvailableSQL("j") + `
     FOR UPDATE SKIP LOCKED
 ),
 clearing AS (
     SELECT j.id
-    FROM river_job AS j
+    FROM ` + riverschema.JobTable + ` AS j
     WHERE j.id = ANY(ARRAY(SELECT id FROM ranked WHERE marked AND NOT over))
       AND ` + stillAvailableSQL("j") + `
     FOR UPDATE SKIP LOCKED
 ),
 cleared AS (
-    UPDATE river_job AS j
+    UPDATE ` + riverschema.JobTable + ` AS j
     SET metadata = j.metadata - '` + jobmeta.HeldAt + `'
     WHERE j.id = ANY(ARRAY(SELECT id FROM clearing)) AND ` + stillAvailableSQL("j") + `
     RETURNING j.id
 ),
 pushed AS (
-    UPDATE river_job AS j
-    SET state = 'pending',
+    UPDATE ` + riverschema.JobTable + ` AS j
+    SET state = '` + riverschema.StatePending + `',
         metadata = j.metadata || jsonb_build_object('` + jobmeta.HeldAt + `', now())
     WHERE j.id = ANY(ARRAY(SELECT id FROM excess)) AND ` + stillAvailableSQL("j") + `
     RETURNING j.id
@@ -379,9 +363,9 @@ admit AS (
     SELECT x.id, w.tenant, x.priority, x.scheduled_at, x.due
     FROM windows AS w
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.scheduled_at, ` + db.DueAtSQL("j") + ` AS due
-        FROM river_job AS j
-        WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = w.tenant AND ` + fetchableSQL("j") + `
+        SELECT j.id, j.priority, j.scheduled_at, ` + jobmetasql.DueAtSQL("j") + ` AS due
+        FROM ` + riverschema.JobTable + ` AS j
+        WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = w.tenant AND ` + fetchableSQL("j") + `
         ORDER BY j.priority, j.scheduled_at, j.id
         LIMIT greatest(0, w.w - w.n)
         FOR UPDATE SKIP LOCKED
@@ -390,8 +374,8 @@ admit AS (
 starts AS (
     SELECT ` + tenantSQL("j") + ` AS tenant, j.attempted_at, j.scheduled_at,
            row_number() OVER (PARTITION BY ` + tenantSQL("j") + ` ORDER BY j.attempted_at DESC, j.scheduled_at DESC, j.id DESC) AS rn
-    FROM river_job AS j
-    WHERE j.state = 'running' AND j.queue = $1 AND j.attempted_at IS NOT NULL
+    FROM ` + riverschema.JobTable + ` AS j
+    WHERE j.state = '` + riverschema.StateRunning + `' AND j.queue = $1 AND j.attempted_at IS NOT NULL
       AND EXISTS (SELECT 1 FROM admit)
 ),
 places AS (
@@ -409,11 +393,11 @@ turns AS (
     FROM places AS p
 ),
 admitted AS (
-    UPDATE river_job AS j
-    SET state = 'available',
+    UPDATE ` + riverschema.JobTable + ` AS j
+    SET state = '` + riverschema.StateAvailable + `',
         scheduled_at = ` + admittedAtSQL + `,
         metadata = (j.metadata - '` + jobmeta.HeldAt + `') || jsonb_build_object(
-            ` + keptDueSQL("j", admittedAtSQL) + `)
+            ` + jobmetasql.KeptDueSQL(jobmetasql.DueAtSQL("j"), admittedAtSQL) + `)
     FROM turns AS t
     WHERE j.id = t.id AND j.id = ANY(ARRAY(SELECT id FROM turns))
     RETURNING j.id
@@ -428,7 +412,8 @@ SELECT coalesce((SELECT ok FROM lock), false),
        (SELECT count(*) FROM notified)::int,
        (SELECT CASE WHEN count(*) = 1 THEN min(tenant) END FROM tenants),
        ` + watermarkSQL + `,
-       (SELECT count(*) FROM yielded)::int`
+       (SELECT count(*) FROM yielded)::int,
+       ((SELECT count(*) FROM ranked WHERE NOT over) + (SELECT count(*) FROM admitted))::int`
 
 // watermarkSQL is the database's clock as a look's watermark sees it: now,
 // or the start of the oldest transaction of another session of the
@@ -468,8 +453,8 @@ const maxWatermarkLag = "10 seconds"
 // (Config.Tick).
 var loneCheckSQL = `
 SELECT ` + watermarkSQL + `,
-       EXISTS (SELECT 1 FROM river_job AS j WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ($5::bool OR j.kind = ANY($4::text[]))),
-       EXISTS (SELECT 1 FROM river_job AS j
+       EXISTS (SELECT 1 FROM ` + riverschema.JobTable + ` AS j WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = $1 AND ($5::bool OR j.kind = ANY($4::text[]))),
+       EXISTS (SELECT 1 FROM ` + riverschema.JobTable + ` AS j
                WHERE ` + freshSQL("j") + ` AND ` + tenantSQL("j") + ` IS DISTINCT FROM ` + loneSQL + `),
        ` + loneSQL
 
@@ -486,9 +471,9 @@ SELECT ` + watermarkSQL + `,
 // BenchmarkLoneBacklog).
 var checkSQL = `
 SELECT ` + watermarkSQL + `,
-       EXISTS (SELECT 1 FROM river_job AS j WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ($5::bool OR j.kind = ANY($4::text[]))),
-       EXISTS (SELECT 1 FROM river_job AS j
-               WHERE j.state = 'available' AND j.queue = $1 AND NOT j.metadata ? '` + jobmeta.LentFrom + `'
+       EXISTS (SELECT 1 FROM ` + riverschema.JobTable + ` AS j WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = $1 AND ($5::bool OR j.kind = ANY($4::text[]))),
+       EXISTS (SELECT 1 FROM ` + riverschema.JobTable + ` AS j
+               WHERE j.state = '` + riverschema.StateAvailable + `' AND j.queue = $1 AND NOT j.metadata ? '` + jobmeta.LentFrom + `'
                  AND ` + localFetchableSQL("j", "$4", "$5") + `
                  AND (j.metadata ? '` + jobmeta.HeldAt + `' OR ($3::bool AND ` + tenantSQL("j") + ` IS DISTINCT FROM $2::text)))`
 
@@ -500,14 +485,14 @@ SELECT ` + watermarkSQL + `,
 // due (its scheduled_at is then after the watermark), not every look until
 // then.
 func freshSQL(alias string) string {
-	return alias + `.state = 'available' AND ` + alias + `.queue = $1 AND ` + alias + `.priority = ANY('{1,2,3,4}'::smallint[])
+	return alias + `.state = '` + riverschema.StateAvailable + `' AND ` + alias + `.queue = $1 AND ` + alias + `.priority = ANY('{1,2,3,4}'::smallint[])
                  AND ` + alias + `.scheduled_at > $2 AND NOT ` + alias + `.metadata ? '` + jobmeta.LentFrom + `'
                  AND ` + localFetchableSQL(alias, "$4", "$5")
 }
 
 // loneSQL is the tenant alone of a lone check: $3, or when the queue was
 // empty ($3 NULL) the tenant of any job made available since.
-var loneSQL = `coalesce($3::text, (SELECT ` + tenantSQL("f") + ` FROM river_job AS f WHERE ` + freshSQL("f") + ` LIMIT 1))`
+var loneSQL = `coalesce($3::text, (SELECT ` + tenantSQL("f") + ` FROM ` + riverschema.JobTable + ` AS f WHERE ` + freshSQL("f") + ` LIMIT 1))`
 
 // releaseSQL makes available again, up to 1,000 at a time, the held jobs
 // of queue $1 of a kind no worker of the queue fetches (knownCTE, $2 and
@@ -524,16 +509,16 @@ var releaseSQL = `
 WITH ` + knownCTE("$2", "$3") + `,
 stray AS (
     SELECT j.id
-    FROM river_job AS j
-    WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND NOT ` + knownKindSQL("j") + `
+    FROM ` + riverschema.JobTable + ` AS j
+    WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = $1 AND NOT ` + knownKindSQL("j") + `
     LIMIT 1000
     FOR UPDATE SKIP LOCKED
 ),
 released AS (
-    UPDATE river_job AS j
-    SET state = 'available',
+    UPDATE ` + riverschema.JobTable + ` AS j
+    SET state = '` + riverschema.StateAvailable + `',
         metadata = j.metadata - '` + jobmeta.HeldAt + `'
-    WHERE j.id = ANY(ARRAY(SELECT id FROM stray)) AND ` + heldSQL("j") + `
+    WHERE j.id = ANY(ARRAY(SELECT id FROM stray)) AND ` + jobmetasql.HeldSQL("j") + `
     RETURNING j.id
 )
 SELECT count(*)::int FROM released`
@@ -611,16 +596,16 @@ WITH lock AS (
 ` + capCTE("$3") + `,
 ` + knownCTE("$7", "$8") + `,
 paid AS (
-    SELECT EXISTS (SELECT 1 FROM river_job AS j
-                   WHERE j.state = 'available' AND j.queue = $1 AND NOT j.metadata ? '` + jobmeta.LentFrom + `'
+    SELECT EXISTS (SELECT 1 FROM ` + riverschema.JobTable + ` AS j
+                   WHERE j.state = '` + riverschema.StateAvailable + `' AND j.queue = $1 AND NOT j.metadata ? '` + jobmeta.LentFrom + `'
                      AND ` + fetchableSQL("j") + `)
-        OR EXISTS (SELECT 1 FROM river_job AS j WHERE ` + heldSQL("j") + ` AND j.queue = $1 AND ` + knownKindSQL("j") + `) AS waiting
+        OR EXISTS (SELECT 1 FROM ` + riverschema.JobTable + ` AS j WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = $1 AND ` + knownKindSQL("j") + `) AS waiting
     WHERE (SELECT ok FROM lock)
 ),
 occupied AS (
     SELECT count(*) FILTER (WHERE j.metadata ? '` + jobmeta.LentFrom + `') AS lent, count(*) AS total
-    FROM river_job AS j
-    WHERE j.queue = $1 AND ((j.state = 'available' AND ` + fetchableSQL("j") + `) OR (j.state = 'running' AND NOT j.id = ANY($5::bigint[])))
+    FROM ` + riverschema.JobTable + ` AS j
+    WHERE j.queue = $1 AND ((j.state = '` + riverschema.StateAvailable + `' AND ` + fetchableSQL("j") + `) OR (j.state = '` + riverschema.StateRunning + `' AND NOT j.id = ANY($5::bigint[])))
       AND (SELECT ok FROM lock)
 ),
 budget AS (
@@ -630,34 +615,34 @@ budget AS (
 ),
 candidates AS (
     SELECT j.id
-    FROM river_job AS j
-    WHERE j.state = 'available' AND j.queue = $2 AND jsonb_typeof(j.metadata) = 'object' AND ` + fetchableSQL("j") + `
+    FROM ` + riverschema.JobTable + ` AS j
+    WHERE j.state = '` + riverschema.StateAvailable + `' AND j.queue = $2 AND jsonb_typeof(j.metadata) = 'object' AND ` + fetchableSQL("j") + `
     ORDER BY j.priority, j.scheduled_at, j.id
     LIMIT (SELECT n FROM budget)
     FOR UPDATE SKIP LOCKED
 ),
 lent AS (
-    UPDATE river_job AS j
+    UPDATE ` + riverschema.JobTable + ` AS j
     SET queue = $1,
         priority = $6,
         scheduled_at = now(),
         metadata = j.metadata || jsonb_build_object(
             '` + jobmeta.LentFrom + `', $2::text,
             '` + jobmeta.LentPriority + `', j.priority,
-            ` + keptDueSQL("j", `now()`) + `)
+            ` + jobmetasql.KeptDueSQL(jobmetasql.DueAtSQL("j"), `now()`) + `)
     FROM candidates
     WHERE j.id = candidates.id AND j.id = ANY(ARRAY(SELECT id FROM candidates))
     RETURNING j.id
 ),
 homeward AS (
     SELECT j.id
-    FROM river_job AS j
-    WHERE j.state = 'available' AND j.queue = $1 AND j.metadata->>'` + jobmeta.LentFrom + `' = $2
+    FROM ` + riverschema.JobTable + ` AS j
+    WHERE j.state = '` + riverschema.StateAvailable + `' AND j.queue = $1 AND j.metadata->>'` + jobmeta.LentFrom + `' = $2
       AND (coalesce((SELECT waiting FROM paid), false) OR NOT ` + knownKindSQL("j") + `)
     FOR UPDATE SKIP LOCKED
 ),
 returned AS (
-    UPDATE river_job AS j
+    UPDATE ` + riverschema.JobTable + ` AS j
     SET queue = $2,
         priority = CASE WHEN j.metadata->>'` + jobmeta.LentPriority + `' ~ '^[1-4]$'
                         THEN (j.metadata->>'` + jobmeta.LentPriority + `')::smallint ELSE j.priority END,
