@@ -116,7 +116,9 @@ const admittedAtSQL = `greatest(now() - (t.total - t.pos) * interval '1 microsec
 // every available job of every queue by id (1,700 rows and 70 ms for 0
 // matches under production traffic, six times a pass), instead of one
 // primary-key probe per id (TestPassPlanReadsTheHeldIndexByTenantKey).
-func stillAvailableSQL(alias string) string { return alias + `.state::text = '` + riverschema.StateAvailable + `'` }
+func stillAvailableSQL(alias string) string {
+	return alias + `.state::text = '` + riverschema.StateAvailable + `'`
+}
 
 // Rows are joined to river_job by id through id = ANY(ARRAY(…)), which the
 // planner always answers from the primary key: a plain join may be planned
