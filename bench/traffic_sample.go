@@ -16,6 +16,7 @@ import (
 
 	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/jobmetasql"
 	"github.com/tierq/tierq/jobmeta"
 )
 
@@ -37,7 +38,7 @@ SELECT now(), q.queue,
        coalesce((SELECT array_agg(j.id::text || '@' || (j.metadata->>'` + jobmeta.HeldAt + `')) FROM river_job AS j
                  WHERE ` + heldCondition + ` AND j.queue = q.queue), '{}'),
        greatest(coalesce(extract(epoch FROM now() - (
-           SELECT min(` + db.DueAtSQL("j") + `) FROM river_job AS j
+           SELECT min(` + jobmetasql.DueAtSQL("j") + `) FROM river_job AS j
            WHERE (j.state = 'available' OR (` + heldCondition + `)) AND j.queue = q.queue
              AND ` + db.FiniteSQL("j.scheduled_at") + ` AND j.scheduled_at <= now())), 0), 0)::float8
 FROM unnest($1::text[]) AS q(queue)`

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/jobmetasql"
 	"github.com/tierq/tierq/internal/queuestats"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/scheduler"
@@ -37,12 +38,12 @@ const waitWindow = 5 * time.Minute
 
 // startedWaitsSQL gives, per queue and tier, how many jobs were started (attempted_at)
 // in the last $1 seconds and the p50 and p99 of their waits: attempted_at
-// minus when the attempt became due (db.DueAtSQL). For a job on its second
+// minus when the attempt became due (jobmetasql.DueAtSQL). For a job on its second
 // or later attempt that is the retry's due time, not its insert. Retryable
 // jobs are left out: River has already set their scheduled_at to the next
 // retry, so the due time of the attempt that ran is gone.
 //
-// The tier is db.TierSQL's (the job's metadata (jobmeta.Tier), else its
+// The tier is jobmetasql.TierSQL's (the job's metadata (jobmeta.Tier), else its
 // args' "tier", else "unknown") in the queues $2 lists, the services'
 // priority and default queues, where the tier decided the queue and the
 // starting priority; elsewhere it is empty and the queue's jobs make one row:
@@ -73,8 +74,8 @@ WITH started AS (
 SELECT j.queue, t.tier, count(*),
        percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM j.attempted_at - d.at))::float8[]
 FROM started AS j,
-     LATERAL (SELECT ` + db.DueAtSQL("j") + ` AS at) AS d,
-     LATERAL (SELECT CASE WHEN j.queue = ANY($2::text[]) THEN ` + db.TierSQL("j") + ` ELSE '' END AS tier) AS t
+     LATERAL (SELECT ` + jobmetasql.DueAtSQL("j") + ` AS at) AS d,
+     LATERAL (SELECT CASE WHEN j.queue = ANY($2::text[]) THEN ` + jobmetasql.TierSQL("j") + ` ELSE '' END AS tier) AS t
 WHERE ` + db.FiniteSQL("j.scheduled_at") + ` AND ` + db.FiniteSQL("j.attempted_at") + `
 GROUP BY j.queue, t.tier`
 
