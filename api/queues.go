@@ -9,6 +9,7 @@ import (
 	"github.com/tierq/tierq/internal/db"
 	"github.com/tierq/tierq/internal/jobmetasql"
 	"github.com/tierq/tierq/internal/queuestats"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/routing"
 )
 
@@ -70,7 +71,7 @@ type Percentiles struct {
 }
 
 const priorityCountsSQL = `
-SELECT priority, state::text, count(*) FROM river_job
+SELECT priority, state::text, count(*) FROM ` + riverschema.JobTable + `
 WHERE state IN ` + queuestats.QueuedStatesSQL + ` AND queue = $1
 GROUP BY priority, state`
 
@@ -83,8 +84,8 @@ GROUP BY priority, state`
 var waitSQL = `
 SELECT j.priority, extract(epoch FROM now() - min(d.at))::float8,
        percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM now() - d.at))::float8[]
-FROM river_job AS j, LATERAL (SELECT ` + jobmetasql.DueAtSQL("j") + ` AS at) AS d
-WHERE j.state = 'available' AND j.queue = $1 AND ` + db.FiniteSQL("j.scheduled_at") + ` AND j.scheduled_at <= now()
+FROM ` + riverschema.JobTable + ` AS j, LATERAL (SELECT ` + jobmetasql.DueAtSQL("j") + ` AS at) AS d
+WHERE j.state = '` + riverschema.StateAvailable + `' AND j.queue = $1 AND ` + db.FiniteSQL("j.scheduled_at") + ` AND j.scheduled_at <= now()
 GROUP BY j.priority`
 
 // heldWaitSQL counts the queue's held jobs per priority, through fair
@@ -94,7 +95,7 @@ var heldWaitSQL = `
 SELECT j.priority, count(*)::int,
        greatest(coalesce(extract(epoch FROM now() - min(` + jobmetasql.DueAtSQL("j") + `)
            FILTER (WHERE ` + db.FiniteSQL("j.scheduled_at") + ` AND j.scheduled_at <= now())), 0), 0)::float8
-FROM river_job AS j
+FROM ` + riverschema.JobTable + ` AS j
 WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = $1
 GROUP BY j.priority`
 

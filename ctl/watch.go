@@ -22,6 +22,7 @@ import (
 	"github.com/tierq/tierq/internal/db"
 	"github.com/tierq/tierq/internal/jobmetasql"
 	"github.com/tierq/tierq/internal/queuestats"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/tiers"
@@ -63,11 +64,11 @@ const waitWindow = 5 * time.Minute
 // call from Go.
 var startedWaitsSQL = `
 WITH started AS (
-    SELECT j.* FROM river_job AS j
-    WHERE j.state = 'running' AND j.attempted_at > now() - make_interval(secs => $1)
+    SELECT j.* FROM ` + riverschema.JobTable + ` AS j
+    WHERE j.state = '` + riverschema.StateRunning + `' AND j.attempted_at > now() - make_interval(secs => $1)
     UNION ALL
-    SELECT j.* FROM river_job AS j
-    WHERE j.state IN ('completed', 'cancelled', 'discarded')
+    SELECT j.* FROM ` + riverschema.JobTable + ` AS j
+    WHERE j.state IN ('` + riverschema.StateCompleted + `', '` + riverschema.StateCancelled + `', '` + riverschema.StateDiscarded + `')
       AND j.finalized_at > now() - make_interval(secs => $1)
       AND j.attempted_at > now() - make_interval(secs => $1)
 )
@@ -130,7 +131,7 @@ func (a *app) catalogQueues(ctx context.Context, q db.Querier) (watchQueues, err
 
 // pausedSQL lists the queues River has paused (River's QueuePause, tierctl
 // queues pause, River UI's button): a handful of rows at most.
-const pausedSQL = `SELECT name, paused_at FROM river_queue WHERE paused_at IS NOT NULL`
+const pausedSQL = `SELECT name, paused_at FROM ` + riverschema.QueueTable + ` WHERE paused_at IS NOT NULL`
 
 // watchReadTimeout bounds one refresh's reads: a database that stops
 // answering (a partition, a hung connect) shows as unreachable instead of

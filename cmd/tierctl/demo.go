@@ -15,7 +15,7 @@ import (
 
 	"github.com/tierq/tierq/ctl"
 	"github.com/tierq/tierq/internal/jobmetasql"
-	"github.com/tierq/tierq/jobmeta"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/tiers"
@@ -355,16 +355,16 @@ WITH demo AS (
 	            WHEN j.queue LIKE '%\_scheduled' THEN 'background'
 	            ELSE 'free' END AS class,
 	       j.state,
-	       j.state = 'pending' AND j.metadata ? '` + jobmeta.HeldAt + `' AND jsonb_typeof(j.metadata) = 'object' AS held,
+	       ` + jobmetasql.HeldSQL("j") + ` AS held,
 	       extract(epoch FROM j.attempted_at - ` + jobmetasql.DueAtSQL("j") + `) * 1000 AS wait_ms
-	FROM river_job AS j WHERE j.id = ANY($1)
+	FROM ` + riverschema.JobTable + ` AS j WHERE j.id = ANY($1)
 )
 SELECT class,
        count(*),
-       count(*) FILTER (WHERE state = 'available' OR held),
+       count(*) FILTER (WHERE state = '` + riverschema.StateAvailable + `' OR held),
        count(*) FILTER (WHERE held),
-       count(*) FILTER (WHERE state = 'completed'),
-       count(*) FILTER (WHERE state NOT IN ('completed', 'cancelled', 'discarded')),
+       count(*) FILTER (WHERE state = '` + riverschema.StateCompleted + `'),
+       count(*) FILTER (WHERE state NOT IN ('` + riverschema.StateCompleted + `', '` + riverschema.StateCancelled + `', '` + riverschema.StateDiscarded + `')),
        count(wait_ms),
        coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY wait_ms), 0),
        coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY wait_ms), 0)
