@@ -32,7 +32,10 @@ import (
 // queue, in lifecycle order; HELD (the pending jobs fair share holds back)
 // follows PENDING. Finished jobs are River's history and not counted: that
 // would read the whole table.
-var watchStates = []string{"scheduled", "pending", "available", "retryable", "running"}
+var watchStates = []string{
+	riverschema.StateScheduled, riverschema.StatePending, riverschema.StateAvailable,
+	riverschema.StateRetryable, riverschema.StateRunning,
+}
 
 // waitWindow is how far back watch looks for started jobs.
 const waitWindow = 5 * time.Minute
@@ -383,7 +386,7 @@ func renderDashboard(d dashboard) string {
 	fmt.Fprintf(tw, "%-*s\t", nameWidth, "QUEUE")
 	for _, state := range watchStates {
 		fmt.Fprintf(tw, "%s\t", strings.ToUpper(state))
-		if state == "pending" {
+		if state == riverschema.StatePending {
 			fmt.Fprint(tw, "HELD\t")
 		}
 	}
@@ -392,7 +395,7 @@ func renderDashboard(d dashboard) string {
 		fmt.Fprintf(tw, "%-*s\t", nameWidth, names[i])
 		for _, state := range watchStates {
 			fmt.Fprintf(tw, "%d\t", q.Counts[state])
-			if state == "pending" {
+			if state == riverschema.StatePending {
 				fmt.Fprintf(tw, "%d\t", q.Held)
 			}
 		}
