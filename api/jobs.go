@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/tidwall/gjson"
 
+	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/producer"
@@ -291,7 +292,8 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 // errJobNotFound: in neither river_job nor dead_letter_jobs.
 var errJobNotFound = errors.New("job not found (finished jobs are deleted by River after a day)")
 
-// findJob reads a job from river_job or, once drained, dead_letter_jobs.
+// findJob reads a job from river_job or, once drained, dead_letter_jobs
+// (dlq.GetByJobID).
 func (s *Server) findJob(ctx context.Context, id int64) (Job, error) {
 	row, err := s.client.JobGet(ctx, id)
 	if err == nil {
@@ -300,23 +302,19 @@ func (s *Server) findJob(ctx context.Context, id int64) (Job, error) {
 	if !errors.Is(err, river.ErrNotFound) {
 		return Job{}, err
 	}
-	var (
-		j        Job
-		dl       int64
-		metadata []byte
-	)
-	err = s.pool.QueryRow(ctx, `
-		SELECT id, job_id, kind, queue, priority, attempt, max_attempts, errors, args, metadata, created_at, finalized_at
-		FROM dead_letter_jobs WHERE job_id = $1`, id).
-		Scan(&dl, &j.ID, &j.Kind, &j.Queue, &j.Priority, &j.Attempt, &j.MaxAttempts, &j.Errors, &j.Args, &metadata, &j.CreatedAt, &j.FinalizedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
+	d, err := dlq.GetByJobID(ctx, s.pool, id)
+	if errors.Is(err, dlq.ErrNotFound) {
 		return Job{}, fmt.Errorf("%w: id %d", errJobNotFound, id)
 	}
 	if err != nil {
 		return Job{}, err
 	}
-	j.State, j.DeadLetterID, j.ScheduledAt = "dead_letter", dl, j.CreatedAt
-	j.explain(metadata)
+	j := Job{
+		ID: d.JobID, Kind: d.Kind, Queue: d.Queue, Priority: d.Priority, State: "dead_letter",
+		Attempt: d.Attempt, MaxAttempts: d.MaxAttempts, Errors: d.Errors, Args: d.Args,
+		CreatedAt: d.CreatedAt, ScheduledAt: d.CreatedAt, FinalizedAt: d.FinalizedAt, DeadLetterID: d.ID,
+	}
+	j.explain(d.Metadata)
 	return j, nil
 }
 

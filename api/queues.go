@@ -7,7 +7,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/jobmetasql"
 	"github.com/tierq/tierq/internal/queuestats"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/routing"
 )
 
@@ -69,21 +71,21 @@ type Percentiles struct {
 }
 
 const priorityCountsSQL = `
-SELECT priority, state::text, count(*) FROM river_job
+SELECT priority, state::text, count(*) FROM ` + riverschema.JobTable + `
 WHERE state IN ` + queuestats.QueuedStatesSQL + ` AND queue = $1
 GROUP BY priority, state`
 
 // waitSQL reads the queue's available jobs through the (state, queue, ...)
 // index: its cost follows the queue's backlog, not the table. Waits count
-// from when each job's attempt became due (db.DueAtSQL): a job the
+// from when each job's attempt became due (jobmetasql.DueAtSQL): a job the
 // escalation sweep moved here keeps the wait it had before. A job whose
 // scheduled_at is ahead (a retry or snooze River wrote as available) is not
 // waiting yet and is left out: no wait is negative.
 var waitSQL = `
 SELECT j.priority, extract(epoch FROM now() - min(d.at))::float8,
        percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM now() - d.at))::float8[]
-FROM river_job AS j, LATERAL (SELECT ` + db.DueAtSQL("j") + ` AS at) AS d
-WHERE j.state = 'available' AND j.queue = $1 AND ` + db.FiniteSQL("j.scheduled_at") + ` AND j.scheduled_at <= now()
+FROM ` + riverschema.JobTable + ` AS j, LATERAL (SELECT ` + jobmetasql.DueAtSQL("j") + ` AS at) AS d
+WHERE j.state = '` + riverschema.StateAvailable + `' AND j.queue = $1 AND ` + db.FiniteSQL("j.scheduled_at") + ` AND j.scheduled_at <= now()
 GROUP BY j.priority`
 
 // heldWaitSQL counts the queue's held jobs per priority, through fair
@@ -91,10 +93,10 @@ GROUP BY j.priority`
 // whose scheduled_at has come, from its due time (0 when none).
 var heldWaitSQL = `
 SELECT j.priority, count(*)::int,
-       greatest(coalesce(extract(epoch FROM now() - min(` + db.DueAtSQL("j") + `)
+       greatest(coalesce(extract(epoch FROM now() - min(` + jobmetasql.DueAtSQL("j") + `)
            FILTER (WHERE ` + db.FiniteSQL("j.scheduled_at") + ` AND j.scheduled_at <= now())), 0), 0)::float8
-FROM river_job AS j
-WHERE ` + queuestats.HeldSQL("j") + ` AND j.queue = $1
+FROM ` + riverschema.JobTable + ` AS j
+WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = $1
 GROUP BY j.priority`
 
 func (s *Server) priorityStats(w http.ResponseWriter, r *http.Request) {

@@ -34,6 +34,7 @@ import (
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/fairshare"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/internal/scratch"
 	"github.com/tierq/tierq/internal/seed"
 	"github.com/tierq/tierq/metrics"
@@ -324,7 +325,7 @@ func discardedQueues(registry *service.Registry) []seed.Queue {
 // heartbeats (a stopped deployment deletes its own; a leftover would count
 // as capacity in the next measurement's windows).
 func (e *env) reset(ctx context.Context) error {
-	_, err := e.Pool.Exec(ctx, `TRUNCATE river_job, dead_letter_jobs, job_escalations, fair_share_slots`)
+	_, err := e.Pool.Exec(ctx, `TRUNCATE `+riverschema.JobTable+`, dead_letter_jobs, job_escalations, fair_share_slots`)
 	if err != nil {
 		return fmt.Errorf("reset tables: %w", err)
 	}

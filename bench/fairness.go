@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/loadtest"
 	"github.com/tierq/tierq/producer"
@@ -371,7 +372,7 @@ func (e *env) fairStream(ctx context.Context, newWorker fairnessWorker, flood in
 		return nil, err
 	}
 	rows, err := e.Pool.Query(ctx, `SELECT metadata->>'`+jobmeta.Tenant+`', extract(epoch FROM attempted_at - created_at)::float8 * 1000
-		FROM river_job WHERE id = ANY($1)`, ids)
+		FROM `+riverschema.JobTable+` WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read latencies: %w", err)
 	}
@@ -392,7 +393,7 @@ func (e *env) fairStream(ctx context.Context, newWorker fairnessWorker, flood in
 // waitCompleted waits until every job of ids has completed: a job that was
 // snoozed (it has attempted_at but went back to wait) has not.
 func waitCompleted(ctx context.Context, pool *pgxpool.Pool, ids []int64, timeout time.Duration) error {
-	return waitJobs(ctx, pool, ids, timeout, "state <> 'completed'", "completed")
+	return waitJobs(ctx, pool, ids, timeout, "state <> '"+riverschema.StateCompleted+"'", "completed")
 }
 
 // fairRates runs one throughput phase of the fairness scenario: a fresh
@@ -417,7 +418,7 @@ func (e *env) fairRates(ctx context.Context, newWorker fairnessWorker, tenants [
 			return nil, nil, err
 		}
 	}
-	if _, err := e.Pool.Exec(ctx, `ANALYZE river_job`); err != nil {
+	if _, err := e.Pool.Exec(ctx, `ANALYZE `+riverschema.JobTable); err != nil {
 		return nil, nil, fmt.Errorf("analyze river_job: %w", err)
 	}
 
@@ -444,7 +445,7 @@ func (e *env) fairRates(ctx context.Context, newWorker fairnessWorker, tenants [
 	}
 	t1 := time.Now()
 	queue := e.opts.Service.Queue(routing.Priority)
-	left, err = e.countByTenant(ctx, `(state = 'available' AND scheduled_at <= now()) OR state IN ('pending', 'running')`, queue)
+	left, err = e.countByTenant(ctx, `(state = '`+riverschema.StateAvailable+`' AND scheduled_at <= now()) OR state IN ('`+riverschema.StatePending+`', '`+riverschema.StateRunning+`')`, queue)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -452,7 +453,7 @@ func (e *env) fairRates(ctx context.Context, newWorker fairnessWorker, tenants [
 	if err := sleep(ctx, 500*time.Millisecond); err != nil {
 		return nil, nil, err
 	}
-	done, err = e.countByTenant(ctx, `state = 'completed' AND finalized_at >= $2 AND finalized_at < $3`, queue, t0, t1)
+	done, err = e.countByTenant(ctx, `state = '`+riverschema.StateCompleted+`' AND finalized_at >= $2 AND finalized_at < $3`, queue, t0, t1)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -470,7 +471,7 @@ func (e *env) fairRates(ctx context.Context, newWorker fairnessWorker, tenants [
 // per tenant.
 func (e *env) countByTenant(ctx context.Context, where, queue string, args ...any) (map[string]int, error) {
 	rows, err := e.Pool.Query(ctx, `SELECT coalesce(metadata->>'`+jobmeta.Tenant+`', ''), count(*)
-		FROM river_job WHERE queue = $1 AND (`+where+`) GROUP BY 1`, append([]any{queue}, args...)...)
+		FROM `+riverschema.JobTable+` WHERE queue = $1 AND (`+where+`) GROUP BY 1`, append([]any{queue}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("count jobs by tenant: %w", err)
 	}

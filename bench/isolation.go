@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/internal/seed"
 	"github.com/tierq/tierq/loadtest"
 	"github.com/tierq/tierq/producer"
@@ -459,7 +460,7 @@ func (e *env) countQueries(ctx context.Context, ph isolationPhase, busy int, d t
 	}
 	finished := func() (int64, error) {
 		var n int64
-		err := e.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE queue = $1 AND state = 'completed'`, queue).Scan(&n)
+		err := e.Pool.QueryRow(ctx, `SELECT count(*) FROM `+riverschema.JobTable+` WHERE queue = $1 AND state = '`+riverschema.StateCompleted+`'`, queue).Scan(&n)
 		return n, err
 	}
 	counter := &queryCounter{}
@@ -582,9 +583,9 @@ func (e *env) stream(ctx context.Context, ph isolationPhase, backlog int, durati
 	}
 	if backlog > 0 {
 		// A job fair share holds back (pending) is still queued, not worked.
-		if err := e.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state NOT IN ('available', 'pending')),
-				count(*) FILTER (WHERE state IN ('available', 'pending'))
-			FROM river_job WHERE queue = $1`, e.opts.Service.Queue(routing.Default)).Scan(&worked, &left); err != nil {
+		if err := e.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state NOT IN ('`+riverschema.StateAvailable+`', '`+riverschema.StatePending+`')),
+				count(*) FILTER (WHERE state IN ('`+riverschema.StateAvailable+`', '`+riverschema.StatePending+`'))
+			FROM `+riverschema.JobTable+` WHERE queue = $1`, e.opts.Service.Queue(routing.Default)).Scan(&worked, &left); err != nil {
 			return nil, LatencySplit{}, 0, 0, fmt.Errorf("count backlog: %w", err)
 		}
 	}
@@ -622,7 +623,7 @@ func splitLatencies(ctx context.Context, pool *pgxpool.Pool, acks *commitAcks) (
 	}
 	rows, err := pool.Query(ctx, `SELECT id, extract(epoch FROM attempted_at - created_at)::float8 * 1000,
 			extract(epoch FROM created_at)::float8 * 1000, extract(epoch FROM attempted_at)::float8 * 1000
-		FROM river_job WHERE id = ANY($1)`, ids)
+		FROM `+riverschema.JobTable+` WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, LatencySplit{}, fmt.Errorf("read latencies: %w", err)
 	}
@@ -670,7 +671,7 @@ func splitLatencies(ctx context.Context, pool *pgxpool.Pool, acks *commitAcks) (
 // started: attempted_at − created_at, both the database's clock.
 func pickupLatencies(ctx context.Context, pool *pgxpool.Pool, ids []int64) ([]float64, error) {
 	rows, err := pool.Query(ctx, `SELECT extract(epoch FROM attempted_at - created_at)::float8 * 1000
-		FROM river_job WHERE id = ANY($1)`, ids)
+		FROM `+riverschema.JobTable+` WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read latencies: %w", err)
 	}
@@ -835,7 +836,7 @@ func waitJobs(ctx context.Context, pool *pgxpool.Pool, ids []int64, timeout time
 	deadline := time.Now().Add(timeout)
 	for {
 		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE id = ANY($1) AND `+waiting, ids).Scan(&n); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+riverschema.JobTable+` WHERE id = ANY($1) AND `+waiting, ids).Scan(&n); err != nil {
 			return fmt.Errorf("wait for jobs: %w", err)
 		}
 		if n == 0 {

@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/loadtest"
 	"github.com/tierq/tierq/producer"
@@ -243,7 +244,7 @@ func (e *env) lendDrain(ctx context.Context, cfg config.Worker, jobs int, args l
 	}
 	t1 := time.Now()
 	var left int
-	if err := e.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE id = ANY($1) AND state IN ('available', 'pending')`, ids).Scan(&left); err != nil {
+	if err := e.Pool.QueryRow(ctx, `SELECT count(*) FROM `+riverschema.JobTable+` WHERE id = ANY($1) AND state IN ('`+riverschema.StateAvailable+`', '`+riverschema.StatePending+`')`, ids).Scan(&left); err != nil {
 		return res, fmt.Errorf("count backlog: %w", err)
 	}
 	if left == 0 {
@@ -258,7 +259,7 @@ func (e *env) lendDrain(ctx context.Context, cfg config.Worker, jobs int, args l
 	}
 	if err := e.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE queue = $2),
 			count(*) FILTER (WHERE queue = $3 AND metadata ? '`+jobmeta.LentFrom+`')
-		FROM river_job WHERE state = 'completed' AND finalized_at >= $4 AND finalized_at < $5 AND id = ANY($1)`,
+		FROM `+riverschema.JobTable+` WHERE state = '`+riverschema.StateCompleted+`' AND finalized_at >= $4 AND finalized_at < $5 AND id = ANY($1)`,
 		ids, e.opts.Service.Queue(routing.Default), e.opts.Service.Queue(routing.Priority), t0, t1).Scan(&res.free, &res.lent); err != nil {
 		return res, fmt.Errorf("count completed free jobs: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/internal/seed"
 	"github.com/tierq/tierq/loadtest"
 	"github.com/tierq/tierq/routing"
@@ -413,9 +414,9 @@ func (e *env) scaleoutPaid(ctx context.Context, cfg config.Worker, n int, m *sca
 	if err := waitStarted(ctx, e.Pool, ids, 60*time.Second); err != nil {
 		return err
 	}
-	if err := e.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state NOT IN ('available', 'pending')),
-			count(*) FILTER (WHERE state IN ('available', 'pending'))
-		FROM river_job WHERE id = ANY($1)`, free).Scan(&m.worked, &m.left); err != nil {
+	if err := e.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state NOT IN ('`+riverschema.StateAvailable+`', '`+riverschema.StatePending+`')),
+			count(*) FILTER (WHERE state IN ('`+riverschema.StateAvailable+`', '`+riverschema.StatePending+`'))
+		FROM `+riverschema.JobTable+` WHERE id = ANY($1)`, free).Scan(&m.worked, &m.left); err != nil {
 		return fmt.Errorf("count backlog: %w", err)
 	}
 	if m.left == 0 {
@@ -476,7 +477,7 @@ func (e *env) scaleoutThroughput(ctx context.Context, cfg config.Worker, procs [
 	m.cpu = cpuBetween(cpuBefore, sampleCPU(workerPids, backendPids), time.Since(cpuStart).Seconds())
 	m.window = t1.Sub(t0).Seconds()
 
-	rows, err = e.Pool.Query(ctx, `SELECT queue FROM river_job WHERE state IN ('available', 'pending') GROUP BY queue`)
+	rows, err = e.Pool.Query(ctx, `SELECT queue FROM `+riverschema.JobTable+` WHERE state IN ('`+riverschema.StateAvailable+`', '`+riverschema.StatePending+`') GROUP BY queue`)
 	if err != nil {
 		return fmt.Errorf("count queued jobs: %w", err)
 	}
@@ -494,7 +495,7 @@ func (e *env) scaleoutThroughput(ctx context.Context, cfg config.Worker, procs [
 	}
 
 	rows, err = e.Pool.Query(ctx, `SELECT attempted_by[cardinality(attempted_by)], queue, count(*)::int
-		FROM river_job WHERE attempted_at >= $1 AND attempted_at < $2 GROUP BY 1, 2`, t0, t1)
+		FROM `+riverschema.JobTable+` WHERE attempted_at >= $1 AND attempted_at < $2 GROUP BY 1, 2`, t0, t1)
 	if err != nil {
 		return fmt.Errorf("count started jobs: %w", err)
 	}
@@ -538,13 +539,13 @@ func (e *env) drainPhase(ctx context.Context) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var queued, running int
-		if _, err := e.Pool.Exec(ctx, `DELETE FROM river_job WHERE id IN (
-				SELECT id FROM river_job WHERE state IN ('available', 'pending') FOR UPDATE SKIP LOCKED)`); err != nil {
+		if _, err := e.Pool.Exec(ctx, `DELETE FROM `+riverschema.JobTable+` WHERE id IN (
+				SELECT id FROM `+riverschema.JobTable+` WHERE state IN ('`+riverschema.StateAvailable+`', '`+riverschema.StatePending+`') FOR UPDATE SKIP LOCKED)`); err != nil {
 			return fmt.Errorf("delete queued jobs: %w", err)
 		}
-		if err := e.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state IN ('available', 'pending')),
-				count(*) FILTER (WHERE state = 'running')
-			FROM river_job`).Scan(&queued, &running); err != nil {
+		if err := e.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state IN ('`+riverschema.StateAvailable+`', '`+riverschema.StatePending+`')),
+				count(*) FILTER (WHERE state = '`+riverschema.StateRunning+`')
+			FROM `+riverschema.JobTable).Scan(&queued, &running); err != nil {
 			return fmt.Errorf("count jobs: %w", err)
 		}
 		if queued == 0 && running == 0 {
@@ -569,13 +570,13 @@ func (e *env) endPhase(ctx context.Context, m *scaleMeasure) error {
 	}
 	var reruns, unfinished int
 	if err := e.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE attempt > 1 OR cardinality(attempted_by) > 1),
-			count(*) FILTER (WHERE state <> 'completed')
-		FROM river_job`).Scan(&reruns, &unfinished); err != nil {
+			count(*) FILTER (WHERE state <> '`+riverschema.StateCompleted+`')
+		FROM `+riverschema.JobTable).Scan(&reruns, &unfinished); err != nil {
 		return fmt.Errorf("check jobs: %w", err)
 	}
 	m.reruns += reruns
 	m.unfinished += unfinished
-	if _, err := e.Pool.Exec(ctx, `TRUNCATE river_job`); err != nil {
+	if _, err := e.Pool.Exec(ctx, `TRUNCATE `+riverschema.JobTable); err != nil {
 		return fmt.Errorf("empty river_job: %w", err)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"github.com/tierq/tierq/aging"
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/escalation"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/internal/seed"
 	"github.com/tierq/tierq/loadtest"
 	"github.com/tierq/tierq/routing"
@@ -109,12 +110,12 @@ func sweepTimes(ctx context.Context, opts Options, total, reps int) (agingMs, es
 		}
 		// Both resets come first: the jobs the escalation sweep moved keep
 		// their 4-hour due time, and aging would lift them too.
-		if _, err := e.Pool.Exec(ctx, `UPDATE river_job SET queue = $2, priority = 2, scheduled_at = now() - interval '4 hours',
-			metadata = '{}' WHERE state = 'available' AND kind = $1`, escalationKind, scheduledQueue); err != nil {
+		if _, err := e.Pool.Exec(ctx, `UPDATE `+riverschema.JobTable+` SET queue = $2, priority = 2, scheduled_at = now() - interval '4 hours',
+			metadata = '{}' WHERE state = '`+riverschema.StateAvailable+`' AND kind = $1`, escalationKind, scheduledQueue); err != nil {
 			return 0, 0, 0, fmt.Errorf("reset escalation: %w", err)
 		}
-		if _, err := e.Pool.Exec(ctx, `UPDATE river_job SET priority = 4, metadata = '{}'
-			WHERE state = 'available' AND queue = $2 AND priority < 4 AND kind = $1`, loadtest.Kind, freeQueue); err != nil {
+		if _, err := e.Pool.Exec(ctx, `UPDATE `+riverschema.JobTable+` SET priority = 4, metadata = '{}'
+			WHERE state = '`+riverschema.StateAvailable+`' AND queue = $2 AND priority < 4 AND kind = $1`, loadtest.Kind, freeQueue); err != nil {
 			return 0, 0, 0, fmt.Errorf("reset aging: %w", err)
 		}
 		start := time.Now()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/fairshare"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/routing"
@@ -264,7 +265,7 @@ func (e *env) newcomer(ctx context.Context, cfg config.Worker, ids, jobs int, wa
 	if err := e.insertSpread(ctx, client, ids, jobs); err != nil {
 		return r, err
 	}
-	if _, err := e.Pool.Exec(ctx, `ANALYZE river_job`); err != nil {
+	if _, err := e.Pool.Exec(ctx, `ANALYZE `+riverschema.JobTable); err != nil {
 		return r, fmt.Errorf("analyze river_job: %w", err)
 	}
 
@@ -305,7 +306,7 @@ func (e *env) newcomer(ctx context.Context, cfg config.Worker, ids, jobs int, wa
 		return r, err
 	}
 
-	if err := e.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'available' AND queue = $1 AND scheduled_at <= now()`,
+	if err := e.Pool.QueryRow(ctx, `SELECT count(*) FROM `+riverschema.JobTable+` WHERE state = '`+riverschema.StateAvailable+`' AND queue = $1 AND scheduled_at <= now()`,
 		queue).Scan(&r.line); err != nil {
 		return r, fmt.Errorf("count the line: %w", err)
 	}
@@ -328,11 +329,11 @@ func (e *env) newcomer(ctx context.Context, cfg config.Worker, ids, jobs int, wa
 	if err := e.Pool.QueryRow(ctx, `
 		SELECT n.attempted_at,
 		       extract(epoch FROM n.attempted_at - n.created_at)::float8 * 1000,
-		       1 + (SELECT count(*) FROM river_job AS j
+		       1 + (SELECT count(*) FROM `+riverschema.JobTable+` AS j
 		            WHERE j.queue = n.queue AND j.id <> n.id AND j.attempted_at > n.created_at AND j.attempted_at < n.attempted_at),
-		       $2::int - (SELECT count(DISTINCT j.metadata->>'`+jobmeta.Tenant+`') FROM river_job AS j
+		       $2::int - (SELECT count(DISTINCT j.metadata->>'`+jobmeta.Tenant+`') FROM `+riverschema.JobTable+` AS j
 		                  WHERE j.queue = n.queue AND j.id <> n.id AND (j.attempted_at IS NULL OR j.attempted_at > n.attempted_at))
-		FROM river_job AS n WHERE n.id = $1`, id, ids).Scan(&started, &r.waitMs, &r.position, &ranOut); err != nil {
+		FROM `+riverschema.JobTable+` AS n WHERE n.id = $1`, id, ids).Scan(&started, &r.waitMs, &r.position, &ranOut); err != nil {
 		return r, fmt.Errorf("read the newcomer's start: %w", err)
 	}
 	if ranOut > 0 {

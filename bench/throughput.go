@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/internal/seed"
 	"github.com/tierq/tierq/loadtest"
 )
@@ -270,8 +271,8 @@ func (e *env) cadence(ctx context.Context, cfg config.Worker, d time.Duration) (
 	}
 	var started, fastStarted int
 	if err := e.Pool.QueryRow(ctx, `SELECT clock_timestamp(),
-			(SELECT count(*) FILTER (WHERE NOT queue = ANY($2)) FROM river_job WHERE attempted_at >= $1 AND attempted_at < clock_timestamp()),
-			(SELECT count(*) FILTER (WHERE queue = ANY($2)) FROM river_job WHERE attempted_at >= $1 AND attempted_at < clock_timestamp())`,
+			(SELECT count(*) FILTER (WHERE NOT queue = ANY($2)) FROM `+riverschema.JobTable+` WHERE attempted_at >= $1 AND attempted_at < clock_timestamp()),
+			(SELECT count(*) FILTER (WHERE queue = ANY($2)) FROM `+riverschema.JobTable+` WHERE attempted_at >= $1 AND attempted_at < clock_timestamp())`,
 		t0, fast).Scan(&t1, &started, &fastStarted); err != nil {
 		return res, fmt.Errorf("count started jobs: %w", err)
 	}

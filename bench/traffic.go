@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/config"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/service"
 )
 
@@ -436,7 +437,7 @@ func (t *trafficRunner) startWorkers(ctx context.Context, settings []string) err
 
 // resetTraffic empties the tables a run writes.
 func (e *env) resetTraffic(ctx context.Context) error {
-	_, err := e.Pool.Exec(ctx, `TRUNCATE river_job, dead_letter_jobs, job_escalations, fair_share_slots, load_test_executions`)
+	_, err := e.Pool.Exec(ctx, `TRUNCATE `+riverschema.JobTable+`, dead_letter_jobs, job_escalations, fair_share_slots, load_test_executions`)
 	if err != nil {
 		return fmt.Errorf("reset tables: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/service"
 )
 
@@ -293,7 +294,7 @@ func (p *appProcess) get(ctx context.Context, path string) ([]byte, error) {
 // leader is the River client ID holding the leadership now, "" for none.
 func (e *env) leader(ctx context.Context) (string, error) {
 	var id string
-	err := e.Pool.QueryRow(ctx, `SELECT coalesce((SELECT leader_id FROM river_leader WHERE expires_at > now()), '')`).Scan(&id)
+	err := e.Pool.QueryRow(ctx, `SELECT coalesce((SELECT leader_id FROM `+riverschema.LeaderTable+` WHERE expires_at > now()), '')`).Scan(&id)
 	if err != nil {
 		return "", fmt.Errorf("read the leader: %w", err)
 	}

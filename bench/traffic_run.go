@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/loadtest"
 	"github.com/tierq/tierq/routing"
@@ -186,8 +187,8 @@ func (t *trafficRunner) run(ctx context.Context, m runMode, faults *TrafficFault
 func (t *trafficRunner) insertUnfetchable(ctx context.Context) error {
 	for _, queue := range t.plan.unfetchable {
 		if _, err := t.e.Pool.Exec(ctx, `
-			INSERT INTO river_job (state, queue, priority, kind, args, metadata, max_attempts, scheduled_at)
-			VALUES ('available', $1, 4, $2, '{}', $3, $4, now())`,
+			INSERT INTO `+riverschema.JobTable+` (state, queue, priority, kind, args, metadata, max_attempts, scheduled_at)
+			VALUES ('`+riverschema.StateAvailable+`', $1, 4, $2, '{}', $3, $4, now())`,
 			queue, trafficUnknownKind, routing.InsertMetadata(0, "misrouted", queue, 4), trafficMaxAttempts); err != nil {
 			return fmt.Errorf("insert an unfetchable row: %w", err)
 		}
@@ -255,8 +256,8 @@ func (t *trafficRunner) insertDirect(ctx context.Context, args loadtest.Args, op
 	}
 	var id int64
 	if err := t.e.Pool.QueryRow(ctx, `
-		INSERT INTO river_job (state, queue, priority, kind, args, metadata, max_attempts, scheduled_at)
-		VALUES ('available', $1, $2, $3, $4, $5, $6, now()) RETURNING id`,
+		INSERT INTO `+riverschema.JobTable+` (state, queue, priority, kind, args, metadata, max_attempts, scheduled_at)
+		VALUES ('`+riverschema.StateAvailable+`', $1, $2, $3, $4, $5, $6, now()) RETURNING id`,
 		opts.Queue, opts.Priority, loadtest.Kind, raw, opts.Metadata, opts.MaxAttempts).Scan(&id); err != nil {
 		return 0, fmt.Errorf("insert a job with SQL: %w", err)
 	}
@@ -269,9 +270,9 @@ func (t *trafficRunner) insertDirect(ctx context.Context, args loadtest.Args, op
 // drained yet).
 func (t *trafficRunner) progress(ctx context.Context) (ended, unfinished int, err error) {
 	err = t.e.Pool.QueryRow(ctx, `
-		SELECT (SELECT count(*) FROM river_job WHERE kind = $1 AND state IN ('completed', 'cancelled'))
+		SELECT (SELECT count(*) FROM `+riverschema.JobTable+` WHERE kind = $1 AND state IN ('`+riverschema.StateCompleted+`', '`+riverschema.StateCancelled+`'))
 		     + (SELECT count(*) FROM dead_letter_jobs WHERE kind = $1),
-		       (SELECT count(*) FROM river_job WHERE kind = $1 AND state NOT IN ('completed', 'cancelled'))`,
+		       (SELECT count(*) FROM `+riverschema.JobTable+` WHERE kind = $1 AND state NOT IN ('`+riverschema.StateCompleted+`', '`+riverschema.StateCancelled+`'))`,
 		loadtest.Kind).Scan(&ended, &unfinished)
 	if err != nil {
 		return 0, 0, fmt.Errorf("count the ended jobs: %w", err)
@@ -301,7 +302,7 @@ func (t *trafficRunner) kill(ctx context.Context, f *TrafficFaults) (*kill, erro
 				continue
 			}
 			var n int
-			if err := t.e.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'running' AND attempted_by[array_length(attempted_by, 1)] = $1`,
+			if err := t.e.Pool.QueryRow(ctx, `SELECT count(*) FROM `+riverschema.JobTable+` WHERE state = '`+riverschema.StateRunning+`' AND attempted_by[array_length(attempted_by, 1)] = $1`,
 				p.clientID).Scan(&n); err != nil {
 				return nil, fmt.Errorf("count a worker's running jobs: %w", err)
 			}
@@ -326,7 +327,7 @@ func (t *trafficRunner) kill(ctx context.Context, f *TrafficFaults) (*kill, erro
 	victim.kill()
 	leader.kill()
 	k := &kill{worker: victim, at: time.Now()}
-	rows, err := t.e.Pool.Query(ctx, `SELECT id FROM river_job WHERE state = 'running' AND attempted_by[array_length(attempted_by, 1)] = $1`, victim.clientID)
+	rows, err := t.e.Pool.Query(ctx, `SELECT id FROM `+riverschema.JobTable+` WHERE state = '`+riverschema.StateRunning+`' AND attempted_by[array_length(attempted_by, 1)] = $1`, victim.clientID)
 	if err != nil {
 		return nil, fmt.Errorf("read the killed worker's jobs: %w", err)
 	}
@@ -359,7 +360,7 @@ func (t *trafficRunner) replace(ctx context.Context, settings []string, k *kill,
 // readUnfetchable reads the unfetchable rows left, and what the closing
 // sample's API and metrics reported of them.
 func (t *trafficRunner) readUnfetchable(ctx context.Context, r *TrafficRun, closing sampled) error {
-	if err := t.e.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'available'`,
+	if err := t.e.Pool.QueryRow(ctx, `SELECT count(*) FROM `+riverschema.JobTable+` WHERE kind = $1 AND state = '`+riverschema.StateAvailable+`'`,
 		trafficUnknownKind).Scan(&r.UnfetchableLeft); err != nil {
 		return fmt.Errorf("count the unfetchable rows: %w", err)
 	}
@@ -410,7 +411,7 @@ func (t *trafficRunner) collect(ctx context.Context, ids []int64) (collected, er
 	rows, err := t.e.Pool.Query(ctx, `
 		SELECT id, state::text, metadata ? $2 AND jsonb_typeof(metadata) = 'object', metadata ? $3, created_at, attempted_at, finalized_at,
 		       coalesce(errors[array_length(errors, 1)]->>'error', '')
-		FROM river_job WHERE id = ANY($1)`, ids, jobmeta.HeldAt, jobmeta.LentFrom)
+		FROM `+riverschema.JobTable+` WHERE id = ANY($1)`, ids, jobmeta.HeldAt, jobmeta.LentFrom)
 	if err != nil {
 		return c, fmt.Errorf("read the jobs: %w", err)
 	}

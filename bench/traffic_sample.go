@@ -16,6 +16,8 @@ import (
 
 	"github.com/tierq/tierq/api"
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/jobmetasql"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
 )
 
@@ -24,9 +26,6 @@ import (
 // compares only fresh metrics with SQL.
 const metricsFresh = api.MetricsCacheFor + 300*time.Millisecond
 
-// heldCondition is a held job of river_job j, as fair share marks it.
-const heldCondition = `j.state = 'pending' AND j.metadata ? '` + jobmeta.HeldAt + `' AND jsonb_typeof(j.metadata) = 'object'`
-
 // waitingSQL reads, per queue, the jobs held now (id@held_at: a job held
 // again after an admission has another held_at) and the
 // longest wait of a job waiting now (available or held, due, from its due
@@ -34,11 +33,11 @@ const heldCondition = `j.state = 'pending' AND j.metadata ? '` + jobmeta.HeldAt 
 // river_job.
 var waitingSQL = `
 SELECT now(), q.queue,
-       coalesce((SELECT array_agg(j.id::text || '@' || (j.metadata->>'` + jobmeta.HeldAt + `')) FROM river_job AS j
-                 WHERE ` + heldCondition + ` AND j.queue = q.queue), '{}'),
+       coalesce((SELECT array_agg(j.id::text || '@' || (j.metadata->>'` + jobmeta.HeldAt + `')) FROM ` + riverschema.JobTable + ` AS j
+                 WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = q.queue), '{}'),
        greatest(coalesce(extract(epoch FROM now() - (
-           SELECT min(` + db.DueAtSQL("j") + `) FROM river_job AS j
-           WHERE (j.state = 'available' OR (` + heldCondition + `)) AND j.queue = q.queue
+           SELECT min(` + jobmetasql.DueAtSQL("j") + `) FROM ` + riverschema.JobTable + ` AS j
+           WHERE (j.state = '` + riverschema.StateAvailable + `' OR (` + jobmetasql.HeldSQL("j") + `)) AND j.queue = q.queue
              AND ` + db.FiniteSQL("j.scheduled_at") + ` AND j.scheduled_at <= now())), 0), 0)::float8
 FROM unnest($1::text[]) AS q(queue)`
 
@@ -50,7 +49,7 @@ FROM unnest($1::text[]) AS q(queue)`
 // is looser for them).
 var passedThroughSQL = `
 SELECT q.queue,
-       (SELECT count(*) FROM river_job AS j
+       (SELECT count(*) FROM ` + riverschema.JobTable + ` AS j
         WHERE j.queue = q.queue AND NOT (j.id = ANY($2::bigint[])) AND jsonb_typeof(j.metadata) = 'object'
           AND (j.metadata->>'` + jobmeta.MovedAt + `') ~ '^[0-9]{1,18}$'
           AND (j.metadata->>'` + jobmeta.MovedAt + `')::bigint >= $3)::int

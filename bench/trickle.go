@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
 	"github.com/tierq/tierq/loadtest"
 	"github.com/tierq/tierq/routing"
@@ -94,7 +95,7 @@ func (e *env) backlogged(ctx context.Context, client *river.Client[pgx.Tx], queu
 	if ids, err = e.insertFree(ctx, client, queue, n, args); err != nil {
 		return nil, nil, err
 	}
-	if _, err := e.Pool.Exec(ctx, `ANALYZE river_job`); err != nil {
+	if _, err := e.Pool.Exec(ctx, `ANALYZE `+riverschema.JobTable); err != nil {
 		return nil, nil, fmt.Errorf("analyze river_job: %w", err)
 	}
 	workerPool, err := e.pool(ctx, 10)
@@ -150,9 +151,9 @@ func (e *env) runTrickle(ctx context.Context, t trickle, duration time.Duration)
 	}
 	// A job fair share holds back (pending) is still queued, not worked; a
 	// lent job not yet started too.
-	if err := e.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state NOT IN ('available', 'pending')),
-			count(*) FILTER (WHERE state IN ('available', 'pending'))
-		FROM river_job WHERE id = ANY($1)`, free).Scan(&res.worked, &res.left); err != nil {
+	if err := e.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state NOT IN ('`+riverschema.StateAvailable+`', '`+riverschema.StatePending+`')),
+			count(*) FILTER (WHERE state IN ('`+riverschema.StateAvailable+`', '`+riverschema.StatePending+`'))
+		FROM `+riverschema.JobTable+` WHERE id = ANY($1)`, free).Scan(&res.worked, &res.left); err != nil {
 		return res, fmt.Errorf("count backlog: %w", err)
 	}
 	if res.left == 0 {
@@ -182,8 +183,8 @@ func (e *env) runTrickle(ctx context.Context, t trickle, duration time.Duration)
 func (e *env) lentStats(ctx context.Context) (lent, maxRunning int, err error) {
 	err = e.Pool.QueryRow(ctx, `
 		WITH lent AS (
-		    SELECT attempted_at AS s, finalized_at AS f, state = 'completed' AS done
-		    FROM river_job
+		    SELECT attempted_at AS s, finalized_at AS f, state = '`+riverschema.StateCompleted+`' AS done
+		    FROM `+riverschema.JobTable+`
 		    WHERE queue = $1 AND metadata ? '`+jobmeta.LentFrom+`'
 		),
 		ev AS (

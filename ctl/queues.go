@@ -23,6 +23,7 @@ import (
 
 	"github.com/tierq/tierq/internal/db"
 	"github.com/tierq/tierq/internal/queuestats"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/scheduler"
 )
 
@@ -155,7 +156,7 @@ type queueRow struct {
 const listQueuesSQL = `
 SELECT q.name, r.paused_at, coalesce(h.workers, 0), coalesce(h.processes, 0), h.heartbeat_at
 FROM unnest($1::text[]) WITH ORDINALITY AS q(name, ord)
-LEFT JOIN river_queue AS r ON r.name = q.name
+LEFT JOIN ` + riverschema.QueueTable + ` AS r ON r.name = q.name
 LEFT JOIN (
     SELECT s.queue, sum(s.slots)::int AS workers, count(DISTINCT s.client_id)::int AS processes,
            max(s.heartbeat_at) AS heartbeat_at

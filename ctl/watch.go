@@ -20,7 +20,9 @@ import (
 
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/jobmetasql"
 	"github.com/tierq/tierq/internal/queuestats"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/tiers"
@@ -30,19 +32,22 @@ import (
 // queue, in lifecycle order; HELD (the pending jobs fair share holds back)
 // follows PENDING. Finished jobs are River's history and not counted: that
 // would read the whole table.
-var watchStates = []string{"scheduled", "pending", "available", "retryable", "running"}
+var watchStates = []string{
+	riverschema.StateScheduled, riverschema.StatePending, riverschema.StateAvailable,
+	riverschema.StateRetryable, riverschema.StateRunning,
+}
 
 // waitWindow is how far back watch looks for started jobs.
 const waitWindow = 5 * time.Minute
 
 // startedWaitsSQL gives, per queue and tier, how many jobs were started (attempted_at)
 // in the last $1 seconds and the p50 and p99 of their waits: attempted_at
-// minus when the attempt became due (db.DueAtSQL). For a job on its second
+// minus when the attempt became due (jobmetasql.DueAtSQL). For a job on its second
 // or later attempt that is the retry's due time, not its insert. Retryable
 // jobs are left out: River has already set their scheduled_at to the next
 // retry, so the due time of the attempt that ran is gone.
 //
-// The tier is db.TierSQL's (the job's metadata (jobmeta.Tier), else its
+// The tier is jobmetasql.TierSQL's (the job's metadata (jobmeta.Tier), else its
 // args' "tier", else "unknown") in the queues $2 lists, the services'
 // priority and default queues, where the tier decided the queue and the
 // starting priority; elsewhere it is empty and the queue's jobs make one row:
@@ -62,19 +67,19 @@ const waitWindow = 5 * time.Minute
 // call from Go.
 var startedWaitsSQL = `
 WITH started AS (
-    SELECT j.* FROM river_job AS j
-    WHERE j.state = 'running' AND j.attempted_at > now() - make_interval(secs => $1)
+    SELECT j.* FROM ` + riverschema.JobTable + ` AS j
+    WHERE j.state = '` + riverschema.StateRunning + `' AND j.attempted_at > now() - make_interval(secs => $1)
     UNION ALL
-    SELECT j.* FROM river_job AS j
-    WHERE j.state IN ('completed', 'cancelled', 'discarded')
+    SELECT j.* FROM ` + riverschema.JobTable + ` AS j
+    WHERE j.state IN ('` + riverschema.StateCompleted + `', '` + riverschema.StateCancelled + `', '` + riverschema.StateDiscarded + `')
       AND j.finalized_at > now() - make_interval(secs => $1)
       AND j.attempted_at > now() - make_interval(secs => $1)
 )
 SELECT j.queue, t.tier, count(*),
        percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM j.attempted_at - d.at))::float8[]
 FROM started AS j,
-     LATERAL (SELECT ` + db.DueAtSQL("j") + ` AS at) AS d,
-     LATERAL (SELECT CASE WHEN j.queue = ANY($2::text[]) THEN ` + db.TierSQL("j") + ` ELSE '' END AS tier) AS t
+     LATERAL (SELECT ` + jobmetasql.DueAtSQL("j") + ` AS at) AS d,
+     LATERAL (SELECT CASE WHEN j.queue = ANY($2::text[]) THEN ` + jobmetasql.TierSQL("j") + ` ELSE '' END AS tier) AS t
 WHERE ` + db.FiniteSQL("j.scheduled_at") + ` AND ` + db.FiniteSQL("j.attempted_at") + `
 GROUP BY j.queue, t.tier`
 
@@ -129,7 +134,7 @@ func (a *app) catalogQueues(ctx context.Context, q db.Querier) (watchQueues, err
 
 // pausedSQL lists the queues River has paused (River's QueuePause, tierctl
 // queues pause, River UI's button): a handful of rows at most.
-const pausedSQL = `SELECT name, paused_at FROM river_queue WHERE paused_at IS NOT NULL`
+const pausedSQL = `SELECT name, paused_at FROM ` + riverschema.QueueTable + ` WHERE paused_at IS NOT NULL`
 
 // watchReadTimeout bounds one refresh's reads: a database that stops
 // answering (a partition, a hung connect) shows as unreachable instead of
@@ -381,7 +386,7 @@ func renderDashboard(d dashboard) string {
 	fmt.Fprintf(tw, "%-*s\t", nameWidth, "QUEUE")
 	for _, state := range watchStates {
 		fmt.Fprintf(tw, "%s\t", strings.ToUpper(state))
-		if state == "pending" {
+		if state == riverschema.StatePending {
 			fmt.Fprint(tw, "HELD\t")
 		}
 	}
@@ -390,7 +395,7 @@ func renderDashboard(d dashboard) string {
 		fmt.Fprintf(tw, "%-*s\t", nameWidth, names[i])
 		for _, state := range watchStates {
 			fmt.Fprintf(tw, "%d\t", q.Counts[state])
-			if state == "pending" {
+			if state == riverschema.StatePending {
 				fmt.Fprintf(tw, "%d\t", q.Held)
 			}
 		}

@@ -178,6 +178,24 @@ func Get(ctx context.Context, q db.Querier, id int64) (DeadLetter, error) {
 	return d, nil
 }
 
+// GetByJobID returns the dead letter of the River job jobID (DeadLetter's
+// JobID: a job is drained into at most one), or ErrNotFound when that job
+// has not been drained.
+func GetByJobID(ctx context.Context, q db.Querier, jobID int64) (DeadLetter, error) {
+	rows, err := q.Query(ctx, `SELECT `+columns+` FROM dead_letter_jobs WHERE job_id = $1`, jobID)
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("get dead letter of job %d: %w", jobID, err)
+	}
+	d, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[DeadLetter])
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return DeadLetter{}, fmt.Errorf("%w: job id %d", ErrNotFound, jobID)
+	case err != nil:
+		return DeadLetter{}, fmt.Errorf("get dead letter of job %d: %w", jobID, err)
+	}
+	return d, nil
+}
+
 // Depth is how many dead letters wait for an operator: rows not replayed.
 type Depth struct {
 	Total   int            `json:"depth"`

@@ -12,10 +12,11 @@
 // River's DiscardedJobRetentionPeriod to -1 (never), so River's cleaner
 // never deletes a discarded job before the drain has seen it.
 //
-// From the table, operators list and show dead letters (List, Get), replay
-// them as new River jobs with fresh attempts (Replay, ReplayAll: the new job
-// and the replayed mark are written in one transaction, so a dead letter is
-// replayed once unless the operator forces it) and purge old ones (Purge).
+// From the table, operators list and show dead letters (List; Get, or
+// GetByJobID by the id the job had in River), replay them as new River jobs
+// with fresh attempts (Replay, ReplayAll: the new job and the replayed mark
+// are written in one transaction, so a dead letter is replayed once unless
+// the operator forces it) and purge old ones (Purge).
 // After each drain, Alerter reports the depth (rows not yet replayed) when it
 // reaches DLQ_ALERT_THRESHOLD: a log warning and an optional webhook, rate
 // limited, with one "resolved" message when the depth falls back.

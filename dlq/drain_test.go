@@ -129,6 +129,13 @@ func TestDrainedRowReadsBackWithItsErrors(t *testing.T) {
 
 	_, err = dlq.Get(ctx, db.Pool, 999_999)
 	require.ErrorIs(t, err, dlq.ErrNotFound)
+
+	// The same row, by the id the job had in river_job.
+	byJob, err := dlq.GetByJobID(ctx, db.Pool, d.JobID)
+	require.NoError(t, err)
+	require.Equal(t, d, byJob)
+	_, err = dlq.GetByJobID(ctx, db.Pool, 999_999)
+	require.ErrorIs(t, err, dlq.ErrNotFound)
 }
 
 func TestDrainRolledBackMidBatchLeavesEveryJobInOnePlace(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/jobmetasql"
 	"github.com/tierq/tierq/jobmeta"
 )
 
@@ -27,7 +27,7 @@ var WaitBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 3
 // Jobs is a River hook that observes every job its client works:
 // tierq_job_wait_seconds{tier,queue}, from when the job's attempt became due
 // (its insert, or the end of a retry's backoff or a snooze; tierq's own moves
-// between queues do not reset it, see db.DueAt) to when a worker started it,
+// between queues do not reset it, see jobmetasql.DueAt) to when a worker started it,
 // and tierq_jobs_total{queue,kind,outcome} when it ends. Metadata or args of
 // any shape are read without failing: the wait then counts from scheduled_at
 // and the tier is "unknown".
@@ -62,7 +62,7 @@ func NewJobs(reg prometheus.Registerer) *Jobs {
 
 // WorkBegin observes the job's wait.
 func (j *Jobs) WorkBegin(_ context.Context, job *rivertype.JobRow) error {
-	due := db.DueAt(job.ScheduledAt, job.Metadata)
+	due := jobmetasql.DueAt(job.ScheduledAt, job.Metadata)
 	j.wait.WithLabelValues(tierLabel(job.Metadata, job.EncodedArgs), job.Queue).Observe(max(time.Since(due).Seconds(), 0))
 	return nil
 }

@@ -26,7 +26,7 @@ SELECT leader_id,
        CASE WHEN expires_at < now() THEN
            ` + riverschema.NotifyResignedSQL + ` IS NOT NULL
        ELSE false END AS nudged
-FROM river_leader`
+FROM ` + riverschema.LeaderTable
 
 // WatchLeader checks every interval whether clientID holds River's
 // leadership, recording it in m's tierq_leader gauge, and wakes River's

@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierq/tierq/ctl"
-	"github.com/tierq/tierq/internal/db"
-	"github.com/tierq/tierq/jobmeta"
+	"github.com/tierq/tierq/internal/jobmetasql"
+	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/tiers"
@@ -88,7 +88,7 @@ jobs beyond its share in River state pending), the waits (attempted_at minus
 when the job became due, p50 and p99 in SQL) of the paid and free jobs
 started so far, and the completed counts. A job's due time is its insert:
 fair share's admission moves scheduled_at to the admission and keeps the due
-time (internal/db.DueAtSQL), so a held job's wait counts its time held. After
+time (internal/jobmetasql.DueAtSQL), so a held job's wait counts its time held. After
 --duration it waits (at most --timeout) for every job it inserted to finish,
 prints a summary, and fails unless every one of them completed.
 
@@ -347,7 +347,7 @@ func (d *demo) insertMany(ctx context.Context, params []river.InsertManyParams) 
 // class of queue: counts by state, the waiting ones (available, or held
 // back by fair share: pending with jobmeta.HeldAt), the held ones, and the
 // waits of those started: attempted_at minus when the attempt became due
-// (db.DueAtSQL: the insert, kept when fair share admits a held job and
+// (jobmetasql.DueAtSQL: the insert, kept when fair share admits a held job and
 // moves its scheduled_at), in ms.
 var demoStatsQuery = `
 WITH demo AS (
@@ -355,16 +355,16 @@ WITH demo AS (
 	            WHEN j.queue LIKE '%\_scheduled' THEN 'background'
 	            ELSE 'free' END AS class,
 	       j.state,
-	       j.state = 'pending' AND j.metadata ? '` + jobmeta.HeldAt + `' AND jsonb_typeof(j.metadata) = 'object' AS held,
-	       extract(epoch FROM j.attempted_at - ` + db.DueAtSQL("j") + `) * 1000 AS wait_ms
-	FROM river_job AS j WHERE j.id = ANY($1)
+	       ` + jobmetasql.HeldSQL("j") + ` AS held,
+	       extract(epoch FROM j.attempted_at - ` + jobmetasql.DueAtSQL("j") + `) * 1000 AS wait_ms
+	FROM ` + riverschema.JobTable + ` AS j WHERE j.id = ANY($1)
 )
 SELECT class,
        count(*),
-       count(*) FILTER (WHERE state = 'available' OR held),
+       count(*) FILTER (WHERE state = '` + riverschema.StateAvailable + `' OR held),
        count(*) FILTER (WHERE held),
-       count(*) FILTER (WHERE state = 'completed'),
-       count(*) FILTER (WHERE state NOT IN ('completed', 'cancelled', 'discarded')),
+       count(*) FILTER (WHERE state = '` + riverschema.StateCompleted + `'),
+       count(*) FILTER (WHERE state NOT IN ('` + riverschema.StateCompleted + `', '` + riverschema.StateCancelled + `', '` + riverschema.StateDiscarded + `')),
        count(wait_ms),
        coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY wait_ms), 0),
        coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY wait_ms), 0)

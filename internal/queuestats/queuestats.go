@@ -123,12 +123,6 @@ LEFT JOIN LATERAL (
 ) AS o ON true
 GROUP BY q.queue`
 
-// HeldSQL is jobmetasql.HeldSQL: the river_job row aliased alias is held
-// by fair share.
-//
-// Deprecated: use jobmetasql.HeldSQL; this stays until api has moved.
-func HeldSQL(alias string) string { return jobmetasql.HeldSQL(alias) }
-
 // waitingSQL counts each queue's held jobs and finds its longest-waiting
 // job, available or held, from when each became due (jobmetasql.DueAtSQL), over
 // the jobs whose scheduled_at has come. Exact, not a bound: a kept due time
