@@ -30,9 +30,8 @@
 // window) or the last pass saw held jobs (admit as places free; a pass that
 // starts holding runs the next itself, since the hook learns of held work
 // only when the pass ends), at most one per Config.PassInterval per queue,
-// and after a pass that moved nothing, or left at least twice the
-// capacity in line, no sooner than three times that pass's own time
-// (passRest): a pass costs more as tenants grow.
+// and after a pass that moved nothing no sooner than three times that
+// pass's own time (passRest): a pass costs more as tenants grow.
 // A tenant alone is never held: it needs no turns. While the last pass found
 // one tenant alone and nothing held, the process only looks, at most every
 // 10ms, for a job of another tenant inserted since (one index range over
@@ -287,36 +286,26 @@ const maxMissBackoff = 4
 
 // passRest is how many times as long as a pass over a queue took the
 // process waits before its next pass over the queue when that pass moved
-// nothing or left a long line (restsAfter), and before its next lending
-// pass: a pass's cost grows with the queue's active tenants (about 10 ms
-// at 1,000 on the development machine), and woken by every job that starts
-// or ends, passes that found nothing to do ran back to back every
-// PassInterval, as lending passes did, and took the workers' CPU (tierctl
-// bench traffic). A pass that moved jobs into a short line is not made to
-// rest: resting after refills, the line ran dry between passes (a
-// newcomer's insert found no job in line in bench's
-// TestTenantsMeasuresANewcomer under make test's load).
+// nothing, and before its next lending pass: a pass's cost grows with the
+// queue's active tenants (about 10 ms at 1,000 on the development
+// machine), and woken by every job that starts or ends, passes that found
+// nothing to do ran back to back every PassInterval, as lending passes
+// did, and took the workers' CPU (tierctl bench traffic). A pass that
+// moved jobs is not made to rest: resting after refills, the line ran dry
+// between passes (a newcomer's insert found no job in line in bench's
+// TestTenantsMeasuresANewcomer under make test's load; again when passes
+// that left twice the capacity in line rested too: 20 tenants of one
+// place each over 5 workers of 20 ms jobs drain the line in 80 ms, less
+// than three slow passes).
 const passRest = 3
 
-// longLine is how many times the queue's capacity a line must hold for the
-// pass that left it to rest even when it moved jobs (restsAfter).
-const longLine = 2
-
 // restsAfter tells whether the loop rests (passRest) after pass p: a pass
-// that ran and moved nothing, or one that left at least longLine times the
-// queue's capacity in line. Such a line cannot run dry before the workers
-// have started a capacity's worth of it twice over, while the next pass
-// would refill only the places the starts freed, behind everything still
-// in line; with many tenants (a place each, the line as long as the
-// tenants are many) passes that refilled one place at a time ran back to
-// back and took both cores of the development machine from the workers
-// (tierctl bench traffic: 1,000 tenants, about 10 ms a pass).
+// that ran and moved nothing.
 func restsAfter(p Pass) bool {
 	if !p.Ran || p.Paused || p.Checked {
 		return false
 	}
-	moved := p.Held > 0 || p.Admitted > 0 || p.Yielded > 0
-	return !moved || p.Line >= longLine*max(p.Capacity, 1)
+	return p.Held == 0 && p.Admitted == 0 && p.Yielded == 0
 }
 
 // loneCheckInterval is the shortest time between two lone checks of a
@@ -700,10 +689,9 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 		if p.Checked {
 			wait = max(wait, loneCheckInterval)
 		} else if restsAfter(p) {
-			// A pass that moved nothing, or left a long line, rests
-			// (passRest): one that refilled a short line is followed by
-			// the next as soon as a job starts or ends, so that the line
-			// never runs dry for want of a pass.
+			// A pass that moved nothing rests (passRest): one that refilled
+			// the line is followed by the next as soon as a job starts or
+			// ends, so that the line never runs dry for want of a pass.
 			q.mu.Lock()
 			took := q.took
 			q.mu.Unlock()
