@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -82,10 +83,41 @@ func TestSchedulerConfig(t *testing.T) {
 	require.Negative(t, schedulerConfig.DLQAlertThreshold)
 	require.Len(t, scheduler.PeriodicJobs(schedulerConfig, registry), 1+len(registry.PeriodicJobs()), "the drain only")
 
-	err = schedulerConfig.CheckKindTimeouts(schedulerConfig.RescueStuckJobsAfter, map[string]time.Duration{"scan": 5 * time.Minute})
+	err = cfg.RunError(scheduler.CheckKindTimeouts(schedulerConfig.RescueStuckJobsAfter, map[string]time.Duration{"scan": 5 * time.Minute}))
 	require.ErrorIs(t, err, config.ErrInvalid)
 	require.EqualError(t, err, `invalid configuration: RESCUE_STUCK_JOBS_AFTER="2m": must be longer than the timeout of every job kind, `+
 		`or the rescuer retries (and runs twice) jobs a worker may still be running; job kind scan has 5m0s`)
+}
+
+// TestSchedulerConfigEdited: the check of the kinds' timeouts is made on
+// the scheduler.Config's own RescueStuckJobsAfter, not on the environment's
+// it was translated from: a caller who shortens it after translation gets
+// a check that fails, naming the value checked (the reviewer's case of
+// issue 31: 2h in the environment, 30m set, a kind of 1h).
+func TestSchedulerConfigEdited(t *testing.T) {
+	t.Parallel()
+
+	cfg, err := config.Load[config.Scheduler](append(baseSchedulerEnv(), "RESCUE_STUCK_JOBS_AFTER=2h"))
+	require.NoError(t, err)
+	schedulerConfig, err := cfg.Config(referenceServices(t), slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	timeouts := map[string]time.Duration{"scan": time.Hour}
+	require.NoError(t, cfg.CheckKindTimeouts(timeouts), "as the environment has it")
+
+	schedulerConfig.RescueStuckJobsAfter = 30 * time.Minute
+	require.NoError(t, schedulerConfig.Validate())
+	err = scheduler.CheckKindTimeouts(schedulerConfig.RescueStuckJobsAfter, timeouts)
+	var kinds *scheduler.KindTimeoutsError
+	require.ErrorAs(t, err, &kinds)
+	require.Equal(t, scheduler.KindTimeoutsError{RescueStuckJobsAfter: 30 * time.Minute, Over: []string{"scan has 1h0m0s"}}, *kinds)
+	err = cfg.RunError(err)
+	require.ErrorIs(t, err, config.ErrInvalid)
+	require.EqualError(t, err, `invalid configuration: RESCUE_STUCK_JOBS_AFTER="30m0s": must be longer than the timeout of every job kind, `+
+		`or the rescuer retries (and runs twice) jobs a worker may still be running; job kind scan has 1h0m0s`, "the value checked, not the environment's")
+
+	other := errors.New("connect")
+	require.Same(t, other, cfg.RunError(other))
+	require.NoError(t, cfg.RunError(nil))
 }
 
 // TestAPIConfig: the api.Config an environment translates into validates.

@@ -139,13 +139,6 @@ type Config struct {
 	// long they take.
 	SoftStopTimeout time.Duration
 
-	// CheckKindTimeouts checks RescueStuckJobsAfter against the timeout of
-	// every kind Run registers (Timeouts), once Run has built the services
-	// and before its client starts; Run returns its error. Default: the
-	// package's CheckKindTimeouts (a *KindTimeoutsError). Package config
-	// sets one whose error names RESCUE_STUCK_JOBS_AFTER and exits 2.
-	CheckKindTimeouts func(rescueStuckJobsAfter time.Duration, timeouts map[string]time.Duration) error
-
 	// PoolConfig is the database's pgxpool configuration. Required by Run,
 	// which opens the pool; RiverConfig takes a pool instead.
 	PoolConfig *pgxpool.Config
@@ -180,9 +173,6 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.JobTimeout, DefaultJobTimeout)
 	setDefault(&c.MaxAttempts, producer.DefaultMaxAttempts)
 	setDefault(&c.SoftStopTimeout, DefaultSoftStopTimeout)
-	if c.CheckKindTimeouts == nil {
-		c.CheckKindTimeouts = CheckKindTimeouts
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -199,7 +189,7 @@ func setDefault[T int | time.Duration](v *T, def T) {
 // default is not an error) and reports every problem at once
 // (errors.Join). It changes nothing. It does not check RescueStuckJobsAfter
 // against the kinds' timeouts: Run does, once it has every kind
-// (Config.CheckKindTimeouts).
+// (CheckKindTimeouts on c.RescueStuckJobsAfter).
 func (c Config) Validate() error {
 	c = c.WithDefaults()
 	var errs []error

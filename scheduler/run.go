@@ -62,8 +62,8 @@ func LogAttrs(attrs ...slog.Attr) RunOption {
 // cfg.LogAttrs and LogAttrs'.
 //
 // Once it has built the services, before its River client starts, Run
-// returns cfg.CheckKindTimeouts' error (by default a *KindTimeoutsError)
-// when RescueStuckJobsAfter is not longer than the timeout of every kind it
+// returns CheckKindTimeouts' error, a *KindTimeoutsError, when
+// cfg.RescueStuckJobsAfter is not longer than the timeout of every kind it
 // registers (Timeouts: its own, the services' and AddKinds'; each kind
 // declares its own, service.Timeout). A main that wants the check before it
 // connects makes it itself on a registry built without a pool, as the
@@ -124,7 +124,7 @@ func Run(ctx context.Context, cfg Config, opts ...RunOption) error {
 				extra = append(extra, kinds(pool)...)
 			}
 			timeouts := Timeouts(services, extra...)
-			if err := cfg.CheckKindTimeouts(cfg.RescueStuckJobsAfter, timeouts); err != nil {
+			if err := CheckKindTimeouts(cfg.RescueStuckJobsAfter, timeouts); err != nil {
 				return nil, err
 			}
 			if cfg.WarnJobTimeout {

@@ -160,10 +160,26 @@ func TestRun(t *testing.T) {
 				t.Parallel()
 				cfg := schedulerConfig(t, db, "RESCUE_STUCK_JOBS_AFTER="+tt.rescue, "JOB_TIMEOUT=30s")
 				err := scheduler.Run(context.Background(), runConfig(t, cfg, discard, tt.newServices), tt.opts...)
+				var kinds *scheduler.KindTimeoutsError
+				require.ErrorAs(t, err, &kinds)
+				err = cfg.RunError(err)
 				require.ErrorIs(t, err, config.ErrInvalid)
 				require.Equal(t, strings.ReplaceAll(prefix, "%s", tt.rescue)+tt.want, err.Error())
 			})
 		}
+		// Checked on the Config's own value: shortened after translation
+		// from an environment that passes, it fails.
+		t.Run("edited after translation", func(t *testing.T) {
+			t.Parallel()
+			cfg := schedulerConfig(t, db, "RESCUE_STUCK_JOBS_AFTER=2h", "JOB_TIMEOUT=30s")
+			runCfg := runConfig(t, cfg, discard, mailer(time.Hour, time.Minute))
+			runCfg.RescueStuckJobsAfter = 30 * time.Minute
+			err := scheduler.Run(context.Background(), runCfg)
+			var kinds *scheduler.KindTimeoutsError
+			require.ErrorAs(t, err, &kinds)
+			require.Equal(t, []string{"send_mail has 1h0m0s"}, kinds.Over)
+			require.Equal(t, strings.ReplaceAll(prefix, "%s", "30m0s")+"send_mail has 1h0m0s", cfg.RunError(err).Error())
+		})
 		require.Zero(t, db.Count(t, `SELECT count(*) FROM river_leader`), "no scheduler led")
 	})
 }
