@@ -67,7 +67,8 @@ type Config struct {
 
 	// NewServices builds, on the pool Run opens, the registry Run serves
 	// instead of Registry: for kinds whose checks need the pool. It must
-	// have Registry's services. Default: nil, Run serves Registry.
+	// have Registry's services, by name: Run fails, naming both, when it
+	// has not. Default: nil, Run serves Registry.
 	NewServices func(pool *pgxpool.Pool) (*service.Registry, error)
 
 	// RiverUI, when set, is served under RiverUIPrefix (/riverui/) for

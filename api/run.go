@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -103,6 +105,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.NewServices != nil {
 		if registry, err = cfg.NewServices(pool); err != nil {
 			return fmt.Errorf("api: services: %w", err)
+		}
+		want, got := slices.Sorted(slices.Values(cfg.Registry.Names())), slices.Sorted(slices.Values(registry.Names()))
+		if !slices.Equal(want, got) {
+			return fmt.Errorf("api: Config.NewServices built services %s, Config.Registry has %s: they must be the same services",
+				strings.Join(got, ", "), strings.Join(want, ", "))
 		}
 	}
 	// For the stock tierctl; like the schema check, bounded, and no reason

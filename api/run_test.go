@@ -27,7 +27,8 @@ func TestRun(t *testing.T) {
 
 	// apiConfig is the configuration cmd/api loads, translated for Run
 	// (config.API.Config), serving the registry newServices builds on
-	// Run's pool and logging to out.
+	// Run's pool (and described by it without a pool, else by the
+	// invoices' services) and logging to out.
 	apiConfig := func(t *testing.T, db *testdb.DB, out io.Writer, newServices func(*pgxpool.Pool) (*service.Registry, error), attrs ...slog.Attr) api.Config {
 		t.Helper()
 		cfg, err := config.Load[config.API]([]string{
@@ -35,7 +36,10 @@ func TestRun(t *testing.T) {
 			"API_TOKEN=" + producerToken, "API_ADMIN_TOKEN=" + adminToken,
 		})
 		require.NoError(t, err)
-		described, err := invoiceServices(nil)
+		described, err := newServices(nil)
+		if err != nil {
+			described, err = invoiceServices(nil)
+		}
 		require.NoError(t, err)
 		apiConfig, err := cfg.Config(described, slog.New(slog.NewTextHandler(out, nil)))
 		require.NoError(t, err)
@@ -98,6 +102,19 @@ func TestRun(t *testing.T) {
 		err := api.Run(context.Background(), apiConfig(t, db, out,
 			func(*pgxpool.Pool) (*service.Registry, error) { return nil, errors.New("no registry") }))
 		require.EqualError(t, err, "api: services: no registry")
+		require.NotContains(t, out.String(), "api listening")
+	})
+
+	// NewServices must build Registry's services; nothing listens.
+	t.Run("services not the Registry's", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.New(t)
+
+		out := &proctest.Buffer{}
+		cfg := apiConfig(t, db, out, func(pool *pgxpool.Pool) (*service.Registry, error) { return jobs.Registry(jobs.Deps{Pool: pool}) })
+		cfg.Registry, _ = invoiceServices(nil)
+		err := api.Run(context.Background(), cfg)
+		require.EqualError(t, err, "api: Config.NewServices built services analyzer, specgen, Config.Registry has invoicer: they must be the same services")
 		require.NotContains(t, out.String(), "api listening")
 	})
 

@@ -60,7 +60,8 @@ type Config struct {
 
 	// NewServices builds, on the pool Run opens, the registry Run runs:
 	// for periodic workers that need the pool. It must have Registry's
-	// services. Default: nil, Run runs Registry.
+	// services, by name: Run fails, naming both, when it has not. Default:
+	// nil, Run runs Registry.
 	NewServices func(pool *pgxpool.Pool) (*service.Registry, error)
 
 	// QueueWorkers is how many of the scheduler's own jobs (sweeps,
@@ -190,7 +191,10 @@ func setDefault[T int | time.Duration](v *T, def T) {
 // (errors.Join). It changes nothing. It does not check RescueStuckJobsAfter
 // against the kinds' timeouts: Run does, once it has every kind
 // (CheckKindTimeouts on c.RescueStuckJobsAfter).
-func (c Config) Validate() error {
+func (c Config) Validate() error { return c.validate(true) }
+
+// validate is Validate, with Registry required only when requireRegistry.
+func (c Config) validate(requireRegistry bool) error {
 	c = c.WithDefaults()
 	var errs []error
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf("scheduler: "+format, args...)) }
@@ -208,7 +212,7 @@ func (c Config) Validate() error {
 		}
 	}
 
-	if c.Registry == nil {
+	if requireRegistry && c.Registry == nil {
 		fail("Registry is required")
 	}
 	intRange("QueueWorkers", c.QueueWorkers, 1, 100)
@@ -245,6 +249,17 @@ func (c Config) Validate() error {
 	}
 	intRange("MaxAttempts", c.MaxAttempts, 1, 1000)
 	return errors.Join(errs...)
+}
+
+// sameServices fails when built, the registry Config.NewServices built,
+// has not the services of registry, Config.Registry, by name.
+func sameServices(registry, built *service.Registry) error {
+	want, got := slices.Sorted(slices.Values(registry.Names())), slices.Sorted(slices.Values(built.Names()))
+	if !slices.Equal(want, got) {
+		return fmt.Errorf("scheduler: Config.NewServices built services %s, Config.Registry has %s: they must be the same services",
+			strings.Join(got, ", "), strings.Join(want, ", "))
+	}
+	return nil
 }
 
 // agingInterval, escalateScheduledAfter and dlqAlertThreshold are the

@@ -53,7 +53,8 @@ func LogAttrs(attrs ...slog.Attr) RunOption {
 // gets SIGINT or SIGTERM. cfg takes its defaults (Config.WithDefaults) and
 // is validated first (Config.Validate: every problem at once). Run
 // connects with cfg.PoolConfig (required), builds the application's
-// services on the pool with cfg.NewServices (or takes cfg.Registry), and
+// services on the pool with cfg.NewServices (or takes cfg.Registry; the
+// services NewServices builds must be Registry's, by name), and
 // runs the River client RiverConfig makes of them (plus the workers of
 // AddKinds), with tierq's job metrics and the scheduler's (the sweeps'
 // counts, and tierq_leader, which WatchLeader refreshes every second),
@@ -115,6 +116,9 @@ func Run(ctx context.Context, cfg Config, opts ...RunOption) error {
 				var err error
 				if services, err = cfg.NewServices(pool); err != nil {
 					return nil, fmt.Errorf("scheduler: services: %w", err)
+				}
+				if err := sameServices(cfg.Registry, services); err != nil {
+					return nil, err
 				}
 			}
 			// Every kind the scheduler registers: its services' and their

@@ -180,6 +180,15 @@ func TestRun(t *testing.T) {
 			require.Equal(t, []string{"send_mail has 1h0m0s"}, kinds.Over)
 			require.Equal(t, strings.ReplaceAll(prefix, "%s", "30m0s")+"send_mail has 1h0m0s", cfg.RunError(err).Error())
 		})
+		// NewServices must build Registry's services.
+		t.Run("services not the Registry's", func(t *testing.T) {
+			t.Parallel()
+			cfg := schedulerConfig(t, db, "JOB_TIMEOUT=30s")
+			runCfg := runConfig(t, cfg, discard, mailer(time.Minute, time.Minute))
+			runCfg.Registry = testdb.Registry(t)
+			err := scheduler.Run(context.Background(), runCfg)
+			require.EqualError(t, err, "scheduler: Config.NewServices built services mailer, Config.Registry has analyzer, specgen: they must be the same services")
+		})
 		require.Zero(t, db.Count(t, `SELECT count(*) FROM river_leader`), "no scheduler led")
 	})
 }

@@ -89,8 +89,9 @@ func (w *Deployment) FetchedKinds() []string { return slices.Clone(w.d.kinds) }
 // services is the registry whose workers the client runs: Config.Registry,
 // or one of the same services built on pool (Config.NewServices).
 // RiverConfig returns an error when services has no service of
-// Config.Service's name or its queues are not the ones of Config.Registry's,
-// and when two workers share a kind.
+// Config.Service's name, or its queues or fetched kinds (FetchedKinds, which
+// come from Config.Registry) are not the ones of Config.Registry's, and when
+// two workers share a kind.
 func (w *Deployment) RiverConfig(services *service.Registry, pool *pgxpool.Pool) (*river.Config, error) {
 	cfg := &w.cfg
 	svc, ok := services.Lookup(cfg.Service)
@@ -109,6 +110,11 @@ func (w *Deployment) RiverConfig(services *service.Registry, pool *pgxpool.Pool)
 			FetchCooldown:     q.FetchCooldown,
 			FetchPollInterval: q.FetchPollInterval,
 		}
+	}
+
+	if kinds := fetchedKinds(svc, cfg.LoadTestWorkload); !slices.Equal(kinds, w.d.kinds) {
+		return nil, fmt.Errorf("worker: service %s fetches kinds %s in the registry given, %s in Config.Registry: the configuration was made with another registry",
+			svc.Name(), strings.Join(kinds, ", "), strings.Join(w.d.kinds, ", "))
 	}
 
 	workers := river.NewWorkers()
@@ -191,7 +197,9 @@ func Run(ctx context.Context, cfg Config) error {
 
 // Run runs the deployment until ctx ends or the process gets SIGINT or
 // SIGTERM. It connects with Config.PoolConfig (required), builds the
-// services on the pool with Config.NewServices (or takes Config.Registry),
+// services on the pool with Config.NewServices (or takes Config.Registry;
+// the services NewServices builds must be Registry's, by name, with the
+// same queues and kinds for Config.Service: see RiverConfig),
 // and runs the River client RiverConfig makes of them, with tierq's job
 // metrics (served at /metrics on Config.MetricsAddr when set) and fair
 // share (NewAdmitter). On the first signal River stops fetching and lets
@@ -228,6 +236,11 @@ func (w *Deployment) Run(ctx context.Context) error {
 				var err error
 				if services, err = cfg.NewServices(pool); err != nil {
 					return nil, fmt.Errorf("worker: services: %w", err)
+				}
+				want, got := slices.Sorted(slices.Values(cfg.Registry.Names())), slices.Sorted(slices.Values(services.Names()))
+				if !slices.Equal(want, got) {
+					return nil, fmt.Errorf("worker: Config.NewServices built services %s, Config.Registry has %s: they must be the same services",
+						strings.Join(got, ", "), strings.Join(want, ", "))
 				}
 			}
 			if cfg.WarnJobTimeout {
