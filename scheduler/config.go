@@ -151,8 +151,9 @@ type Config struct {
 	MetricsAddr string
 	// Logger is where the scheduler logs. Default slog.Default().
 	Logger *slog.Logger
-	// LogAttrs are logged with "scheduler started", after its own settings
-	// (the RunOption LogAttrs adds more). Default none.
+	// LogAttrs are logged with "scheduler started", after its own settings:
+	// the settings of the application's own periodic jobs, say (the
+	// reference app logs its cron jobs' next runs). Default none.
 	LogAttrs []slog.Attr
 }
 

@@ -39,8 +39,9 @@ func AddKinds(kinds func(pool *pgxpool.Pool) []service.Kind) RunOption {
 }
 
 // LogAttrs adds attrs to the "scheduler started" line, after
-// Config.LogAttrs: the settings of the application's own periodic jobs (the
-// reference app logs its cron jobs' next runs). Several LogAttrs add up.
+// Config.LogAttrs. Several LogAttrs add up.
+//
+// Deprecated: use Config.LogAttrs, which logs the same on the same line.
 func LogAttrs(attrs ...slog.Attr) RunOption {
 	return func(o *runOptions) {
 		for _, a := range attrs {
@@ -60,7 +61,7 @@ func LogAttrs(attrs ...slog.Attr) RunOption {
 // counts, and tierq_leader, which WatchLeader refreshes every second),
 // served at /metrics on cfg.MetricsAddr when set. "scheduler started" is
 // logged with the client ID, cfg's rescue, aging and escalation settings,
-// cfg.LogAttrs and LogAttrs'.
+// and cfg.LogAttrs.
 //
 // Once it has built the services, before its River client starts, Run
 // returns CheckKindTimeouts' error, a *KindTimeoutsError, when

@@ -92,6 +92,8 @@ func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error
 		}
 		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
 	}
+	// After config's CRON_TZ: the maintenance cron jobs' next runs.
+	schedulerConfig.LogAttrs = append(schedulerConfig.LogAttrs, maintenance.LogAttrs()...)
 	// Run's *scheduler.KindTimeoutsError named as the environment does:
 	// RESCUE_STUCK_JOBS_AFTER, exit 2.
 	return cfg.RunError(scheduler.Run(ctx, schedulerConfig,
@@ -100,7 +102,6 @@ func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error
 		scheduler.AddKinds(func(pool *pgxpool.Pool) []service.Kind {
 			return []service.Kind{jobs.LoadTestKind(pool)}
 		}),
-		scheduler.LogAttrs(maintenance.LogAttrs()...),
 	))
 }
 
