@@ -75,8 +75,9 @@ type Config struct {
 	// operators: the admin token as the Basic auth password (any user name)
 	// or as a bearer token, and state-changing requests with Basic auth
 	// only from River UI's own page (docs/api.md, "River UI").
-	// StartRiverUI makes it; Run always serves one of its own. Default nil:
-	// no River UI, /riverui/ is a 404.
+	// StartRiverUI makes it. Default nil: New's server has no River UI
+	// (/riverui/ is a 404), and Run serves one of its own (StartRiverUI on
+	// its client); Run serves a RiverUI that is set instead.
 	RiverUI http.Handler
 
 	// Addr is where Run listens (host:port). Default DefaultAddr,
@@ -87,7 +88,7 @@ type Config struct {
 	// which opens the pool; New takes a pool instead.
 	PoolConfig *pgxpool.Config
 
-	// Logger is where Run logs. Default slog.Default().
+	// Logger is where Run and New's server log. Default slog.Default().
 	Logger *slog.Logger
 
 	// LogAttrs are logged with "api listening", after the address. Default

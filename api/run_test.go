@@ -93,6 +93,32 @@ func TestRun(t *testing.T) {
 		require.Contains(t, out.String(), "api stopped")
 	})
 
+	// A Config.RiverUI that is set is the one Run serves, behind the admin
+	// token.
+	t.Run("its own River UI", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.New(t)
+
+		out := &proctest.Buffer{}
+		cfg := apiConfig(t, db, out, invoiceServices)
+		cfg.RiverUI = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("the team's UI")) })
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- api.Run(ctx, cfg) }()
+
+		proctest.WaitOutput(t, out, "api listening", 20*time.Second)
+		listening := regexp.MustCompile(`msg="api listening" addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(out.String())
+		require.Len(t, listening, 2, out.String())
+		b := &bundle{db: db, url: "http://" + listening[1]}
+		res := b.do(t, "GET", "/riverui/", adminToken, "")
+		require.Equal(t, http.StatusOK, res.status, string(res.body))
+		require.Equal(t, "the team's UI", string(res.body))
+		require.Equal(t, http.StatusForbidden, b.do(t, "GET", "/riverui/", producerToken, "").status, "the producer token is not the admin token")
+
+		proctest.WaitReturn(t, cancel, done, out)
+	})
+
 	// A registry that cannot be built is Run's error; nothing listens.
 	t.Run("services error", func(t *testing.T) {
 		t.Parallel()
