@@ -129,6 +129,78 @@ func TestAPIConfig(t *testing.T) {
 	apiConfig, err := cfg.Config(referenceServices(t), slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	require.NoError(t, apiConfig.Validate())
+	require.Equal(t, apiConfig, apiConfig.WithDefaults(), "every default set")
 	require.Equal(t, ":9000", apiConfig.Addr)
 	require.Equal(t, api.MinTokenLen, config.MinTokenLen)
+}
+
+// TestMinimalEnvironmentIsTheDefaults: an environment that sets only what
+// is required translates to exactly the Config built in Go from the same
+// registry and required values, with its defaults (WithDefaults): the
+// environment's defaults and the library's are the same. What only the
+// environment has is set on the Config built in Go too: the database
+// (PoolConfig), the logger, and the scheduler's cron_tz log attribute.
+func TestMinimalEnvironmentIsTheDefaults(t *testing.T) {
+	t.Parallel()
+	registry := referenceServices(t)
+	logger := slog.New(slog.DiscardHandler)
+
+	tests := []struct {
+		name      string
+		translate func(t *testing.T) (got, want any)
+	}{
+		{name: "worker", translate: func(t *testing.T) (any, any) {
+			cfg, err := config.LoadWorker(baseWorkerEnv(), registry)
+			require.NoError(t, err)
+			got, err := cfg.Config(registry, logger)
+			require.NoError(t, err)
+			require.NotNil(t, got.PoolConfig)
+			return got, worker.Config{Registry: registry, Service: "analyzer", PoolConfig: got.PoolConfig, Logger: logger}.WithDefaults()
+		}},
+		{name: "scheduler", translate: func(t *testing.T) (any, any) {
+			cfg, err := config.Load[config.Scheduler](baseSchedulerEnv())
+			require.NoError(t, err)
+			got, err := cfg.Config(registry, logger)
+			require.NoError(t, err)
+			require.NotNil(t, got.PoolConfig)
+			return got, scheduler.Config{Registry: registry, PoolConfig: got.PoolConfig, Logger: logger,
+				LogAttrs: []slog.Attr{slog.String("cron_tz", "UTC")}}.WithDefaults()
+		}},
+		// The documented mappings: a variable whose 0 turns something off
+		// is a negative field, whose 0 is the default.
+		{name: "scheduler, 0 turning off", translate: func(t *testing.T) (any, any) {
+			cfg, err := config.Load[config.Scheduler](append(baseSchedulerEnv(),
+				"AGING_INTERVAL=0", "ESCALATE_SCHEDULED_AFTER=0", "DLQ_ALERT_THRESHOLD=0", "SOFT_STOP_TIMEOUT=0"))
+			require.NoError(t, err)
+			got, err := cfg.Config(registry, logger)
+			require.NoError(t, err)
+			return got, scheduler.Config{Registry: registry, PoolConfig: got.PoolConfig, Logger: logger,
+				AgingInterval: -1, EscalateScheduledAfter: -1, DLQAlertThreshold: -1, SoftStopTimeout: -1,
+				LogAttrs: []slog.Attr{slog.String("cron_tz", "UTC")}}.WithDefaults()
+		}},
+		{name: "worker, 0 turning off", translate: func(t *testing.T) (any, any) {
+			cfg, err := config.LoadWorker(append(baseWorkerEnv(), "SOFT_STOP_TIMEOUT=0"), registry)
+			require.NoError(t, err)
+			got, err := cfg.Config(registry, logger)
+			require.NoError(t, err)
+			return got, worker.Config{Registry: registry, Service: "analyzer", PoolConfig: got.PoolConfig, Logger: logger,
+				SoftStopTimeout: -1}.WithDefaults()
+		}},
+		{name: "api", translate: func(t *testing.T) (any, any) {
+			cfg, err := config.Load[config.API](baseAPIEnv())
+			require.NoError(t, err)
+			got, err := cfg.Config(registry, logger)
+			require.NoError(t, err)
+			require.NotNil(t, got.PoolConfig)
+			return got, api.Config{Registry: registry, Token: "producer-token-0123456789", AdminToken: "admin-token-0123456789",
+				PoolConfig: got.PoolConfig, Logger: logger}.WithDefaults()
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, want := tt.translate(t)
+			require.Equal(t, want, got)
+		})
+	}
 }
