@@ -128,8 +128,9 @@ type Config struct {
 	// service.WorkerKind is. Default 1m.
 	JobTimeout time.Duration
 	// WarnJobTimeout has Run log a warning at start, listing the kinds'
-	// timeouts, that JobTimeout bounds none of them (package config sets it
-	// when JOB_TIMEOUT is set). Default false.
+	// timeouts, that JobTimeout bounds none of them: for an operator who
+	// set JobTimeout expecting it to (package config sets it when the
+	// environment sets the job timeout). Default false.
 	WarnJobTimeout bool
 	// MaxAttempts is how many times a job this process inserts (a periodic
 	// job's) is tried before River discards it, unless it sets its own;

@@ -77,7 +77,7 @@ func TestRun(t *testing.T) {
 
 		proctest.WaitOutput(t, out, "scheduler started", 20*time.Second)
 		require.Contains(t, out.String(), "rescue_stuck_jobs_after=1h0m0s")
-		require.Contains(t, out.String(), `level=WARN msg="JOB_TIMEOUT no longer bounds tierq's jobs`)
+		require.Contains(t, out.String(), `level=WARN msg="JobTimeout no longer bounds tierq's jobs`)
 		require.Contains(t, out.String(), "kind_timeouts=\"map[aging_sweep:1m0s audit_export:3m0s dlq_drain:1m0s escalation_sweep:1m0s purge_bounces:1m0s send_mail:2m0s]\"",
 			"every kind's timeout, from the kinds themselves: purge_bounces declares none and has the default")
 		metricsURL := proctest.MetricsURL(t, out)

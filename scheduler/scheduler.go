@@ -15,7 +15,7 @@
 // RiverConfig is the River client configuration of the deployment, for a
 // main that runs its own River client; Run is the whole process (connect,
 // lead, watch the leadership, metrics, stop on a signal), with the check of
-// RESCUE_STUCK_JOBS_AFTER against every kind's timeout (Timeouts: each
+// Config.RescueStuckJobsAfter against every kind's timeout (Timeouts: each
 // kind declares its own, service.Timeout). A team's scheduler is a few
 // lines of its main:
 //

@@ -176,8 +176,8 @@ type Config struct {
 
 	// WarnJobTimeout has Run log a warning at start, listing the kinds'
 	// timeouts, that JobTimeout bounds none of them: for an operator who
-	// set it expecting it to (package config sets it when JOB_TIMEOUT is
-	// set). Default false.
+	// set JobTimeout expecting it to (package config sets it when the
+	// environment sets the job timeout). Default false.
 	WarnJobTimeout bool
 
 	// MaxAttempts is how many times a job this process inserts (work a job

@@ -183,7 +183,7 @@ func TestRunServesAnotherService(t *testing.T) {
 	require.Contains(t, out.String(), "mail_priority=2")
 	require.Contains(t, out.String(), "mail_scheduled=1")
 	require.NotContains(t, out.String(), "mail_default=")
-	require.Contains(t, out.String(), `level=WARN msg="JOB_TIMEOUT no longer bounds tierq's jobs: every kind made with service.WorkerKind has its own timeout`)
+	require.Contains(t, out.String(), `level=WARN msg="JobTimeout no longer bounds tierq's jobs: every kind made with service.WorkerKind has its own timeout`)
 	require.Contains(t, out.String(), "job_timeout=30s kind_timeouts=map[send_mail:1m0s]")
 	require.Contains(t, out.String(), "worker stopped")
 }

@@ -244,7 +244,7 @@ func (w *Deployment) Run(ctx context.Context) error {
 				}
 			}
 			if cfg.WarnJobTimeout {
-				logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: every kind made with service.WorkerKind has its own timeout (service.Timeout, else service.DefaultTimeout, 1m; docs/operations.md, \"Job timeouts and rescue\"); JOB_TIMEOUT bounds only workers registered with River directly",
+				logger.WarnContext(ctx, "JobTimeout no longer bounds tierq's jobs: every kind made with service.WorkerKind has its own timeout (service.Timeout, else service.DefaultTimeout, 1m; docs/operations.md, \"Job timeouts and rescue\"); JobTimeout bounds only workers registered with River directly",
 					slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(services.Timeouts())))
 			}
 			if err := services.Record(ctx, pool, "worker"); err != nil { // for the stock tierctl
