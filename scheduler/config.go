@@ -291,15 +291,15 @@ func (e *KindTimeoutsError) Error() string {
 // while the worker may still be finishing them. The error is a
 // *KindTimeoutsError naming every kind the threshold does not exceed.
 func CheckKindTimeouts(rescueStuckJobsAfter time.Duration, timeouts map[string]time.Duration) error {
-	if over := KindsOver(rescueStuckJobsAfter, timeouts); len(over) > 0 {
+	if over := kindsOver(rescueStuckJobsAfter, timeouts); len(over) > 0 {
 		return &KindTimeoutsError{RescueStuckJobsAfter: rescueStuckJobsAfter, Over: over}
 	}
 	return nil
 }
 
-// KindsOver are the kinds of timeouts whose timeout is at least rescue, as
+// kindsOver are the kinds of timeouts whose timeout is at least rescue, as
 // "<kind> has <timeout>", the longest timeout first (then by kind).
-func KindsOver(rescue time.Duration, timeouts map[string]time.Duration) []string {
+func kindsOver(rescue time.Duration, timeouts map[string]time.Duration) []string {
 	kinds := slices.SortedFunc(maps.Keys(timeouts), func(a, b string) int {
 		return cmp.Or(cmp.Compare(timeouts[b], timeouts[a]), cmp.Compare(a, b))
 	})
