@@ -49,17 +49,31 @@ type Deployment struct {
 }
 
 // New applies cfg's defaults (Config.WithDefaults), validates it
-// (Config.Validate: every problem at once) and returns the deployment.
+// (Config.Validate: every problem at once) and returns the deployment. It
+// keeps copies of cfg.Workers and cfg.LogAttrs: the caller may change them
+// afterwards.
 func New(cfg Config) (*Deployment, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.WithDefaults()
+	cfg = cloned(cfg.WithDefaults())
 	return &Deployment{cfg: cfg, d: derive(&cfg)}, nil
 }
 
-// Config is the deployment's Config, with its defaults.
-func (w *Deployment) Config() Config { return w.cfg }
+// cloned is cfg with copies of what it points to that a caller may change:
+// Workers and LogAttrs.
+func cloned(cfg Config) Config {
+	if cfg.Workers != nil {
+		w := *cfg.Workers
+		cfg.Workers = &w
+	}
+	cfg.LogAttrs = slices.Clone(cfg.LogAttrs)
+	return cfg
+}
+
+// Config is the deployment's Config, with its defaults (a copy: changing
+// its Workers or LogAttrs changes nothing of the deployment).
+func (w *Deployment) Config() Config { return cloned(w.cfg) }
 
 // Queues are the queues the deployment serves, in class order (priority,
 // default, scheduled); a queue of 0 workers is not served.
