@@ -90,8 +90,9 @@ func (w *Deployment) QueueNames() []string {
 }
 
 // FetchedKinds are the job kinds the deployment fetches (RiverConfig sets
-// FetchOnlyKnownKinds): the service's kinds with their aliases, and the
-// load-test workload's when Config.LoadTestWorkload. Sorted.
+// FetchOnlyKnownKinds): the service's kinds in Config.Registry with their
+// aliases, and the load-test workload's when Config.LoadTestWorkload.
+// Sorted. RiverConfig checks that the registry it runs has the same.
 func (w *Deployment) FetchedKinds() []string { return slices.Clone(w.d.kinds) }
 
 // RiverConfig is the River client configuration of the deployment: the
