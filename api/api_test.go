@@ -36,8 +36,8 @@ func setup(t *testing.T) *bundle {
 	db := testdb.New(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	registry := testdb.Registry(t)
-	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5, Registry: registry},
-		db.Pool, db.Producer(t), api.NewMetrics(db.Pool, registry, logger), logger)
+	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5, Registry: registry, Logger: logger},
+		db.Pool, db.Producer(t), api.NewMetrics(db.Pool, registry, logger))
 	ts := httptest.NewServer(server.Handler())
 	t.Cleanup(ts.Close)
 	return &bundle{db: db, url: ts.URL}

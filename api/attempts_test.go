@@ -51,8 +51,8 @@ func TestCreateJobMaxAttempts(t *testing.T) {
 	require.NoError(t, err)
 	registry, err := service.NewRegistry(svc)
 	require.NoError(t, err)
-	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5, Registry: registry},
-		db.Pool, db.Producer(t), api.NewMetrics(db.Pool, registry, logger), logger)
+	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5, Registry: registry, Logger: logger},
+		db.Pool, db.Producer(t), api.NewMetrics(db.Pool, registry, logger))
 	ts := httptest.NewServer(server.Handler())
 	t.Cleanup(ts.Close)
 	b := &bundle{db: db, url: ts.URL}

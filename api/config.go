@@ -67,15 +67,17 @@ type Config struct {
 
 	// NewServices builds, on the pool Run opens, the registry Run serves
 	// instead of Registry: for kinds whose checks need the pool. It must
-	// have Registry's services. Default: nil, Run serves Registry.
+	// have Registry's services, by name: Run fails, naming both, when it
+	// has not. Default: nil, Run serves Registry.
 	NewServices func(pool *pgxpool.Pool) (*service.Registry, error)
 
 	// RiverUI, when set, is served under RiverUIPrefix (/riverui/) for
 	// operators: the admin token as the Basic auth password (any user name)
 	// or as a bearer token, and state-changing requests with Basic auth
 	// only from River UI's own page (docs/api.md, "River UI").
-	// StartRiverUI makes it; Run always serves one of its own. Default nil:
-	// no River UI, /riverui/ is a 404.
+	// StartRiverUI makes it. Default nil: New's server has no River UI
+	// (/riverui/ is a 404), and Run serves one of its own (StartRiverUI on
+	// its client); Run serves a RiverUI that is set instead.
 	RiverUI http.Handler
 
 	// Addr is where Run listens (host:port). Default DefaultAddr,
@@ -86,7 +88,7 @@ type Config struct {
 	// which opens the pool; New takes a pool instead.
 	PoolConfig *pgxpool.Config
 
-	// Logger is where Run logs. Default slog.Default().
+	// Logger is where Run and New's server log. Default slog.Default().
 	Logger *slog.Logger
 
 	// LogAttrs are logged with "api listening", after the address. Default

@@ -32,8 +32,8 @@ func fuzzHandler(f *testing.F) http.Handler {
 	db := testdb.New(f)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	registry := testdb.Registry(f)
-	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5, Registry: registry},
-		db.Pool, db.Producer(f), api.NewMetrics(db.Pool, registry, logger), logger)
+	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5, Registry: registry, Logger: logger},
+		db.Pool, db.Producer(f), api.NewMetrics(db.Pool, registry, logger))
 	handler := server.Handler()
 	testdb.SeedDiscarded(f, db, 6)
 	for _, target := range []string{"/srv/a", "/srv/b", "/srv/c"} {

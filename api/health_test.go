@@ -50,8 +50,8 @@ func setupHealth(t *testing.T) *healthBundle {
 	db := testdb.New(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	registry := testdb.Registry(t)
-	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5, Registry: registry},
-		db.Pool, db.Producer(t), api.NewMetrics(db.Pool, registry, logger), logger)
+	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5, Registry: registry, Logger: logger},
+		db.Pool, db.Producer(t), api.NewMetrics(db.Pool, registry, logger))
 	c := &clock{now: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}
 	api.SetNowFunc(server, c.Now)
 	ts := httptest.NewServer(server.Handler())

@@ -230,7 +230,7 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	job.Tier = tier
-	// MAX_ATTEMPTS is the default; a kind that declares its own
+	// Config.MaxAttempts is the default; a kind that declares its own
 	// (service.MaxAttempts) keeps it (producer.Insert applies it).
 	if kind, ok := job.Service.Kind(req.Kind); !ok || kind.MaxAttempts() == 0 {
 		job.MaxAttempts = s.cfg.MaxAttempts

@@ -321,7 +321,7 @@ func setupUnreachable(t *testing.T) (*bundle, *pgxpool.Pool) {
 	t.Cleanup(pool.Close)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	registry := testdb.Registry(t)
-	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken, Registry: registry}, pool, db.Producer(t), api.NewMetrics(pool, registry, logger), logger)
+	server := api.New(api.Config{Token: producerToken, AdminToken: adminToken, Registry: registry, Logger: logger}, pool, db.Producer(t), api.NewMetrics(pool, registry, logger))
 	ts := httptest.NewServer(server.Handler())
 	t.Cleanup(ts.Close)
 	return &bundle{db: db, url: ts.URL}, pool

@@ -42,7 +42,7 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 
 	// River UI, when served, is not part of the JSON API: Patterns leaves it
 	// out, and the document does not describe it.
-	server := api.New(api.Config{RiverUI: http.NotFoundHandler()}, nil, nil, api.NewMetrics(nil, nil, nil), nil)
+	server := api.New(api.Config{RiverUI: http.NotFoundHandler()}, nil, nil, api.NewMetrics(nil, nil, nil))
 	documented := 0
 	for _, pattern := range server.Patterns() {
 		method, path, ok := strings.Cut(pattern, " ")
@@ -99,7 +99,7 @@ func readDoc(t *testing.T, doc []byte) (createJobSchema, map[string]any) {
 // served is the document a server of registry serves at /openapi.json.
 func served(t *testing.T, registry *service.Registry) []byte {
 	t.Helper()
-	server := api.New(api.Config{Registry: registry}, nil, nil, api.NewMetrics(nil, registry, nil), nil)
+	server := api.New(api.Config{Registry: registry}, nil, nil, api.NewMetrics(nil, registry, nil))
 	rec := httptest.NewRecorder()
 	server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.json", nil))
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
@@ -317,7 +317,7 @@ func TestOpenAPIWithoutKinds(t *testing.T) {
 	_, err = api.OpenAPIFor(empty)
 	require.EqualError(t, err, "openapi: the registry has no kinds")
 
-	server := api.New(api.Config{}, nil, nil, api.NewMetrics(nil, nil, nil), nil)
+	server := api.New(api.Config{}, nil, nil, api.NewMetrics(nil, nil, nil))
 	rec := httptest.NewRecorder()
 	server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.json", nil))
 	require.Equal(t, http.StatusInternalServerError, rec.Code)
@@ -665,7 +665,7 @@ func TestOpenAPIHandWrittenSchemaMustFit(t *testing.T) {
 	const want = `openapi: kind drifted: api_test.driftedArgs.OpenAPISchema does not describe the args: property "target" is not a JSON field of the args; no property "targets" (a JSON field of the args)` + "\n" +
 		`openapi: kind other_drifted: api_test.otherDriftedArgs.OpenAPISchema is not a JSON object: unexpected end of JSON input`
 	require.EqualError(t, err, want)
-	server := api.New(api.Config{Registry: registry}, nil, nil, api.NewMetrics(nil, registry, nil), nil)
+	server := api.New(api.Config{Registry: registry}, nil, nil, api.NewMetrics(nil, registry, nil))
 	rec := httptest.NewRecorder()
 	server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.json", nil))
 	require.Equal(t, http.StatusInternalServerError, rec.Code)

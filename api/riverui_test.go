@@ -59,8 +59,8 @@ func setupRiverUI(t *testing.T, tlsServer bool) *riverUIBundle {
 
 	registry := testdb.Registry(t)
 	server := api.New(api.Config{
-		Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5, Registry: registry, RiverUI: ui,
-	}, db.Pool, db.Producer(t), api.NewMetrics(db.Pool, registry, logger), logger)
+		Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5, Registry: registry, RiverUI: ui, Logger: logger,
+	}, db.Pool, db.Producer(t), api.NewMetrics(db.Pool, registry, logger))
 	ts := httptest.NewUnstartedServer(server.Handler())
 	if tlsServer {
 		ts.StartTLS()

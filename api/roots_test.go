@@ -73,8 +73,8 @@ func TestCreateJobOutsideAnalysisRootsIs400(t *testing.T) {
 	registry := rootsRegistry(t, []string{"/srv/repos", "/data/checkouts"})
 	server := api.New(api.Config{
 		Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5,
-		Registry: registry,
-	}, db.Pool, db.Producer(t), api.NewMetrics(db.Pool, registry, logger), logger)
+		Registry: registry, Logger: logger,
+	}, db.Pool, db.Producer(t), api.NewMetrics(db.Pool, registry, logger))
 	ts := httptest.NewServer(server.Handler())
 	t.Cleanup(ts.Close)
 	b := &bundle{db: db, url: ts.URL}

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -51,7 +53,7 @@ func checkSchemaAtStart(ctx context.Context, pool *pgxpool.Pool, schema string, 
 // with cfg.NewServices (or takes cfg.Registry; the API runs none of their
 // workers: the registry says which services, queues and kinds there are),
 // and serves the routes of New with /metrics and River UI under
-// RiverUIPrefix. "api listening" is logged with the address, then
+// RiverUIPrefix (cfg.RiverUI when set, else one Run starts on its client). "api listening" is logged with the address, then
 // cfg.LogAttrs, then River UI's path.
 //
 // On the first signal it stops accepting connections and lets requests in
@@ -92,17 +94,24 @@ func Run(ctx context.Context, cfg Config) error {
 
 	// River UI's background counts run until Run returns, after the last
 	// request has been served.
-	uiCtx, stopUI := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopUI()
-	riverUI, err := StartRiverUI(uiCtx, client, logger)
-	if err != nil {
-		return err
+	riverUI := cfg.RiverUI
+	if riverUI == nil {
+		uiCtx, stopUI := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopUI()
+		if riverUI, err = StartRiverUI(uiCtx, client, logger); err != nil {
+			return err
+		}
 	}
 
 	registry := cfg.Registry
 	if cfg.NewServices != nil {
 		if registry, err = cfg.NewServices(pool); err != nil {
 			return fmt.Errorf("api: services: %w", err)
+		}
+		want, got := slices.Sorted(slices.Values(cfg.Registry.Names())), slices.Sorted(slices.Values(registry.Names()))
+		if !slices.Equal(want, got) {
+			return fmt.Errorf("api: Config.NewServices built services %s, Config.Registry has %s: they must be the same services",
+				strings.Join(got, ", "), strings.Join(want, ", "))
 		}
 	}
 	// For the stock tierctl; like the schema check, bounded, and no reason
@@ -114,7 +123,7 @@ func Run(ctx context.Context, cfg Config) error {
 	cancelRecord()
 	serverConfig := cfg
 	serverConfig.Registry, serverConfig.RiverUI = registry, riverUI
-	server := New(serverConfig, pool, client, NewMetrics(pool, registry, logger), logger)
+	server := New(serverConfig, pool, client, NewMetrics(pool, registry, logger))
 	if server.openAPIErr != nil {
 		return fmt.Errorf("api: %w", server.openAPIErr)
 	}

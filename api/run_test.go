@@ -27,7 +27,8 @@ func TestRun(t *testing.T) {
 
 	// apiConfig is the configuration cmd/api loads, translated for Run
 	// (config.API.Config), serving the registry newServices builds on
-	// Run's pool and logging to out.
+	// Run's pool (and described by it without a pool, else by the
+	// invoices' services) and logging to out.
 	apiConfig := func(t *testing.T, db *testdb.DB, out io.Writer, newServices func(*pgxpool.Pool) (*service.Registry, error), attrs ...slog.Attr) api.Config {
 		t.Helper()
 		cfg, err := config.Load[config.API]([]string{
@@ -35,7 +36,10 @@ func TestRun(t *testing.T) {
 			"API_TOKEN=" + producerToken, "API_ADMIN_TOKEN=" + adminToken,
 		})
 		require.NoError(t, err)
-		described, err := invoiceServices(nil)
+		described, err := newServices(nil)
+		if err != nil {
+			described, err = invoiceServices(nil)
+		}
 		require.NoError(t, err)
 		apiConfig, err := cfg.Config(described, slog.New(slog.NewTextHandler(out, nil)))
 		require.NoError(t, err)
@@ -89,6 +93,32 @@ func TestRun(t *testing.T) {
 		require.Contains(t, out.String(), "api stopped")
 	})
 
+	// A Config.RiverUI that is set is the one Run serves, behind the admin
+	// token.
+	t.Run("its own River UI", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.New(t)
+
+		out := &proctest.Buffer{}
+		cfg := apiConfig(t, db, out, invoiceServices)
+		cfg.RiverUI = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("the team's UI")) })
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- api.Run(ctx, cfg) }()
+
+		proctest.WaitOutput(t, out, "api listening", 20*time.Second)
+		listening := regexp.MustCompile(`msg="api listening" addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(out.String())
+		require.Len(t, listening, 2, out.String())
+		b := &bundle{db: db, url: "http://" + listening[1]}
+		res := b.do(t, "GET", "/riverui/", adminToken, "")
+		require.Equal(t, http.StatusOK, res.status, string(res.body))
+		require.Equal(t, "the team's UI", string(res.body))
+		require.Equal(t, http.StatusForbidden, b.do(t, "GET", "/riverui/", producerToken, "").status, "the producer token is not the admin token")
+
+		proctest.WaitReturn(t, cancel, done, out)
+	})
+
 	// A registry that cannot be built is Run's error; nothing listens.
 	t.Run("services error", func(t *testing.T) {
 		t.Parallel()
@@ -98,6 +128,19 @@ func TestRun(t *testing.T) {
 		err := api.Run(context.Background(), apiConfig(t, db, out,
 			func(*pgxpool.Pool) (*service.Registry, error) { return nil, errors.New("no registry") }))
 		require.EqualError(t, err, "api: services: no registry")
+		require.NotContains(t, out.String(), "api listening")
+	})
+
+	// NewServices must build Registry's services; nothing listens.
+	t.Run("services not the Registry's", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.New(t)
+
+		out := &proctest.Buffer{}
+		cfg := apiConfig(t, db, out, func(pool *pgxpool.Pool) (*service.Registry, error) { return jobs.Registry(jobs.Deps{Pool: pool}) })
+		cfg.Registry, _ = invoiceServices(nil)
+		err := api.Run(context.Background(), cfg)
+		require.EqualError(t, err, "api: Config.NewServices built services analyzer, specgen, Config.Registry has invoicer: they must be the same services")
 		require.NotContains(t, out.String(), "api listening")
 	})
 

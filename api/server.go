@@ -31,7 +31,6 @@
 package api
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"log/slog"
@@ -67,12 +66,12 @@ type Server struct {
 // does not validate it, Run does), inserting through client (an
 // insert-only River client) and reading through pool. It serves
 // OpenAPIFor(cfg.Registry) at /openapi.json (without a registry, a 500).
-// It logs to logger, not cfg.Logger, which is Run's.
-func New(cfg Config, pool *pgxpool.Pool, client *river.Client[pgx.Tx], metrics *Metrics, logger *slog.Logger) *Server {
+// It logs to cfg.Logger (default slog.Default()).
+func New(cfg Config, pool *pgxpool.Pool, client *river.Client[pgx.Tx], metrics *Metrics) *Server {
 	cfg = cfg.WithDefaults()
 	doc, err := OpenAPIFor(cfg.Registry)
 	return &Server{
-		cfg: cfg, pool: pool, client: client, logger: logger, metrics: metrics,
+		cfg: cfg, pool: pool, client: client, logger: cfg.Logger, metrics: metrics,
 		openAPI: doc, openAPIErr: err,
 		producerDigest: sha256.Sum256([]byte(cfg.Token)),
 		adminDigest:    sha256.Sum256([]byte(cfg.AdminToken)),
@@ -156,8 +155,7 @@ func (s *Server) Handler() http.Handler {
 	if s.cfg.RiverUI != nil {
 		mux.Handle(RiverUIPrefix+"/", s.riverUI(s.cfg.RiverUI))
 	}
-	timeout := cmp.Or(s.cfg.RequestTimeout, DefaultRequestTimeout)
-	return withTimeout(timeout, jsonMuxErrors(mux))
+	return withTimeout(s.cfg.RequestTimeout, jsonMuxErrors(mux))
 }
 
 // withTimeout gives every request a deadline; handlers that hit it answer

@@ -391,6 +391,21 @@ func workerDeployment(cfg config.Worker, opts Options) (*worker.Deployment, erro
 	return worker.New(wc)
 }
 
+// workerQueues are the queues the worker deployment of cfg serves, by name,
+// with their worker counts and tuning, as worker.New derives them
+// (Deployment.Queues): the one derivation, the worker's.
+func workerQueues(cfg config.Worker, opts Options) (map[string]worker.Queue, error) {
+	w, err := workerDeployment(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	queues := map[string]worker.Queue{}
+	for _, q := range w.Queues() {
+		queues[q.Name] = q
+	}
+	return queues, nil
+}
+
 // start starts the deployment's client and, beside it, its admitter, as
 // worker.Run does. stop stops the client (its running jobs finish), then
 // the admitter, and waits for both: the admitter's last statements (its

@@ -242,7 +242,11 @@ func Isolation(ctx context.Context, opts Options) (IsolationResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		return riverDeployment(pool, bareRiver(e.Name, cfg, false, opts))
+		rc, err := bareRiver(e.Name, cfg, false, opts)
+		if err != nil {
+			return nil, err
+		}
+		return riverDeployment(pool, rc)
 	}
 	tierqProducer := func(schema string) *river.Config { return producer.ClientConfig(schema, opts.logger()) }
 	riverProducer := func(schema string) *river.Config { return &river.Config{Schema: schema, Logger: opts.logger()} }

@@ -8,10 +8,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/loadtest"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/worker"
 )
 
 // RealisticResult is the realistic scenario: the isolation scenario with
@@ -98,7 +98,11 @@ func Realistic(ctx context.Context, opts Options) (RealisticResult, error) {
 	if err != nil {
 		return res, err
 	}
-	for _, qc := range cfg.Queues() {
+	queues, err := workerQueues(cfg, opts)
+	if err != nil {
+		return res, err
+	}
+	for _, qc := range queues {
 		res.OptionBWorkers += qc.Workers
 	}
 
@@ -110,11 +114,15 @@ func Realistic(ctx context.Context, opts Options) (RealisticResult, error) {
 			worker: func(pool *pgxpool.Pool) (*deployment, error) { return tierqDeployment(cfg, pool, opts) }},
 		{name: "option b", producer: tierqProducer, free: res.Backlog, freeArgs: freeArgs, queue: res.OptionBQueue,
 			worker: func(pool *pgxpool.Pool) (*deployment, error) {
-				return riverDeployment(pool, optionB(e.Name, cfg, opts, res.OptionBQueue, res.OptionBWorkers))
+				return riverDeployment(pool, optionB(e.Name, queues, opts, res.OptionBQueue, res.OptionBWorkers))
 			}},
 		{name: "river defaults", producer: riverProducer, free: res.Backlog, freeArgs: freeArgs,
 			worker: func(pool *pgxpool.Pool) (*deployment, error) {
-				return riverDeployment(pool, bareRiver(e.Name, cfg, false, opts))
+				rc, err := bareRiver(e.Name, cfg, false, opts)
+				if err != nil {
+					return nil, err
+				}
+				return riverDeployment(pool, rc)
 			}},
 	}
 
@@ -148,16 +156,17 @@ func Realistic(ctx context.Context, opts Options) (RealisticResult, error) {
 
 // optionB is ADR-16's rejected Option B for the service under test: a bare
 // River client (nothing of tierq's beside it) with one queue, queue, of
-// workers workers and the fetch cooldown and poll of cfg's priority queue,
+// workers workers and the fetch cooldown and poll of the priority queue of
+// queues (the deployment's, workerQueues),
 // working the load-test workload. Like tierq's workers it never leads.
-func optionB(schema string, cfg config.Worker, opts Options, queue string, workers int) *river.Config {
+func optionB(schema string, queues map[string]worker.Queue, opts Options, queue string, workers int) *river.Config {
 	registered := river.NewWorkers()
 	river.AddWorker(registered, loadtest.NewWorker(nil))
-	priority := cfg.Queues()[opts.Service.Queue(routing.Priority)]
+	priority := queues[opts.Service.Queue(routing.Priority)]
 	return &river.Config{
 		Schema: schema, Logger: opts.logger(), Workers: registered, LeaderElectionDisabled: true,
 		Queues: map[string]river.QueueConfig{queue: {
-			MaxWorkers: workers, FetchCooldown: priority.FetchCooldown, FetchPollInterval: priority.PollInterval,
+			MaxWorkers: workers, FetchCooldown: priority.FetchCooldown, FetchPollInterval: priority.FetchPollInterval,
 		}},
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/tierq/tierq/internal/seed"
 	"github.com/tierq/tierq/loadtest"
 	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/worker"
 )
 
 // ScaleoutResult is the scaleout scenario: the measured scale-out model of
@@ -163,7 +164,11 @@ func Scaleout(ctx context.Context, opts Options) (ScaleoutResult, error) {
 		WarmSeconds: sz.scaleWarm.Seconds(), WindowSeconds: sz.scaleWindow.Seconds(),
 		CPUs: runtime.NumCPU(), Runs: opts.runs(), Quick: opts.Quick, Samples: map[string][]float64{},
 	}
-	for name, qc := range cfg.Queues() {
+	queues, err := workerQueues(cfg, opts)
+	if err != nil {
+		return res, err
+	}
+	for name, qc := range queues {
 		res.QueueWorkers[name] = qc.Workers
 		res.WorkersPerProcess += qc.Workers
 	}
@@ -180,7 +185,7 @@ func Scaleout(ctx context.Context, opts Options) (ScaleoutResult, error) {
 		}
 	}
 	for _, n := range sz.scaleProcs {
-		res.Sizes = append(res.Sizes, scaleoutRow(cfg, n, measured[n]))
+		res.Sizes = append(res.Sizes, scaleoutRow(queues, n, measured[n]))
 	}
 	return res, nil
 }
@@ -199,8 +204,9 @@ type scaleMeasure struct {
 	cpu                cpuUse
 }
 
-// scaleoutRow is the row of size n: medians of ms over runs.
-func scaleoutRow(cfg config.Worker, n int, ms []scaleMeasure) ScaleoutSize {
+// scaleoutRow is the row of size n, whose processes serve served:
+// medians of ms over runs.
+func scaleoutRow(served map[string]worker.Queue, n int, ms []scaleMeasure) ScaleoutSize {
 	s := ScaleoutSize{Processes: n, QueueJobsPerS: map[string]float64{}}
 	var jobsPerS, idleF, idleS, busyF, busyS, perFetch, conns, p50, p95, p99, worked, left []float64
 	var machine, workers, backends, bench []float64
@@ -243,7 +249,7 @@ func scaleoutRow(cfg config.Worker, n int, ms []scaleMeasure) ScaleoutSize {
 	for q, rates := range queues {
 		s.QueueJobsPerS[q] = round(median(rates), 1)
 	}
-	for _, qc := range cfg.Queues() {
+	for _, qc := range served {
 		job := time.Duration(ScaleoutJobMs) * time.Millisecond
 		s.Workers += n * qc.Workers
 		s.SlotBoundJobsPerS += float64(n*qc.Workers) / job.Seconds()
@@ -396,7 +402,11 @@ func (e *env) scaleoutPaid(ctx context.Context, cfg config.Worker, n int, m *sca
 	// phase and then some, with half again to spare.
 	defaultQueue := e.opts.Service.Queue(routing.Default)
 	phase := sz.scaleWarm + sz.scaleStream + 10*time.Second
-	backlog := int(float64(n)*queueBound(cfg.Queues()[defaultQueue])*phase.Seconds()*1.5) + 100
+	queues, err := workerQueues(cfg, e.opts)
+	if err != nil {
+		return err
+	}
+	backlog := int(float64(n)*queueBound(queues[defaultQueue])*phase.Seconds()*1.5) + 100
 	free, err := e.insertFree(ctx, client, "", backlog, scaleoutArgs)
 	if err != nil {
 		return err
@@ -435,7 +445,10 @@ func (e *env) scaleoutPaid(ctx context.Context, cfg config.Worker, n int, m *sca
 func (e *env) scaleoutThroughput(ctx context.Context, cfg config.Worker, procs []*workerProcess, m *scaleMeasure) error {
 	sz := e.opts.sizes()
 	n := len(procs)
-	queues := cfg.Queues()
+	queues, err := workerQueues(cfg, e.opts)
+	if err != nil {
+		return err
+	}
 	phase := 2*(sz.scaleWarm+sz.scaleWindow) + 2*time.Second
 	for name, qc := range queues {
 		jobs := int(float64(n)*queueBound(qc)*phase.Seconds()) + 50
@@ -526,7 +539,7 @@ func (e *env) scaleoutThroughput(ctx context.Context, cfg config.Worker, procs [
 
 // queueBound is the fetch-cadence bound of a queue of one process at
 // ScaleoutJobMs jobs: its workers / max(job duration, cooldown).
-func queueBound(qc config.QueueClass) float64 {
+func queueBound(qc worker.Queue) float64 {
 	return float64(qc.Workers) / max(time.Duration(ScaleoutJobMs)*time.Millisecond, qc.FetchCooldown).Seconds()
 }
 

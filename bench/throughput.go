@@ -78,13 +78,21 @@ func Throughput(ctx context.Context, opts Options) (ThroughputResult, error) {
 	if err != nil {
 		return res, err
 	}
-	for _, qc := range cfg.Queues() {
+	queues, err := workerQueues(cfg, opts)
+	if err != nil {
+		return res, err
+	}
+	for _, qc := range queues {
 		res.DrainBoundJobsPerS += float64(qc.Workers) / qc.FetchCooldown.Seconds()
 	}
 	variants := map[string]func(*pgxpool.Pool) (*deployment, error){
 		"tierq": func(pool *pgxpool.Pool) (*deployment, error) { return tierqDeployment(cfg, pool, opts) },
 		"bare": func(pool *pgxpool.Pool) (*deployment, error) {
-			return riverDeployment(pool, bareRiver(e.Name, cfg, true, opts))
+			rc, err := bareRiver(e.Name, cfg, true, opts)
+			if err != nil {
+				return nil, err
+			}
+			return riverDeployment(pool, rc)
 		},
 	}
 	// The drains are short (seconds) and noisy: at least three alternating
@@ -138,18 +146,22 @@ func Throughput(ctx context.Context, opts Options) (ThroughputResult, error) {
 // default), working the load-test workload; with fetch, also cfg's fetch
 // cooldowns and poll intervals, else River's (100ms, 1s). Like tierq's
 // workers it never leads, so that neither side runs River's maintenance.
-func bareRiver(schema string, cfg config.Worker, fetch bool, opts Options) *river.Config {
+func bareRiver(schema string, cfg config.Worker, fetch bool, opts Options) (*river.Config, error) {
+	served, err := workerQueues(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, loadtest.NewWorker(nil))
 	queues := map[string]river.QueueConfig{}
-	for name, qc := range cfg.Queues() {
+	for name, qc := range served {
 		q := river.QueueConfig{MaxWorkers: qc.Workers}
 		if fetch {
-			q.FetchCooldown, q.FetchPollInterval = qc.FetchCooldown, qc.PollInterval
+			q.FetchCooldown, q.FetchPollInterval = qc.FetchCooldown, qc.FetchPollInterval
 		}
 		queues[name] = q
 	}
-	return &river.Config{Schema: schema, Logger: opts.logger(), Queues: queues, Workers: workers, LeaderElectionDisabled: true}
+	return &river.Config{Schema: schema, Logger: opts.logger(), Queues: queues, Workers: workers, LeaderElectionDisabled: true}, nil
 }
 
 // drain seeds n no-op jobs spread over cfg's queues, starts the deployment
@@ -159,7 +171,10 @@ func (e *env) drain(ctx context.Context, cfg config.Worker, newDeployment func(*
 	if err := e.reset(ctx); err != nil {
 		return 0, err
 	}
-	queues := cfg.Queues()
+	queues, err := workerQueues(cfg, e.opts)
+	if err != nil {
+		return 0, err
+	}
 	per := n / len(queues)
 	total := 0
 	for name := range queues {
@@ -228,8 +243,12 @@ func (e *env) cadence(ctx context.Context, cfg config.Worker, d time.Duration) (
 	if err := e.reset(ctx); err != nil {
 		return res, err
 	}
+	queues, err := workerQueues(cfg, e.opts)
+	if err != nil {
+		return res, err
+	}
 	var fast []string
-	for name, qc := range cfg.Queues() {
+	for name, qc := range queues {
 		perSecond := float64(qc.Workers) / qc.FetchCooldown.Seconds()
 		if qc.FetchCooldown < timerBound {
 			res.fastBound += perSecond

@@ -304,7 +304,11 @@ func Traffic(ctx context.Context, opts Options) (TrafficResult, error) {
 		if err != nil {
 			return res, err
 		}
-		for queue, qc := range cfg.Queues() {
+		queues, err := workerQueues(cfg, opts)
+		if err != nil {
+			return res, err
+		}
+		for queue, qc := range queues {
 			res.Workers[queue] = qc.Workers * sz.workers
 		}
 		res.Processes["worker "+svc.Name()] = sz.workers

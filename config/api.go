@@ -34,8 +34,9 @@ type API struct {
 }
 
 // Config is the api.Config of this environment, for api.Run: the API of
-// registry's services logging to logger. Set NewServices (services built on
-// the pool) and LogAttrs on the result as needed.
+// registry's services logging to logger, with api.Config's defaults for
+// what no variable sets (RequestTimeout). Set NewServices (services built
+// on the pool) and LogAttrs on the result as needed.
 func (a *API) Config(registry *service.Registry, logger *slog.Logger) (api.Config, error) {
 	poolConfig, err := a.PoolConfig()
 	if err != nil {
@@ -50,7 +51,7 @@ func (a *API) Config(registry *service.Registry, logger *slog.Logger) (api.Confi
 		Addr:        a.Addr,
 		PoolConfig:  poolConfig,
 		Logger:      logger,
-	}, nil
+	}.WithDefaults(), nil
 }
 
 func (a *API) validate(c *checker) {

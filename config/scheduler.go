@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -93,15 +94,16 @@ const MaxDLQAlertTimeout = scheduler.MaxDLQAlertTimeout
 // (an AGING_INTERVAL, ESCALATE_SCHEDULED_AFTER or DLQ_ALERT_THRESHOLD of 0,
 // off, is a negative value there, whose 0 is the default; SOFT_STOP_TIMEOUT=0
 // a negative SoftStopTimeout); JOB_TIMEOUT set in the environment is
-// WarnJobTimeout; the check of the kinds' timeouts is CheckKindTimeouts,
-// whose error names RESCUE_STUCK_JOBS_AFTER; CRON_TZ is logged with
-// "scheduler started". Set NewServices on the result as needed.
+// WarnJobTimeout; CRON_TZ is logged with "scheduler started". Set
+// NewServices on the result as needed. scheduler.Run checks the result's
+// RescueStuckJobsAfter against every kind's timeout and returns a
+// *scheduler.KindTimeoutsError; RunError translates it into an Error naming
+// RESCUE_STUCK_JOBS_AFTER (exit 2).
 func (s *Scheduler) Config(registry *service.Registry, logger *slog.Logger) (scheduler.Config, error) {
 	poolConfig, err := s.PoolConfig()
 	if err != nil {
 		return scheduler.Config{}, err
 	}
-	loaded := *s
 	return scheduler.Config{
 		Registry:               registry,
 		QueueWorkers:           s.QueueWorkers,
@@ -123,14 +125,11 @@ func (s *Scheduler) Config(registry *service.Registry, logger *slog.Logger) (sch
 		WarnJobTimeout:         s.JobTimeoutSet(),
 		MaxAttempts:            s.MaxAttempts,
 		SoftStopTimeout:        softStop(s.SoftStopTimeout),
-		CheckKindTimeouts: func(_ time.Duration, timeouts map[string]time.Duration) error {
-			return loaded.CheckKindTimeouts(timeouts)
-		},
-		PoolConfig:  poolConfig,
-		Schema:      s.Schema,
-		MetricsAddr: s.MetricsAddr,
-		Logger:      logger,
-		LogAttrs:    []slog.Attr{slog.String("cron_tz", s.CronTZ)},
+		PoolConfig:             poolConfig,
+		Schema:                 s.Schema,
+		MetricsAddr:            s.MetricsAddr,
+		Logger:                 logger,
+		LogAttrs:               []slog.Attr{slog.String("cron_tz", s.CronTZ)},
 	}, nil
 }
 
@@ -147,30 +146,42 @@ func offIfZero[T int | time.Duration](v T) T {
 // timeout of every job kind the scheduler registers (scheduler.Timeouts:
 // its services' kinds and periodic kinds, service.Registry.Timeouts, the
 // extra kinds of scheduler.AddKinds, and its own), as each kind declares
-// it (service.Timeout).
+// it (service.Timeout): scheduler.CheckKindTimeouts, its error translated
+// by RunError. A main makes this check before it connects, on a registry
+// built without a pool; scheduler.Run makes it again once connected.
 // River's rescuer retries a running job once it is older than both the
 // threshold and its kind's timeout; with the threshold at or under a kind's
 // timeout, that kind's jobs are rescued the moment their worker's deadline
 // passes, while the worker may still be finishing them. The error matches
 // ErrInvalid and names the threshold and every kind it does not exceed.
 func (s *Scheduler) CheckKindTimeouts(timeouts map[string]time.Duration) error {
-	over := scheduler.KindsOver(s.RescueStuckJobsAfter, timeouts)
-	if len(over) == 0 {
-		return nil
+	return s.RunError(scheduler.CheckKindTimeouts(s.RescueStuckJobsAfter, timeouts))
+}
+
+// RunError is err, an error of scheduler.Run (or scheduler.CheckKindTimeouts)
+// for a Config translated from s, as this environment names it: a
+// *scheduler.KindTimeoutsError becomes an Error naming
+// RESCUE_STUCK_JOBS_AFTER and its value (as written when the Config kept
+// the environment's value, else the value checked), which matches
+// ErrInvalid (exit 2); any other error, nil included, is returned as is.
+func (s *Scheduler) RunError(err error) error {
+	var kinds *scheduler.KindTimeoutsError
+	if !errors.As(err, &kinds) {
+		return err
 	}
-	value := s.rescueAfterValue
-	if value == "" {
-		value = s.RescueStuckJobsAfter.String()
+	value := kinds.RescueStuckJobsAfter.String()
+	if kinds.RescueStuckJobsAfter == s.RescueStuckJobsAfter && s.rescueAfterValue != "" {
+		value = s.rescueAfterValue
 	}
 	return Errors{{
 		Var:   "RESCUE_STUCK_JOBS_AFTER",
 		Value: value,
 		Reason: "must be longer than the timeout of every job kind, or the rescuer retries (and runs twice) jobs " +
-			"a worker may still be running; job kind " + strings.Join(over, ", job kind "),
+			"a worker may still be running; job kind " + strings.Join(kinds.Over, ", job kind "),
 	}}
 }
 
-// fill records RESCUE_STUCK_JOBS_AFTER as written, for CheckKindTimeouts,
+// fill records RESCUE_STUCK_JOBS_AFTER as written, for RunError,
 // and whether JOB_TIMEOUT was set.
 func (s *Scheduler) fill(c *checker) {
 	s.rescueAfterValue = c.vars[c.fields["RescueStuckJobsAfter"].key]

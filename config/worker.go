@@ -112,7 +112,8 @@ type Worker struct {
 // LoadWorker reads only the services' names, base queues and default worker
 // counts, never their workers: a registry built before the database pool
 // exists (its workers without one) serves, as long as it has the same
-// services as the one the deployment runs (worker.RiverConfig checks).
+// services as the one the deployment runs (worker.Deployment.RiverConfig
+// and worker.Run check).
 func LoadWorker(environ []string, services *service.Registry) (Worker, error) {
 	if services == nil {
 		panic("config: LoadWorker needs the application's services")
@@ -122,6 +123,10 @@ func LoadWorker(environ []string, services *service.Registry) (Worker, error) {
 
 // BaseQueue is the base queue of this deployment's service. The Worker
 // must come from LoadWorker.
+//
+// Deprecated: the worker derives its queues itself: use the service's
+// BaseQueue (service.Registry.Lookup) or worker.New(cfg).Queues() of the
+// translated Config (Worker.Config).
 func (w *Worker) BaseQueue() string { return w.baseQueue }
 
 // Config is the worker.Config of this environment, for worker.New or
@@ -185,6 +190,9 @@ func softStop(d time.Duration) time.Duration {
 }
 
 // QueueClass is the River tuning of one class of queue.
+//
+// Deprecated: use worker.Queue, from worker.New(cfg).Queues() of the
+// translated Config (Worker.Config).
 type QueueClass struct {
 	Workers       int
 	FetchCooldown time.Duration
@@ -197,6 +205,11 @@ type QueueClass struct {
 // Queues returns the configured queues of this deployment's service, keyed by
 // queue name, with queues of 0 workers left out. The Worker must come from
 // LoadWorker, which knows the service's queue names.
+//
+// Deprecated: the worker derives its queues itself, once: use
+// worker.New(cfg).Queues() of the translated Config (Worker.Config), as
+// tierctl bench does. Kept for config's tests, which check the translation
+// against it.
 func (w *Worker) Queues() map[string]QueueClass {
 	queues := map[string]QueueClass{}
 	for _, class := range routing.Classes() {

@@ -13,7 +13,14 @@
 //	tierctl escalations list   the escalation audit, newest first
 //
 // It reads DATABASE_URL (and DATABASE_SCHEMA, LOG_LEVEL, LOG_FORMAT) from the
-// environment. Invalid configuration or usage exits with status 2. Every
+// environment it is given (Config.Environ), by design: ctl is a command
+// line, whose configuration is the environment, and it reads it with
+// package config (config.CLI), the one place tierq's variables, defaults
+// and exit-2 messages live. It is therefore not a library package
+// configured in Go as worker, scheduler and api are: it is the only
+// package outside the commands, examples and reference app that imports
+// config, and a binary embedding it links config. Invalid configuration or
+// usage exits with status 2. Every
 // command but migrate first checks that the schema has every migration this
 // build needs (migrate.Check); when it does not, it exits 1 saying which
 // versions it found and needs and to run `tierctl migrate`.

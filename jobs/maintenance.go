@@ -51,7 +51,7 @@ type Maintenance struct {
 }
 
 // LogAttrs are the settings the scheduler logs when it starts
-// (scheduler.LogAttrs): the schedules' next runs, since a schedule has no
+// (scheduler.Config.LogAttrs): the schedules' next runs, since a schedule has no
 // text of its own, and the ages.
 func (m *Maintenance) LogAttrs() []slog.Attr {
 	now := time.Now()

@@ -60,7 +60,8 @@ type Config struct {
 
 	// NewServices builds, on the pool Run opens, the registry Run runs:
 	// for periodic workers that need the pool. It must have Registry's
-	// services. Default: nil, Run runs Registry.
+	// services, by name: Run fails, naming both, when it has not. Default:
+	// nil, Run runs Registry.
 	NewServices func(pool *pgxpool.Pool) (*service.Registry, error)
 
 	// QueueWorkers is how many of the scheduler's own jobs (sweeps,
@@ -127,8 +128,9 @@ type Config struct {
 	// service.WorkerKind is. Default 1m.
 	JobTimeout time.Duration
 	// WarnJobTimeout has Run log a warning at start, listing the kinds'
-	// timeouts, that JobTimeout bounds none of them (package config sets it
-	// when JOB_TIMEOUT is set). Default false.
+	// timeouts, that JobTimeout bounds none of them: for an operator who
+	// set JobTimeout expecting it to (package config sets it when the
+	// environment sets the job timeout). Default false.
 	WarnJobTimeout bool
 	// MaxAttempts is how many times a job this process inserts (a periodic
 	// job's) is tried before River discards it, unless it sets its own;
@@ -138,13 +140,6 @@ type Config struct {
 	// finish before it cancels them. Default 25s; negative waits however
 	// long they take.
 	SoftStopTimeout time.Duration
-
-	// CheckKindTimeouts checks RescueStuckJobsAfter against the timeout of
-	// every kind Run registers (Timeouts), once Run has built the services
-	// and before its client starts; Run returns its error. Default: the
-	// package's CheckKindTimeouts (a *KindTimeoutsError). Package config
-	// sets one whose error names RESCUE_STUCK_JOBS_AFTER and exits 2.
-	CheckKindTimeouts func(rescueStuckJobsAfter time.Duration, timeouts map[string]time.Duration) error
 
 	// PoolConfig is the database's pgxpool configuration. Required by Run,
 	// which opens the pool; RiverConfig takes a pool instead.
@@ -157,8 +152,9 @@ type Config struct {
 	MetricsAddr string
 	// Logger is where the scheduler logs. Default slog.Default().
 	Logger *slog.Logger
-	// LogAttrs are logged with "scheduler started", after its own settings
-	// (the RunOption LogAttrs adds more). Default none.
+	// LogAttrs are logged with "scheduler started", after its own settings:
+	// the settings of the application's own periodic jobs, say (the
+	// reference app logs its cron jobs' next runs). Default none.
 	LogAttrs []slog.Attr
 }
 
@@ -180,9 +176,6 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.JobTimeout, DefaultJobTimeout)
 	setDefault(&c.MaxAttempts, producer.DefaultMaxAttempts)
 	setDefault(&c.SoftStopTimeout, DefaultSoftStopTimeout)
-	if c.CheckKindTimeouts == nil {
-		c.CheckKindTimeouts = CheckKindTimeouts
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -199,8 +192,11 @@ func setDefault[T int | time.Duration](v *T, def T) {
 // default is not an error) and reports every problem at once
 // (errors.Join). It changes nothing. It does not check RescueStuckJobsAfter
 // against the kinds' timeouts: Run does, once it has every kind
-// (Config.CheckKindTimeouts).
-func (c Config) Validate() error {
+// (CheckKindTimeouts on c.RescueStuckJobsAfter).
+func (c Config) Validate() error { return c.validate(true) }
+
+// validate is Validate, with Registry required only when requireRegistry.
+func (c Config) validate(requireRegistry bool) error {
 	c = c.WithDefaults()
 	var errs []error
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf("scheduler: "+format, args...)) }
@@ -218,7 +214,7 @@ func (c Config) Validate() error {
 		}
 	}
 
-	if c.Registry == nil {
+	if requireRegistry && c.Registry == nil {
 		fail("Registry is required")
 	}
 	intRange("QueueWorkers", c.QueueWorkers, 1, 100)
@@ -257,6 +253,17 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// sameServices fails when built, the registry Config.NewServices built,
+// has not the services of registry, Config.Registry, by name.
+func sameServices(registry, built *service.Registry) error {
+	want, got := slices.Sorted(slices.Values(registry.Names())), slices.Sorted(slices.Values(built.Names()))
+	if !slices.Equal(want, got) {
+		return fmt.Errorf("scheduler: Config.NewServices built services %s, Config.Registry has %s: they must be the same services",
+			strings.Join(got, ", "), strings.Join(want, ", "))
+	}
+	return nil
+}
+
 // agingInterval, escalateScheduledAfter and dlqAlertThreshold are the
 // values the sweeps take: 0 for off.
 func (c *Config) agingInterval() time.Duration          { return max(c.AgingInterval, 0) }
@@ -284,15 +291,15 @@ func (e *KindTimeoutsError) Error() string {
 // while the worker may still be finishing them. The error is a
 // *KindTimeoutsError naming every kind the threshold does not exceed.
 func CheckKindTimeouts(rescueStuckJobsAfter time.Duration, timeouts map[string]time.Duration) error {
-	if over := KindsOver(rescueStuckJobsAfter, timeouts); len(over) > 0 {
+	if over := kindsOver(rescueStuckJobsAfter, timeouts); len(over) > 0 {
 		return &KindTimeoutsError{RescueStuckJobsAfter: rescueStuckJobsAfter, Over: over}
 	}
 	return nil
 }
 
-// KindsOver are the kinds of timeouts whose timeout is at least rescue, as
+// kindsOver are the kinds of timeouts whose timeout is at least rescue, as
 // "<kind> has <timeout>", the longest timeout first (then by kind).
-func KindsOver(rescue time.Duration, timeouts map[string]time.Duration) []string {
+func kindsOver(rescue time.Duration, timeouts map[string]time.Duration) []string {
 	kinds := slices.SortedFunc(maps.Keys(timeouts), func(a, b string) int {
 		return cmp.Or(cmp.Compare(timeouts[b], timeouts[a]), cmp.Compare(a, b))
 	})

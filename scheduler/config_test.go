@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/service"
 )
@@ -73,4 +75,22 @@ func TestCheckKindTimeouts(t *testing.T) {
 	require.Equal(t, []string{"scan has 1m0s", "sweep has 1m0s"}, e.Over)
 	require.EqualError(t, err, "scheduler: RescueStuckJobsAfter (1m0s) must be longer than the timeout of every job kind, "+
 		"or the rescuer retries (and runs twice) jobs a worker may still be running; job kind scan has 1m0s, job kind sweep has 1m0s")
+}
+
+// TestRiverConfigTakesServices: RiverConfig uses the registry it is given,
+// so Config.Registry is not required then; without one, it is.
+func TestRiverConfigTakesServices(t *testing.T) {
+	t.Parallel()
+	services := testdb.Registry(t)
+
+	rc, err := scheduler.RiverConfig(scheduler.Config{}, nil, services, newMetrics(t, prometheus.NewRegistry()))
+	require.NoError(t, err)
+	require.Equal(t, time.Hour, rc.RescueStuckJobsAfter)
+
+	_, err = scheduler.RiverConfig(scheduler.Config{}, nil, nil, newMetrics(t, prometheus.NewRegistry()))
+	require.EqualError(t, err, "scheduler: Registry is required")
+
+	rc, err = scheduler.RiverConfig(scheduler.Config{Registry: services}, nil, nil, newMetrics(t, prometheus.NewRegistry()))
+	require.NoError(t, err, "Config.Registry when services is nil")
+	require.Len(t, rc.PeriodicJobs, 3+len(services.PeriodicJobs()))
 }

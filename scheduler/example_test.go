@@ -84,8 +84,9 @@ func Example() {
 
 // The same deployment configured by the environment: package config reads
 // a tierq scheduler's variables, reports every bad one at once (exit 2), and
-// translates them into a scheduler.Config whose kind-timeout check names
-// RESCUE_STUCK_JOBS_AFTER (exit 2 too).
+// translates them into a scheduler.Config, and names
+// RESCUE_STUCK_JOBS_AFTER in Run's error when it is not longer than every
+// kind's timeout (exit 2 too).
 func Example_environment() {
 	run := func(ctx context.Context, environ []string, stdout io.Writer) error {
 		cfg, err := config.Load[config.Scheduler](environ)
@@ -101,7 +102,9 @@ func Example_environment() {
 			return err
 		}
 		schedulerConfig.NewServices = invoiceServices
-		return scheduler.Run(ctx, schedulerConfig)
+		// Run's *scheduler.KindTimeoutsError becomes an error naming
+		// RESCUE_STUCK_JOBS_AFTER.
+		return cfg.RunError(scheduler.Run(ctx, schedulerConfig))
 	}
 
 	if err := run(context.Background(), os.Environ(), os.Stdout); err != nil {

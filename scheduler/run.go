@@ -39,8 +39,9 @@ func AddKinds(kinds func(pool *pgxpool.Pool) []service.Kind) RunOption {
 }
 
 // LogAttrs adds attrs to the "scheduler started" line, after
-// Config.LogAttrs: the settings of the application's own periodic jobs (the
-// reference app logs its cron jobs' next runs). Several LogAttrs add up.
+// Config.LogAttrs. Several LogAttrs add up.
+//
+// Deprecated: use Config.LogAttrs, which logs the same on the same line.
 func LogAttrs(attrs ...slog.Attr) RunOption {
 	return func(o *runOptions) {
 		for _, a := range attrs {
@@ -53,17 +54,18 @@ func LogAttrs(attrs ...slog.Attr) RunOption {
 // gets SIGINT or SIGTERM. cfg takes its defaults (Config.WithDefaults) and
 // is validated first (Config.Validate: every problem at once). Run
 // connects with cfg.PoolConfig (required), builds the application's
-// services on the pool with cfg.NewServices (or takes cfg.Registry), and
+// services on the pool with cfg.NewServices (or takes cfg.Registry; the
+// services NewServices builds must be Registry's, by name), and
 // runs the River client RiverConfig makes of them (plus the workers of
 // AddKinds), with tierq's job metrics and the scheduler's (the sweeps'
 // counts, and tierq_leader, which WatchLeader refreshes every second),
 // served at /metrics on cfg.MetricsAddr when set. "scheduler started" is
 // logged with the client ID, cfg's rescue, aging and escalation settings,
-// cfg.LogAttrs and LogAttrs'.
+// and cfg.LogAttrs.
 //
 // Once it has built the services, before its River client starts, Run
-// returns cfg.CheckKindTimeouts' error (by default a *KindTimeoutsError)
-// when RescueStuckJobsAfter is not longer than the timeout of every kind it
+// returns CheckKindTimeouts' error, a *KindTimeoutsError, when
+// cfg.RescueStuckJobsAfter is not longer than the timeout of every kind it
 // registers (Timeouts: its own, the services' and AddKinds'; each kind
 // declares its own, service.Timeout). A main that wants the check before it
 // connects makes it itself on a registry built without a pool, as the
@@ -116,6 +118,9 @@ func Run(ctx context.Context, cfg Config, opts ...RunOption) error {
 				if services, err = cfg.NewServices(pool); err != nil {
 					return nil, fmt.Errorf("scheduler: services: %w", err)
 				}
+				if err := sameServices(cfg.Registry, services); err != nil {
+					return nil, err
+				}
 			}
 			// Every kind the scheduler registers: its services' and their
 			// periodic kinds, AddKinds', and its own.
@@ -124,11 +129,11 @@ func Run(ctx context.Context, cfg Config, opts ...RunOption) error {
 				extra = append(extra, kinds(pool)...)
 			}
 			timeouts := Timeouts(services, extra...)
-			if err := cfg.CheckKindTimeouts(cfg.RescueStuckJobsAfter, timeouts); err != nil {
+			if err := CheckKindTimeouts(cfg.RescueStuckJobsAfter, timeouts); err != nil {
 				return nil, err
 			}
 			if cfg.WarnJobTimeout {
-				logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: every kind made with service.WorkerKind has its own timeout (service.Timeout, else service.DefaultTimeout, 1m; docs/operations.md, \"Job timeouts and rescue\"); JOB_TIMEOUT bounds only workers registered with River directly",
+				logger.WarnContext(ctx, "JobTimeout no longer bounds tierq's jobs: every kind made with service.WorkerKind has its own timeout (service.Timeout, else service.DefaultTimeout, 1m; docs/operations.md, \"Job timeouts and rescue\"); JobTimeout bounds only workers registered with River directly",
 					slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(timeouts)))
 			}
 			if err := services.Record(ctx, pool, "scheduler"); err != nil { // for the stock tierctl

@@ -77,7 +77,7 @@ func TestRun(t *testing.T) {
 
 		proctest.WaitOutput(t, out, "scheduler started", 20*time.Second)
 		require.Contains(t, out.String(), "rescue_stuck_jobs_after=1h0m0s")
-		require.Contains(t, out.String(), `level=WARN msg="JOB_TIMEOUT no longer bounds tierq's jobs`)
+		require.Contains(t, out.String(), `level=WARN msg="JobTimeout no longer bounds tierq's jobs`)
 		require.Contains(t, out.String(), "kind_timeouts=\"map[aging_sweep:1m0s audit_export:3m0s dlq_drain:1m0s escalation_sweep:1m0s purge_bounces:1m0s send_mail:2m0s]\"",
 			"every kind's timeout, from the kinds themselves: purge_bounces declares none and has the default")
 		metricsURL := proctest.MetricsURL(t, out)
@@ -160,10 +160,35 @@ func TestRun(t *testing.T) {
 				t.Parallel()
 				cfg := schedulerConfig(t, db, "RESCUE_STUCK_JOBS_AFTER="+tt.rescue, "JOB_TIMEOUT=30s")
 				err := scheduler.Run(context.Background(), runConfig(t, cfg, discard, tt.newServices), tt.opts...)
+				var kinds *scheduler.KindTimeoutsError
+				require.ErrorAs(t, err, &kinds)
+				err = cfg.RunError(err)
 				require.ErrorIs(t, err, config.ErrInvalid)
 				require.Equal(t, strings.ReplaceAll(prefix, "%s", tt.rescue)+tt.want, err.Error())
 			})
 		}
+		// Checked on the Config's own value: shortened after translation
+		// from an environment that passes, it fails.
+		t.Run("edited after translation", func(t *testing.T) {
+			t.Parallel()
+			cfg := schedulerConfig(t, db, "RESCUE_STUCK_JOBS_AFTER=2h", "JOB_TIMEOUT=30s")
+			runCfg := runConfig(t, cfg, discard, mailer(time.Hour, time.Minute))
+			runCfg.RescueStuckJobsAfter = 30 * time.Minute
+			err := scheduler.Run(context.Background(), runCfg)
+			var kinds *scheduler.KindTimeoutsError
+			require.ErrorAs(t, err, &kinds)
+			require.Equal(t, []string{"send_mail has 1h0m0s"}, kinds.Over)
+			require.Equal(t, strings.ReplaceAll(prefix, "%s", "30m0s")+"send_mail has 1h0m0s", cfg.RunError(err).Error())
+		})
+		// NewServices must build Registry's services.
+		t.Run("services not the Registry's", func(t *testing.T) {
+			t.Parallel()
+			cfg := schedulerConfig(t, db, "JOB_TIMEOUT=30s")
+			runCfg := runConfig(t, cfg, discard, mailer(time.Minute, time.Minute))
+			runCfg.Registry = testdb.Registry(t)
+			err := scheduler.Run(context.Background(), runCfg)
+			require.EqualError(t, err, "scheduler: Config.NewServices built services mailer, Config.Registry has analyzer, specgen: they must be the same services")
+		})
 		require.Zero(t, db.Count(t, `SELECT count(*) FROM river_leader`), "no scheduler led")
 	})
 }

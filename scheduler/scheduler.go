@@ -15,7 +15,7 @@
 // RiverConfig is the River client configuration of the deployment, for a
 // main that runs its own River client; Run is the whole process (connect,
 // lead, watch the leadership, metrics, stop on a signal), with the check of
-// RESCUE_STUCK_JOBS_AFTER against every kind's timeout (Timeouts: each
+// Config.RescueStuckJobsAfter against every kind's timeout (Timeouts: each
 // kind declares its own, service.Timeout). A team's scheduler is a few
 // lines of its main:
 //
@@ -55,7 +55,8 @@ const periodicMaxAttempts = 3
 // same services built on pool): its sweeps age and escalate the jobs of
 // the services' queues and count what they change in m (made with
 // services.Queues()). cfg takes its defaults (Config.WithDefaults) and is
-// validated (Config.Validate).
+// validated (Config.Validate), except that cfg.Registry is not required:
+// services is the registry RiverConfig uses; when nil, cfg.Registry.
 //
 // It registers the worker of every kind of services (Registry.AddWorkers:
 // the services' kinds, never worked here since their queues are not served,
@@ -68,10 +69,13 @@ const periodicMaxAttempts = 3
 // kinds...), which Run checks and a caller of RiverConfig checks itself
 // (CheckKindTimeouts).
 func RiverConfig(cfg Config, pool *pgxpool.Pool, services *service.Registry, m *metrics.Scheduler) (*river.Config, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(services == nil); err != nil {
 		return nil, err
 	}
 	cfg = cfg.WithDefaults()
+	if services == nil {
+		services = cfg.Registry
+	}
 	workers := river.NewWorkers()
 	if err := services.AddWorkers(workers); err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)

@@ -60,7 +60,7 @@ func ownKinds(cfg *Config, pool *pgxpool.Pool, m *metrics.Scheduler, id string, 
 // nil) and extra's (the kinds of AddKinds). Each is the timeout the kind
 // declares (service.Timeout, or service.DefaultTimeout), which River
 // applies to its jobs, so none can be left out. Config.RescueStuckJobsAfter
-// must be longer than each (Config.CheckKindTimeouts): Run checks it.
+// must be longer than each (CheckKindTimeouts): Run checks it.
 func Timeouts(services *service.Registry, extra ...service.Kind) map[string]time.Duration {
 	timeouts := map[string]time.Duration{}
 	if services != nil {

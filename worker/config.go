@@ -120,8 +120,9 @@ type Config struct {
 
 	// NewServices builds, on the pool Run opens, the registry whose workers
 	// Run runs: for workers that need the pool, or anything else made once
-	// connected. It must have Registry's services, or Run fails (their
-	// queues are checked). Default: nil, Run runs Registry's workers.
+	// connected. It must have Registry's services, by name, and Service's
+	// queues and fetched kinds must be Registry's, or Run fails naming
+	// both. Default: nil, Run runs Registry's workers.
 	NewServices func(pool *pgxpool.Pool) (*service.Registry, error)
 
 	// Service is the name of the service this deployment works, one of
@@ -175,8 +176,8 @@ type Config struct {
 
 	// WarnJobTimeout has Run log a warning at start, listing the kinds'
 	// timeouts, that JobTimeout bounds none of them: for an operator who
-	// set it expecting it to (package config sets it when JOB_TIMEOUT is
-	// set). Default false.
+	// set JobTimeout expecting it to (package config sets it when the
+	// environment sets the job timeout). Default false.
 	WarnJobTimeout bool
 
 	// MaxAttempts is how many times a job this process inserts (work a job
@@ -353,7 +354,7 @@ type derived struct {
 
 func derive(c *Config) *derived {
 	svc, _ := c.Registry.Lookup(c.Service)
-	d := &derived{svc: svc}
+	d := &derived{svc: svc, kinds: fetchedKinds(svc, c.LoadTestWorkload)}
 	for _, class := range routing.Classes() {
 		n := c.Workers.Of(class)
 		if n == 0 {
@@ -365,16 +366,22 @@ func derive(c *Config) *derived {
 			FetchCooldown: t.FetchCooldown, FetchPollInterval: t.FetchPollInterval, FairShare: t.FairShare == FairShareOn,
 		})
 	}
-	for _, k := range svc.Kinds() {
-		d.kinds = append(d.kinds, k.FetchedNames()...)
-	}
-	if c.LoadTestWorkload {
-		d.kinds = append(d.kinds, loadtest.Kind)
-	}
-	slices.Sort(d.kinds)
-	d.kinds = slices.Compact(d.kinds)
 	if c.Lend && c.Workers.Priority > 0 {
 		d.lend = &fairshare.Lend{Queue: svc.Queue(routing.Priority), From: svc.Queue(routing.Default), Floor: max(c.LendFloor, 0)}
 	}
 	return d
+}
+
+// fetchedKinds are the kinds a deployment of svc fetches: svc's kinds with
+// their aliases, and the load-test workload's when loadTest. Sorted.
+func fetchedKinds(svc *service.Service, loadTest bool) []string {
+	var kinds []string
+	for _, k := range svc.Kinds() {
+		kinds = append(kinds, k.FetchedNames()...)
+	}
+	if loadTest {
+		kinds = append(kinds, loadtest.Kind)
+	}
+	slices.Sort(kinds)
+	return slices.Compact(kinds)
 }

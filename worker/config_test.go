@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -80,4 +81,24 @@ func TestConfigValidate(t *testing.T) {
 			require.EqualError(t, err, strings.Join(tt.want, "\n"), "New validates")
 		})
 	}
+}
+
+// TestNewKeepsCopies: what the caller's Config points to (Workers,
+// LogAttrs) may change after New without changing the deployment.
+func TestNewKeepsCopies(t *testing.T) {
+	t.Parallel()
+	registry := newRegistry(t, newMailer(t, nil, "mail"))
+	workers := &service.ClassWorkers{Priority: 3, Default: 2}
+	attrs := []slog.Attr{slog.String("team", "billing")}
+	d, err := worker.New(worker.Config{Registry: registry, Service: "mailer", Workers: workers, LogAttrs: attrs})
+	require.NoError(t, err)
+
+	workers.Priority = 50
+	attrs[0] = slog.String("team", "other")
+	require.Equal(t, 3, d.Config().Workers.Priority)
+	require.Equal(t, []slog.Attr{slog.String("team", "billing")}, d.Config().LogAttrs)
+	require.Equal(t, 3, d.Queues()[0].Workers)
+
+	d.Config().Workers.Priority = 60
+	require.Equal(t, 3, d.Config().Workers.Priority, "Config is a copy too")
 }

@@ -106,13 +106,25 @@ func TestRiverConfigOfAnotherService(t *testing.T) {
 		require.ErrorContains(t, err, "is not one of service mailer's (post_priority, post_default, post_scheduled): the configuration was made with another registry")
 	})
 
+	// The kinds fetched come from the registry the configuration was made
+	// with (FetchedKinds); the one given must have the same.
+	t.Run("other kinds than loaded with", func(t *testing.T) {
+		t.Parallel()
+		other, err := service.New(&service.Config{Name: "mailer", BaseQueue: "mail", Kinds: []service.Kind{service.WorkerKind(&loadTestWorker{})}})
+		require.NoError(t, err)
+		_, err = riverConfig(cfg, described, newRegistry(t, other), nil, discard)
+		require.ErrorContains(t, err, "worker: service mailer fetches kinds "+jobs.KindLoadTest+" in the registry given, ")
+		require.ErrorContains(t, err, "in Config.Registry: the configuration was made with another registry")
+	})
+
 	t.Run("kind taken by the load-test workload", func(t *testing.T) {
 		t.Parallel()
 		claims, err := service.New(&service.Config{Name: "mailer", BaseQueue: "mail", Kinds: []service.Kind{service.WorkerKind(&loadTestWorker{})}})
 		require.NoError(t, err)
-		withLoadTest := cfg
-		withLoadTest.LoadTestWorkload = true
-		_, err = riverConfig(withLoadTest, described, newRegistry(t, claims), nil, discard)
+		claimsRegistry := newRegistry(t, claims)
+		claimsCfg, err := config.LoadWorker([]string{"DATABASE_URL=postgres://localhost/app", "WORKER_SERVICE=mailer", "LOAD_TEST_WORKLOAD=true"}, claimsRegistry)
+		require.NoError(t, err)
+		_, err = riverConfig(claimsCfg, claimsRegistry, claimsRegistry, nil, discard)
 		require.ErrorContains(t, err, "worker: load-test workload")
 		require.ErrorContains(t, err, jobs.KindLoadTest)
 	})
@@ -171,7 +183,28 @@ func TestRunServesAnotherService(t *testing.T) {
 	require.Contains(t, out.String(), "mail_priority=2")
 	require.Contains(t, out.String(), "mail_scheduled=1")
 	require.NotContains(t, out.String(), "mail_default=")
-	require.Contains(t, out.String(), `level=WARN msg="JOB_TIMEOUT no longer bounds tierq's jobs: every kind made with service.WorkerKind has its own timeout`)
+	require.Contains(t, out.String(), `level=WARN msg="JobTimeout no longer bounds tierq's jobs: every kind made with service.WorkerKind has its own timeout`)
 	require.Contains(t, out.String(), "job_timeout=30s kind_timeouts=map[send_mail:1m0s]")
 	require.Contains(t, out.String(), "worker stopped")
+}
+
+// TestRunRefusesOtherServices: the services Config.NewServices builds must
+// be Config.Registry's; Run fails naming both before its client starts.
+func TestRunRefusesOtherServices(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+
+	described := newRegistry(t, newMailer(t, nil, "mail"))
+	cfg, err := config.LoadWorker([]string{"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "WORKER_SERVICE=mailer"}, described)
+	require.NoError(t, err)
+	runCfg := runConfig(t, cfg, described, slog.New(slog.DiscardHandler), func(pool *pgxpool.Pool) (*service.Registry, error) {
+		reference, err := jobs.Registry(jobs.Deps{Pool: pool})
+		if err != nil {
+			return nil, err
+		}
+		return reference.Join(newRegistry(t, newMailer(t, pool, "mail")))
+	})
+	err = worker.Run(context.Background(), runCfg)
+	require.EqualError(t, err, "worker: Config.NewServices built services analyzer, mailer, specgen, Config.Registry has mailer: they must be the same services")
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM tierq_services`), "nothing recorded")
 }

@@ -49,17 +49,31 @@ type Deployment struct {
 }
 
 // New applies cfg's defaults (Config.WithDefaults), validates it
-// (Config.Validate: every problem at once) and returns the deployment.
+// (Config.Validate: every problem at once) and returns the deployment. It
+// keeps copies of cfg.Workers and cfg.LogAttrs: the caller may change them
+// afterwards.
 func New(cfg Config) (*Deployment, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.WithDefaults()
+	cfg = cloned(cfg.WithDefaults())
 	return &Deployment{cfg: cfg, d: derive(&cfg)}, nil
 }
 
-// Config is the deployment's Config, with its defaults.
-func (w *Deployment) Config() Config { return w.cfg }
+// cloned is cfg with copies of what it points to that a caller may change:
+// Workers and LogAttrs.
+func cloned(cfg Config) Config {
+	if cfg.Workers != nil {
+		w := *cfg.Workers
+		cfg.Workers = &w
+	}
+	cfg.LogAttrs = slices.Clone(cfg.LogAttrs)
+	return cfg
+}
+
+// Config is the deployment's Config, with its defaults (a copy: changing
+// its Workers or LogAttrs changes nothing of the deployment).
+func (w *Deployment) Config() Config { return cloned(w.cfg) }
 
 // Queues are the queues the deployment serves, in class order (priority,
 // default, scheduled); a queue of 0 workers is not served.
@@ -76,8 +90,9 @@ func (w *Deployment) QueueNames() []string {
 }
 
 // FetchedKinds are the job kinds the deployment fetches (RiverConfig sets
-// FetchOnlyKnownKinds): the service's kinds with their aliases, and the
-// load-test workload's when Config.LoadTestWorkload. Sorted.
+// FetchOnlyKnownKinds): the service's kinds in Config.Registry with their
+// aliases, and the load-test workload's when Config.LoadTestWorkload.
+// Sorted. RiverConfig checks that the registry it runs has the same.
 func (w *Deployment) FetchedKinds() []string { return slices.Clone(w.d.kinds) }
 
 // RiverConfig is the River client configuration of the deployment: the
@@ -89,8 +104,9 @@ func (w *Deployment) FetchedKinds() []string { return slices.Clone(w.d.kinds) }
 // services is the registry whose workers the client runs: Config.Registry,
 // or one of the same services built on pool (Config.NewServices).
 // RiverConfig returns an error when services has no service of
-// Config.Service's name or its queues are not the ones of Config.Registry's,
-// and when two workers share a kind.
+// Config.Service's name, or its queues or fetched kinds (FetchedKinds, which
+// come from Config.Registry) are not the ones of Config.Registry's, and when
+// two workers share a kind.
 func (w *Deployment) RiverConfig(services *service.Registry, pool *pgxpool.Pool) (*river.Config, error) {
 	cfg := &w.cfg
 	svc, ok := services.Lookup(cfg.Service)
@@ -109,6 +125,11 @@ func (w *Deployment) RiverConfig(services *service.Registry, pool *pgxpool.Pool)
 			FetchCooldown:     q.FetchCooldown,
 			FetchPollInterval: q.FetchPollInterval,
 		}
+	}
+
+	if kinds := fetchedKinds(svc, cfg.LoadTestWorkload); !slices.Equal(kinds, w.d.kinds) {
+		return nil, fmt.Errorf("worker: service %s fetches kinds %s in the registry given, %s in Config.Registry: the configuration was made with another registry",
+			svc.Name(), strings.Join(kinds, ", "), strings.Join(w.d.kinds, ", "))
 	}
 
 	workers := river.NewWorkers()
@@ -191,7 +212,9 @@ func Run(ctx context.Context, cfg Config) error {
 
 // Run runs the deployment until ctx ends or the process gets SIGINT or
 // SIGTERM. It connects with Config.PoolConfig (required), builds the
-// services on the pool with Config.NewServices (or takes Config.Registry),
+// services on the pool with Config.NewServices (or takes Config.Registry;
+// the services NewServices builds must be Registry's, by name, with the
+// same queues and kinds for Config.Service: see RiverConfig),
 // and runs the River client RiverConfig makes of them, with tierq's job
 // metrics (served at /metrics on Config.MetricsAddr when set) and fair
 // share (NewAdmitter). On the first signal River stops fetching and lets
@@ -229,9 +252,14 @@ func (w *Deployment) Run(ctx context.Context) error {
 				if services, err = cfg.NewServices(pool); err != nil {
 					return nil, fmt.Errorf("worker: services: %w", err)
 				}
+				want, got := slices.Sorted(slices.Values(cfg.Registry.Names())), slices.Sorted(slices.Values(services.Names()))
+				if !slices.Equal(want, got) {
+					return nil, fmt.Errorf("worker: Config.NewServices built services %s, Config.Registry has %s: they must be the same services",
+						strings.Join(got, ", "), strings.Join(want, ", "))
+				}
 			}
 			if cfg.WarnJobTimeout {
-				logger.WarnContext(ctx, "JOB_TIMEOUT no longer bounds tierq's jobs: every kind made with service.WorkerKind has its own timeout (service.Timeout, else service.DefaultTimeout, 1m; docs/operations.md, \"Job timeouts and rescue\"); JOB_TIMEOUT bounds only workers registered with River directly",
+				logger.WarnContext(ctx, "JobTimeout no longer bounds tierq's jobs: every kind made with service.WorkerKind has its own timeout (service.Timeout, else service.DefaultTimeout, 1m; docs/operations.md, \"Job timeouts and rescue\"); JobTimeout bounds only workers registered with River directly",
 					slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(services.Timeouts())))
 			}
 			if err := services.Record(ctx, pool, "worker"); err != nil { // for the stock tierctl

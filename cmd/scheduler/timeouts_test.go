@@ -84,7 +84,9 @@ func TestRescueJustAboveEveryKindStarts(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	proctest.WaitOutput(t, out, "scheduler started", 20*time.Second)
 	require.Contains(t, out.String(), "rescue_stuck_jobs_after=1m1s")
-	require.Contains(t, out.String(), `level=WARN msg="JOB_TIMEOUT no longer bounds tierq's jobs`)
+	// config's CRON_TZ, then the maintenance's settings (Config.LogAttrs).
+	require.Regexp(t, `msg="scheduler started" .* cron_tz=UTC reanalyze_next=\S+ reanalyze_stale_after=\S+ retention_next=\S+ retention_period=\S+`, out.String())
+	require.Contains(t, out.String(), `level=WARN msg="JobTimeout no longer bounds tierq's jobs`)
 	require.Contains(t, out.String(), "job_timeout=30s")
 	require.Contains(t, out.String(), "kind_timeouts=\"map[aging_sweep:1m0s analysis:1m0s dlq_drain:1m0s escalation_sweep:1m0s loadtest:1m0s reanalyze_stale:1m0s retention:1m0s specview:30s]\"")
 

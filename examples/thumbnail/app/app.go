@@ -63,7 +63,9 @@ func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error
 	if err != nil {
 		return err
 	}
-	return scheduler.Run(ctx, schedulerConfig)
+	// A RESCUE_STUCK_JOBS_AFTER not longer than every kind's timeout exits
+	// 2, named as the environment does.
+	return cfg.RunError(scheduler.Run(ctx, schedulerConfig))
 }
 
 // RunAPI runs the thumbnail service's API: POST /v1/jobs accepts kind

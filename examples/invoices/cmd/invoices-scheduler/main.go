@@ -40,5 +40,6 @@ func run(ctx context.Context, environ []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return scheduler.Run(ctx, schedulerConfig)
+	// RESCUE_STUCK_JOBS_AFTER not longer than every kind's timeout: exit 2.
+	return cfg.RunError(scheduler.Run(ctx, schedulerConfig))
 }
