@@ -336,11 +336,17 @@ stop() {
     [ -z "$pid" ] && break
     sleep 0.1
   done
+  # What did not stop: the keeper's group, its postmaster and the
+  # postmaster's children, which each run in a session of their own (a
+  # background worker of the monitor outlives a killed postmaster).
+  local children
   for n in "${nodes[@]}" monitor; do
     kill_keeper "$n" KILL
     pid=$(head -1 "$dir/$n/data/postmaster.pid" 2>/dev/null || true)
     if [ -n "$pid" ] && tr "\\0" " " 2>/dev/null <"/proc/$pid/cmdline" | grep -q -- "-D $dir/$n/data"; then
-      kill -KILL "$pid" 2>/dev/null || true
+      children=$(ps -o pid= --ppid "$pid" 2>/dev/null | tr -s ' \n' ' ' || true)
+      # shellcheck disable=SC2086 # one pid a word
+      kill -KILL "$pid" $children 2>/dev/null || true
     fi
   done
   rm -rf "$dir"
