@@ -125,7 +125,9 @@ func TestDatabaseFailover(t *testing.T) {
 	}
 	require.Greater(t, prod.acked(), ackedBefore, "no insert acknowledged after the kill")
 
+	stoppedAt := time.Now()
 	tally, settle := s.settle(ctx, 2*time.Minute)
+	s.logLate(ctx, stoppedAt.Add(10*time.Second))
 	s.check(tally)
 	// No worker stops or dies, and a fetch counts only once the standby has
 	// its commit: no attempt may start twice (a redelivery is a new attempt).
@@ -135,6 +137,36 @@ func TestDatabaseFailover(t *testing.T) {
 		fmt.Sprintf("inserts_back=%.1fs", insertBack.Seconds()), fmt.Sprintf("leader_back=%.1fs", leaderBack.Seconds()),
 		fmt.Sprintf("leader=%s", leader.name), fmt.Sprintf("insert_errors=%d", prod.failed()),
 		fmt.Sprintf("acked_before_kill=%d", ackedBefore), fmt.Sprintf("ran_twice=%d", tally.sameAttempt))
+}
+
+// logLate logs the jobs that ended after since, with what River recorded
+// of their attempts: a job the failover left running, for instance, ends
+// only after the rescuer's RESCUE_STUCK_JOBS_AFTER.
+func (s *system) logLate(ctx context.Context, since time.Time) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, queue, state::text, attempt, attempted_by, finalized_at, errors
+		FROM river_job WHERE kind = $2 AND finalized_at > $1 ORDER BY finalized_at LIMIT 20`, since, jobs.KindLoadTest)
+	if err != nil {
+		s.t.Logf("late jobs: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id          int64
+			queue, st   string
+			attempt     int
+			attemptedBy []string
+			finalized   time.Time
+			errs        []map[string]any
+		)
+		if err := rows.Scan(&id, &queue, &st, &attempt, &attemptedBy, &finalized, &errs); err != nil {
+			s.t.Logf("late jobs: %v", err)
+			return
+		}
+		s.t.Logf("late job %d (%s): %s at %s, %.1fs after the load stopped, attempt %d by %v, errors %v",
+			id, queue, st, finalized.Format("15:04:05.000"), finalized.Sub(since.Add(-10*time.Second)).Seconds(), attempt, attemptedBy, errs)
+	}
 }
 
 // probeWrites tries a write on url every 10 ms over one connection (made
