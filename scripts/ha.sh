@@ -148,6 +148,12 @@ run_keeper() {
   die "$name's keeper did not start: $(tail -5 "$dir/$name/keeper.log")"
 }
 
+# children_of PID: the pids of PID's children, from /proc (no procps
+# needed): each stat line is "pid (comm) state ppid …", comm may hold spaces.
+children_of() {
+  cat /proc/[0-9]*/stat 2>/dev/null | awk -v p="$1" '{ pid = $1; sub(/^.*\) /, ""); if ($2 == p) print pid }' | tr '\n' ' ' || true
+}
+
 # kill_keeper NAME SIGNAL: SIGNAL to the keeper's process group.
 kill_keeper() {
   local pid
@@ -290,7 +296,7 @@ kill_primary() {
   # (backends, walsenders, checkpointer…) makes a session of its own: they
   # get the signal too, at once, as when the machine is lost.
   local children=""
-  [ -n "$pgpid" ] && children=$(ps -o pid= --ppid "$pgpid" 2>/dev/null | tr -s ' \n' ' ' || true)
+  [ -n "$pgpid" ] && children=$(children_of "$pgpid")
   # shellcheck disable=SC2086 # one pid a word
   kill -KILL -- "-$pid" $pgpid $children 2>/dev/null || true
   local at; at=$(now)
@@ -344,7 +350,7 @@ stop() {
     kill_keeper "$n" KILL
     pid=$(head -1 "$dir/$n/data/postmaster.pid" 2>/dev/null || true)
     if [ -n "$pid" ] && tr "\\0" " " 2>/dev/null <"/proc/$pid/cmdline" | grep -q -- "-D $dir/$n/data"; then
-      children=$(ps -o pid= --ppid "$pid" 2>/dev/null | tr -s ' \n' ' ' || true)
+      children=$(children_of "$pid")
       # shellcheck disable=SC2086 # one pid a word
       kill -KILL "$pid" $children 2>/dev/null || true
     fi
