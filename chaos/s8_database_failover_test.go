@@ -39,9 +39,10 @@ const failoverGate = "CHAOS_FAILOVER"
 // acknowledged by a commit exists on the new primary and completes (the
 // standby was synchronous); inserts refused during the failover that
 // committed anyway are worked too; the workers start jobs again and a
-// scheduler leads again, without a restart. Reports the manager's time (kill
-// → new primary accepting writes, measured by scripts/ha.sh) and tierq's
-// (new primary accepting writes → first job started).
+// scheduler leads again, without a restart; no attempt starts twice.
+// Reports the manager's time (kill → new primary accepting writes, seen by
+// a write tried every 10 ms; ha.sh's own coarser time is logged) and
+// tierq's (new primary accepting writes → first job started).
 func TestDatabaseFailover(t *testing.T) {
 	if os.Getenv(failoverGate) == "0" {
 		t.Skipf("%s=0", failoverGate)
