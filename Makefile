@@ -30,7 +30,7 @@ fuzz:
 	    done; \
 	    if [ "$${TIERQ_PG_STARTED:-}" = 1 ]; then scripts/pg.sh stop; fi; exit $$status; }
 
-## chaos: the reliability suite (docs/reliability.md): the real binaries against a PostgreSQL cluster of its own, under faults; about 6 minutes
+## chaos: the reliability suite (docs/reliability.md): the real binaries against a PostgreSQL cluster of its own (and a pg_auto_failover formation: scripts/ha.sh), under faults; about 7 minutes
 chaos:
 	@eval "$$(scripts/pg.sh bindir)" && \
 	  $(GO) vet -tags chaos ./chaos/ && \

@@ -113,10 +113,23 @@ func newSystem(t *testing.T, name string) *system {
 	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize())
 	require.NoError(t, err)
 	require.NoError(t, admin.Close(ctx))
+	return newSystemAt(t, name, withPassword(suite.cluster.url(db)))
+}
 
+// withPassword puts the database password into a URL of user postgres, as
+// the processes get it.
+func withPassword(url string) string {
+	return strings.Replace(url, "postgres@", "postgres:"+dbPassword+"@", 1)
+}
+
+// newSystemAt is newSystem on a database that exists already, at url (with
+// the password): the database-failover scenario's, on a cluster of its own.
+func newSystemAt(t *testing.T, name, url string) *system {
+	t.Helper()
+	ctx := context.Background()
 	s := &system{
 		t: t, name: name, dir: filepath.Join(suite.base, name),
-		url:    strings.Replace(suite.cluster.url(db), "postgres@", "postgres:"+dbPassword+"@", 1),
+		url:    url,
 		ledger: newLedger(), counts: map[string]int{},
 		registry: testdb.Registry(t),
 		analyzer: testdb.Service(t, jobs.ServiceAnalyzer), specGen: testdb.Service(t, jobs.ServiceSpecGen),
@@ -131,6 +144,7 @@ func newSystem(t *testing.T, name string) *system {
 		s.tierctl("subscriptions", "set", user, tier.String())
 	}
 
+	var err error
 	s.pool, err = pgxpool.New(ctx, s.url)
 	require.NoError(t, err)
 	t.Cleanup(s.pool.Close)
