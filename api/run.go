@@ -8,8 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
-	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -108,10 +106,8 @@ func Run(ctx context.Context, cfg Config) error {
 		if registry, err = cfg.NewServices(pool); err != nil {
 			return fmt.Errorf("api: services: %w", err)
 		}
-		want, got := slices.Sorted(slices.Values(cfg.Registry.Names())), slices.Sorted(slices.Values(registry.Names()))
-		if !slices.Equal(want, got) {
-			return fmt.Errorf("api: Config.NewServices built services %s, Config.Registry has %s: they must be the same services",
-				strings.Join(got, ", "), strings.Join(want, ", "))
+		if err := cfg.Registry.SameServices(registry); err != nil {
+			return fmt.Errorf("api: %w", err)
 		}
 	}
 	// For the stock tierctl; like the schema check, bounded, and no reason

@@ -253,17 +253,6 @@ func (c Config) validate(requireRegistry bool) error {
 	return errors.Join(errs...)
 }
 
-// sameServices fails when built, the registry Config.NewServices built,
-// has not the services of registry, Config.Registry, by name.
-func sameServices(registry, built *service.Registry) error {
-	want, got := slices.Sorted(slices.Values(registry.Names())), slices.Sorted(slices.Values(built.Names()))
-	if !slices.Equal(want, got) {
-		return fmt.Errorf("scheduler: Config.NewServices built services %s, Config.Registry has %s: they must be the same services",
-			strings.Join(got, ", "), strings.Join(want, ", "))
-	}
-	return nil
-}
-
 // agingInterval, escalateScheduledAfter and dlqAlertThreshold are the
 // values the sweeps take: 0 for off.
 func (c *Config) agingInterval() time.Duration          { return max(c.AgingInterval, 0) }

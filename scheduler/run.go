@@ -118,8 +118,8 @@ func Run(ctx context.Context, cfg Config, opts ...RunOption) error {
 				if services, err = cfg.NewServices(pool); err != nil {
 					return nil, fmt.Errorf("scheduler: services: %w", err)
 				}
-				if err := sameServices(cfg.Registry, services); err != nil {
-					return nil, err
+				if err := cfg.Registry.SameServices(services); err != nil {
+					return nil, fmt.Errorf("scheduler: %w", err)
 				}
 			}
 			// Every kind the scheduler registers: its services' and their

@@ -99,6 +99,19 @@ func (r *Registry) Names() []string {
 	return names
 }
 
+// SameServices fails when built has not r's services, by name: what a
+// worker, scheduler or API given both a Config.Registry and a
+// Config.NewServices checks once NewServices has built its registry. The
+// error names both lists, built's first.
+func (r *Registry) SameServices(built *Registry) error {
+	want, got := slices.Sorted(slices.Values(r.Names())), slices.Sorted(slices.Values(built.Names()))
+	if slices.Equal(want, got) {
+		return nil
+	}
+	return fmt.Errorf("Config.NewServices built services %s, Config.Registry has %s: they must be the same services",
+		strings.Join(got, ", "), strings.Join(want, ", "))
+}
+
 // Lookup is the service named name.
 func (r *Registry) Lookup(name string) (*Service, bool) {
 	s, ok := r.byName[name]

@@ -252,10 +252,8 @@ func (w *Deployment) Run(ctx context.Context) error {
 				if services, err = cfg.NewServices(pool); err != nil {
 					return nil, fmt.Errorf("worker: services: %w", err)
 				}
-				want, got := slices.Sorted(slices.Values(cfg.Registry.Names())), slices.Sorted(slices.Values(services.Names()))
-				if !slices.Equal(want, got) {
-					return nil, fmt.Errorf("worker: Config.NewServices built services %s, Config.Registry has %s: they must be the same services",
-						strings.Join(got, ", "), strings.Join(want, ", "))
+				if err := cfg.Registry.SameServices(services); err != nil {
+					return nil, fmt.Errorf("worker: %w", err)
 				}
 			}
 			if cfg.WarnJobTimeout {
