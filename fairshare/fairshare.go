@@ -429,9 +429,6 @@ type Pass struct {
 	// Yielded counts the places of tenants with jobs running moved behind
 	// a tenant that had not had its turn yet (none of its jobs running).
 	Yielded int
-	// Line is the work the pass left in line: the fetchable available jobs
-	// within their tenants' windows, those it admitted included.
-	Line int
 	// Lone is true when one tenant alone (or none) was active and nothing
 	// was held: nothing needs holding, and the next passes only look for
 	// a newcomer. Checked is true for such a look or check (no pass ran).
@@ -509,7 +506,7 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 	began := time.Now()
 	locked, err := a.locked(ctx, q.name, true, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, passSQL, q.name, q.cfg.Workers, q.cfg.Fair, q.localKinds(), q.every && q.cfg.Workers > 0).Scan(
-			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded, &p.Line)
+			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded)
 	})
 	if err != nil {
 		return Pass{}, fmt.Errorf("fair share pass over %s: %w", q.name, err)

@@ -124,7 +124,7 @@ func TestPass(t *testing.T) {
 		require.NoError(t, err)
 		// Capacity 4, two tenants: b needs one place, a has the other
 		// three (the capacity is shared by demand: max-min fairness).
-		require.Equal(t, fairshare.Pass{Ran: true, Held: 97, Admitted: 0, Tenants: 2, HeldTenants: 0, Capacity: 4, Line: 4}, p)
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 97, Admitted: 0, Tenants: 2, HeldTenants: 0, Capacity: 4}, p)
 		require.Equal(t, map[string]int{"a/available": 3, "a/pending": 97, "b/available": 1}, b.counts(t))
 
 		// b's job is fourth in line, not 101st.
@@ -134,7 +134,7 @@ func TestPass(t *testing.T) {
 		// alone again, has the whole capacity for its window.
 		p, err = b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
-		require.Equal(t, fairshare.Pass{Ran: true, Held: 0, Admitted: 4, Tenants: 1, HeldTenants: 1, Capacity: 4, Line: 4}, p)
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 0, Admitted: 4, Tenants: 1, HeldTenants: 1, Capacity: 4}, p)
 		require.Equal(t, map[string]int{"a/available": 4, "a/pending": 93, "a/running": 3, "b/running": 1}, b.counts(t))
 	})
 
@@ -192,7 +192,7 @@ func TestPass(t *testing.T) {
 		// the capacity, keeps one place, its best job, behind b's: 29
 		// held. River fetches it only when b has nothing in line, and
 		// then it, not a later insert of a worse priority still.
-		require.Equal(t, fairshare.Pass{Ran: true, Held: 35, Tenants: 2, Capacity: 4, Line: 5}, p)
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 35, Tenants: 2, Capacity: 4}, p)
 		var order []string
 		for range 4 {
 			_, err := b.admitter.Pass(ctx, queue)
@@ -213,7 +213,7 @@ func TestPass(t *testing.T) {
 		require.NoError(t, err)
 		// b's window is the capacity, 6 held; a keeps its best job in
 		// line, 2 held.
-		require.Equal(t, fairshare.Pass{Ran: true, Held: 8, Tenants: 2, Capacity: 4, Line: 5}, p)
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 8, Tenants: 2, Capacity: 4}, p)
 		b.insert(t, "c", 3, 1, 0) // pro, just now, available at once
 
 		// The workers empty b's line before the next pass: the next worker
@@ -235,7 +235,7 @@ func TestPass(t *testing.T) {
 		// b needs one place, a has three: a's 16 beyond them held; b,
 		// with nothing running, has not had its turn: a's three places go
 		// behind its job.
-		require.Equal(t, fairshare.Pass{Ran: true, Held: 16, Tenants: 2, Capacity: 4, Yielded: 3, Line: 4}, p)
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 16, Tenants: 2, Capacity: 4, Yielded: 3}, p)
 		require.Equal(t, []string{"b"}, b.fetch(t, 1))
 
 		// b's next job, with b's first running, waits its turn behind a's
@@ -262,7 +262,7 @@ func TestPass(t *testing.T) {
 		// and d need one place each and e two: a has the other five, and
 		// the line holds ten jobs for ten workers. (With windows of 2 it
 		// held seven: three workers idle until the next pass.)
-		require.Equal(t, fairshare.Pass{Ran: true, Held: 95, Tenants: 5, Capacity: 10, Line: 10}, p)
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 95, Tenants: 5, Capacity: 10}, p)
 		require.Equal(t, map[string]int{"a/available": 5, "a/pending": 95, "b/available": 1, "c/available": 1, "d/available": 1, "e/available": 2}, b.counts(t))
 	})
 
@@ -319,7 +319,7 @@ func TestPass(t *testing.T) {
 		defer cancel()
 		p, err := b.admitter.Pass(passCtx, queue)
 		require.NoError(t, err)
-		require.Equal(t, fairshare.Pass{Ran: true, Held: 16, Tenants: 2, Capacity: 4, Yielded: 2, Line: 4}, p)
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 16, Tenants: 2, Capacity: 4, Yielded: 2}, p)
 		require.NoError(t, tx.Rollback(ctx))
 		require.Equal(t, []string{"a", "b", "a", "a"}, b.fetch(t, 4))
 	})

@@ -341,9 +341,9 @@ func TestPassPlanReadsTheHeldIndexByTenantKey(t *testing.T) {
 }
 
 // TestRestsAfter: the loop rests after a pass that moved nothing, and
-// follows one that moved jobs at once, however long the line it left (20
-// tenants of one place each over 5 workers of 20 ms jobs drain the line in
-// 80 ms: resting three slow passes left it dry).
+// follows one that moved jobs at once, however many tenants have a place in
+// line (20 tenants of one place each over 5 workers of 20 ms jobs drain the
+// line in 80 ms: resting three slow passes left it dry).
 func TestRestsAfter(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -351,12 +351,12 @@ func TestRestsAfter(t *testing.T) {
 		p    Pass
 		rest bool
 	}{
-		{"moved nothing", Pass{Ran: true, Tenants: 2, Capacity: 4, Line: 4}, true},
-		{"moved nothing, a long line", Pass{Ran: true, Tenants: 20, Capacity: 5, Line: 20}, true},
-		{"admitted into a short line", Pass{Ran: true, Admitted: 2, Tenants: 2, HeldTenants: 2, Capacity: 4, Line: 4}, false},
-		{"held back to a short line", Pass{Ran: true, Held: 30, Tenants: 2, Capacity: 4, Line: 7}, false},
-		{"yielded", Pass{Ran: true, Yielded: 1, Tenants: 3, Capacity: 4, Line: 5}, false},
-		{"admitted into a line of four times the capacity", Pass{Ran: true, Admitted: 1, Tenants: 20, HeldTenants: 20, Capacity: 5, Line: 20}, false},
+		{"moved nothing", Pass{Ran: true, Tenants: 2, Capacity: 4}, true},
+		{"moved nothing, 20 tenants", Pass{Ran: true, Tenants: 20, Capacity: 5}, true},
+		{"admitted, 2 tenants", Pass{Ran: true, Admitted: 2, Tenants: 2, HeldTenants: 2, Capacity: 4}, false},
+		{"held back, 2 tenants", Pass{Ran: true, Held: 30, Tenants: 2, Capacity: 4}, false},
+		{"yielded", Pass{Ran: true, Yielded: 1, Tenants: 3, Capacity: 4}, false},
+		{"admitted, 20 tenants over 5 workers", Pass{Ran: true, Admitted: 1, Tenants: 20, HeldTenants: 20, Capacity: 5}, false},
 		{"another process's pass", Pass{}, false},
 		{"paused", Pass{Paused: true, Capacity: 2}, false},
 		{"a look", Pass{Ran: true, Lone: true, Checked: true}, false},

@@ -111,7 +111,7 @@ func TestPassCountsOnlyFetchableWork(t *testing.T) {
 		p, err := b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
 		// Two tenants with work: windows of 1 each, both empty.
-		require.Equal(t, fairshare.Pass{Ran: true, Admitted: 2, Tenants: 2, HeldTenants: 2, Capacity: 2, Line: 2}, p)
+		require.Equal(t, fairshare.Pass{Ran: true, Admitted: 2, Tenants: 2, HeldTenants: 2, Capacity: 2}, p)
 		require.Equal(t, 2, b.fetchable(t))
 		// The misrouted rows stay where they are, available.
 		require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'misrouted' AND state = 'available'`))
@@ -127,7 +127,7 @@ func TestPassCountsOnlyFetchableWork(t *testing.T) {
 
 		p, err := b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
-		require.Equal(t, fairshare.Pass{Ran: true, Tenants: 1, Capacity: 2, Line: 1, Lone: true}, p)
+		require.Equal(t, fairshare.Pass{Ran: true, Tenants: 1, Capacity: 2, Lone: true}, p)
 		require.Equal(t, map[string]int{"x/available": 50, "y/available": 50, "z/available": 1}, b.counts(t))
 	})
 
@@ -144,7 +144,7 @@ func TestPassCountsOnlyFetchableWork(t *testing.T) {
 		// its window and closed b's (a worse level): nothing fetchable.
 		p, err := b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
-		require.Equal(t, fairshare.Pass{Ran: true, Admitted: 2, Tenants: 1, HeldTenants: 1, Capacity: 2, Line: 2}, p)
+		require.Equal(t, fairshare.Pass{Ran: true, Admitted: 2, Tenants: 1, HeldTenants: 1, Capacity: 2}, p)
 		require.Equal(t, 2, b.fetchable(t))
 		require.Equal(t, 3, b.db.Count(t, `SELECT count(*) FROM river_job
 			WHERE queue = $1 AND state = 'pending' AND metadata->>'tierq:tenant' = 'a' AND scheduled_at > now() + interval '59 minutes'`, queue))
@@ -188,7 +188,7 @@ func TestPassCountsOnlyFetchableWork(t *testing.T) {
 
 		p, err := b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
-		require.Equal(t, fairshare.Pass{Ran: true, Admitted: 2, Tenants: 1, HeldTenants: 1, Capacity: 2, Line: 2}, p)
+		require.Equal(t, fairshare.Pass{Ran: true, Admitted: 2, Tenants: 1, HeldTenants: 1, Capacity: 2}, p)
 		require.Equal(t, 2, b.fetchable(t))
 
 		// The release makes them available, where they wait in plain sight
@@ -250,7 +250,7 @@ func TestLongTenantIDs(t *testing.T) {
 	require.NoError(t, err)
 	// Three tenants (the twin shares the long id's first 200 characters, not
 	// its key), a window of 1 each: 19 of the long id's held.
-	require.Equal(t, fairshare.Pass{Ran: true, Held: 19, Tenants: 3, Capacity: 2, Line: 3}, p)
+	require.Equal(t, fairshare.Pass{Ran: true, Held: 19, Tenants: 3, Capacity: 2}, p)
 	require.Equal(t, []string{long, twin, "newcomer"}, b.fetch(t, 3))
 
 	// Its held jobs are admitted in turn.

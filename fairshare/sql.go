@@ -220,9 +220,6 @@ func stillAvailableSQL(alias string) string {
 //   - notified: River's insert notification for the queue when anything
 //     was admitted, so that idle workers fetch at once.
 //
-// The last column is the line the pass left: the fetchable jobs it found in
-// line within their tenants' windows and those it admitted (Pass.Line).
-//
 // A queue paused in River is left alone.
 var passSQL = `
 WITH RECURSIVE
@@ -414,8 +411,7 @@ SELECT coalesce((SELECT ok FROM lock), false),
        (SELECT count(*) FROM notified)::int,
        (SELECT CASE WHEN count(*) = 1 THEN min(tenant) END FROM tenants),
        ` + watermarkSQL + `,
-       (SELECT count(*) FROM yielded)::int,
-       ((SELECT count(*) FROM ranked WHERE NOT over) + (SELECT count(*) FROM admitted))::int`
+       (SELECT count(*) FROM yielded)::int`
 
 // watermarkSQL is the database's clock as a look's watermark sees it: now,
 // or the start of the oldest transaction of another session of the
