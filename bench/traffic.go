@@ -46,7 +46,7 @@ import (
 //     until 99% of them had ended; Ratio is the median on rate over the
 //     median off rate.
 //   - faults: the traffic with fair share on; midway (half the prompt jobs
-//     ended) a worker of the first service running jobs and the leading
+//     ended) the worker process running the most jobs and the leading
 //     scheduler are killed with SIGKILL, and a worker replaces the dead one
 //     two seconds later, as an orchestrator would. The killed worker's jobs
 //     stay running until the new leader's rescuer retries them

@@ -171,8 +171,13 @@ func (t *trafficRunner) run(ctx context.Context, m runMode, faults *TrafficFault
 		hits = k.hits
 		faults.AtSeconds = round(k.at.Sub(began).Seconds(), 2)
 		capa.killedAt, capa.killed = k.at, map[string]int{}
-		for _, queue := range t.services[0].Queues() {
-			capa.killed[queue] = t.workers[queue] / t.sz.workers
+		for _, svc := range t.services {
+			if svc.Name() != k.worker.service {
+				continue
+			}
+			for _, queue := range svc.Queues() {
+				capa.killed[queue] = t.workers[queue] / t.sz.workers
+			}
 		}
 	}
 	t.account(&r, c, start, hits, capa)
@@ -287,20 +292,23 @@ type kill struct {
 	hits   []int64 // the jobs the worker was running: stuck until rescued
 }
 
-// kill is the faults phase's fault: the worker process of the first
-// service running the most jobs and the leading scheduler, killed with
-// SIGKILL at once.
+// kill is the faults phase's fault: the worker process running the most
+// jobs (of any service: the first one's may have run dry by midway) and
+// the leading scheduler, killed with SIGKILL at once. The leader is found
+// first so that nothing stands between reading the victim's running jobs
+// and killing it.
 func (t *trafficRunner) kill(ctx context.Context, f *TrafficFaults) (*kill, error) {
-	svc := t.services[0]
+	leader, err := t.app.waitLeader(ctx, time.Minute)
+	if err != nil {
+		return nil, err
+	}
 	var victim *appProcess
-	// The worker running the most jobs, waiting up to 10 s for one that
-	// runs any (the tests' sizes kill before the traffic: none).
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	// Waiting up to 30 s for a worker running any job (the tests' sizes
+	// kill before the traffic: none).
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		victim = nil
 		most := -1
 		for _, p := range t.app.live(RoleWorker) {
-			if p.service != svc.Name() {
-				continue
-			}
 			var n int
 			if err := t.e.Pool.QueryRow(ctx, `SELECT count(*) FROM `+riverschema.JobTable+` WHERE state = '`+riverschema.StateRunning+`' AND attempted_by[array_length(attempted_by, 1)] = $1`,
 				p.clientID).Scan(&n); err != nil {
@@ -311,18 +319,14 @@ func (t *trafficRunner) kill(ctx context.Context, f *TrafficFaults) (*kill, erro
 			}
 		}
 		if victim == nil {
-			return nil, fmt.Errorf("no worker process of %s to kill", svc.Name())
+			return nil, errors.New("no worker process to kill")
 		}
 		if most > 0 || !t.sz.midway || time.Now().After(deadline) {
 			break
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := sleep(ctx, 10*time.Millisecond); err != nil {
 			return nil, err
 		}
-	}
-	leader, err := t.app.waitLeader(ctx, time.Minute)
-	if err != nil {
-		return nil, err
 	}
 	victim.kill()
 	leader.kill()
@@ -345,8 +349,13 @@ func (t *trafficRunner) replace(ctx context.Context, settings []string, k *kill,
 	if err := sleep(ctx, 2*time.Second); err != nil {
 		return err
 	}
-	if _, err := t.app.worker(ctx, t.services[0], settings); err != nil {
-		return err
+	for _, svc := range t.services {
+		if svc.Name() != k.worker.service {
+			continue
+		}
+		if _, err := t.app.worker(ctx, svc, settings); err != nil {
+			return err
+		}
 	}
 	next, err := t.app.waitLeader(ctx, 2*time.Minute)
 	if err != nil {
