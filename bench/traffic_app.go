@@ -81,10 +81,10 @@ type app struct {
 
 func newApp(e *env) *app { return &app{e: e, count: map[string]int{}} }
 
-// environ is every process's environment: the database, the schema, JSON
-// logs (their start lines are read).
-func (a *app) environ() []string {
-	return []string{"DATABASE_URL=" + a.e.opts.DatabaseURL, "DATABASE_SCHEMA=" + a.e.Name, "LOG_FORMAT=json", "LOG_LEVEL=info"}
+// environ is every process's environment: the database (url), the schema,
+// JSON logs (their start lines are read).
+func (a *app) environ(url string) []string {
+	return []string{"DATABASE_URL=" + url, "DATABASE_SCHEMA=" + a.e.Name, "LOG_FORMAT=json", "LOG_LEVEL=info"}
 }
 
 // start starts a process of role with the environment plus extra and waits
@@ -101,7 +101,13 @@ func (a *app) start(ctx context.Context, role Role, svc string, extra ...string)
 	a.count[key]++
 	p := &appProcess{role: role, service: svc, name: fmt.Sprintf("%s-%d", key, a.count[key]), out: &logBuffer{}, exited: make(chan struct{})}
 	a.mu.Unlock()
-	environ := append(a.environ(), extra...)
+	// Each process's connections carry its name (application_name): the
+	// faults phase waits for a killed process's backends to go.
+	url, err := withAppName(a.e.opts.DatabaseURL, a.e.Name+"_"+p.name)
+	if err != nil {
+		return nil, err
+	}
+	environ := append(a.environ(url), extra...)
 	p.cmd = a.e.opts.AppCommand(role, environ)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if p.cmd.SysProcAttr == nil {

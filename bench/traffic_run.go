@@ -331,6 +331,14 @@ func (t *trafficRunner) kill(ctx context.Context, f *TrafficFaults) (*kill, erro
 	victim.kill()
 	leader.kill()
 	k := &kill{worker: victim, at: time.Now()}
+	// A statement the victim sent just before it died still runs to its
+	// end, and a fetch commits: its jobs are running and the victim's
+	// once its backends have gone, not before (one was missed, and ended
+	// dead-lettered against its plan, its rescue having used its last
+	// attempt).
+	if err := t.e.waitBackendsGone(ctx, t.e.Name+"_"+victim.name, 10*time.Second); err != nil {
+		return nil, err
+	}
 	rows, err := t.e.Pool.Query(ctx, `SELECT id FROM `+riverschema.JobTable+` WHERE state = '`+riverschema.StateRunning+`' AND attempted_by[array_length(attempted_by, 1)] = $1`, victim.clientID)
 	if err != nil {
 		return nil, fmt.Errorf("read the killed worker's jobs: %w", err)
@@ -340,6 +348,27 @@ func (t *trafficRunner) kill(ctx context.Context, f *TrafficFaults) (*kill, erro
 	}
 	f.KilledWorker, f.KilledRunning, f.KilledScheduler = victim.name, len(k.hits), leader.name
 	return k, nil
+}
+
+// waitBackendsGone waits until no backend of PostgreSQL has application_name
+// name: a killed process's connections closed, and what they were running
+// ended.
+func (e *env) waitBackendsGone(ctx context.Context, name string, timeout time.Duration) error {
+	for deadline := time.Now().Add(timeout); ; {
+		var n int
+		if err := e.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = left($1, 63)`, name).Scan(&n); err != nil {
+			return fmt.Errorf("count %s's connections: %w", name, err)
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s's %d connections still open %s after it was killed", name, n, timeout)
+		}
+		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // replace is what an orchestrator does after the kills: a new worker in
