@@ -145,7 +145,7 @@ func offIfZero[T int | time.Duration](v T) T {
 // CheckKindTimeouts checks RESCUE_STUCK_JOBS_AFTER against timeouts, the
 // timeout of every job kind the scheduler registers (scheduler.Timeouts:
 // its services' kinds and periodic kinds, service.Registry.Timeouts, the
-// extra kinds of scheduler.AddKinds, and its own), as each kind declares
+// extra kinds of scheduler.Config.ExtraKinds, and its own), as each kind declares
 // it (service.Timeout): scheduler.CheckKindTimeouts, its error translated
 // by RunError. A main makes this check before it connects, on a registry
 // built without a pool; scheduler.Run makes it again once connected.

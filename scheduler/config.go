@@ -64,6 +64,21 @@ type Config struct {
 	// nil, Run runs Registry.
 	NewServices func(pool *pgxpool.Pool) (*service.Registry, error)
 
+	// ExtraKinds returns the kinds of no service that the scheduler
+	// registers besides Registry's and its own, given the deployment's
+	// pool (Run's, or RiverConfig's): kinds whose stuck jobs the leader's
+	// rescuer must retry rather than discard as unknown, such as the
+	// reference app's load-test kind (jobs.LoadTestKind). Each declares its
+	// timeout as every kind does (service.Timeout), which
+	// RescueStuckJobsAfter must exceed. Validate calls it with a nil pool,
+	// to check the kinds before anything connects: it must build them
+	// without using the pool, as a Registry described without one is
+	// built. An invalid kind (service.Kind.Err), or a kind returned twice
+	// or already the scheduler's own, is a problem Validate reports; a kind
+	// of Registry's fails when it is registered. Default: nil, no extra
+	// kinds.
+	ExtraKinds func(pool *pgxpool.Pool) []service.Kind
+
 	// QueueWorkers is how many of the scheduler's own jobs (sweeps,
 	// periodic jobs) run at once in one process, between 1 and 100.
 	// Default 2.
@@ -159,6 +174,9 @@ type Config struct {
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.
+// Fields whose default is their zero value (NewServices, ExtraKinds,
+// EscalateDefaultAfter, DLQAlertWebhookURL, WarnJobTimeout, Schema,
+// MetricsAddr, LogAttrs) are left as they are.
 func (c Config) WithDefaults() Config {
 	setDefault(&c.QueueWorkers, DefaultQueueWorkers)
 	setDefault(&c.RescueStuckJobsAfter, DefaultRescueStuckJobsAfter)
@@ -190,13 +208,15 @@ func setDefault[T int | time.Duration](v *T, def T) {
 
 // Validate checks c as WithDefaults leaves it (a zero field that has a
 // default is not an error) and reports every problem at once
-// (errors.Join). It changes nothing. It does not check RescueStuckJobsAfter
-// against the kinds' timeouts: Run does, once it has every kind
-// (CheckKindTimeouts on c.RescueStuckJobsAfter).
-func (c Config) Validate() error { return c.validate(true) }
+// (errors.Join). It changes nothing; it calls ExtraKinds with a nil pool.
+// It does not check RescueStuckJobsAfter against the kinds' timeouts: Run
+// does, once it has every kind (CheckKindTimeouts on
+// c.RescueStuckJobsAfter).
+func (c Config) Validate() error { return c.validate(true, true) }
 
-// validate is Validate, with Registry required only when requireRegistry.
-func (c Config) validate(requireRegistry bool) error {
+// validate is Validate, with Registry required only when requireRegistry
+// and ExtraKinds checked only when checkKinds.
+func (c Config) validate(requireRegistry, checkKinds bool) error {
 	c = c.WithDefaults()
 	var errs []error
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf("scheduler: "+format, args...)) }
@@ -216,6 +236,11 @@ func (c Config) validate(requireRegistry bool) error {
 
 	if requireRegistry && c.Registry == nil {
 		fail("Registry is required")
+	}
+	var extra []service.Kind
+	if checkKinds && c.ExtraKinds != nil {
+		extra = c.ExtraKinds(nil)
+		errs = append(errs, extraKindProblems(c.Registry, extra)...)
 	}
 	intRange("QueueWorkers", c.QueueWorkers, 1, 100)
 	if c.RescueStuckJobsAfter <= c.JobTimeout {
@@ -251,6 +276,26 @@ func (c Config) validate(requireRegistry bool) error {
 	}
 	intRange("MaxAttempts", c.MaxAttempts, 1, 1000)
 	return errors.Join(errs...)
+}
+
+// extraKindProblems are the problems of kinds, ExtraKinds' kinds, beside
+// those of registry (nil: none): an invalid kind, or one that is returned
+// twice, is a kind of registry's or is the scheduler's own. River refuses
+// those when the kinds are registered (Kind.AddWorker); Validate reports
+// them before.
+func extraKindProblems(registry *service.Registry, kinds []service.Kind) []error {
+	var errs []error
+	registered := Timeouts(registry) // the kinds of registry and the scheduler's own
+	for i, k := range kinds {
+		switch _, twice := registered[k.Name()]; {
+		case k.Err() != nil:
+			errs = append(errs, fmt.Errorf("scheduler: ExtraKinds: kind %d (%q): %w", i, k.Name(), k.Err()))
+		case twice:
+			errs = append(errs, fmt.Errorf("scheduler: ExtraKinds: kind %s is registered twice (returned twice, a kind of Registry's or the scheduler's own)", k.Name()))
+		}
+		registered[k.Name()] = k.Timeout()
+	}
+	return errs
 }
 
 // agingInterval, escalateScheduledAfter and dlqAlertThreshold are the

@@ -2,10 +2,12 @@ package scheduler_test
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -18,6 +20,26 @@ func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	registry, err := service.NewRegistry()
 	require.NoError(t, err)
+	// The mailer (services_test.go), described without a pool: send_mail
+	// declares 2m, purge_bounces (periodic) the default 1m.
+	mailer, err := service.New(&service.Config{
+		Name:          "mailer",
+		Kinds:         []service.Kind{service.WorkerKind(&sendWorker{}, service.Timeout[sendArgs](2*time.Minute))},
+		PeriodicKinds: []service.Kind{service.WorkerKind(&purgeWorker{})},
+	})
+	require.NoError(t, err)
+	mailers, err := service.NewRegistry(mailer)
+	require.NoError(t, err)
+	// extraKinds are ExtraKinds returning kinds, built without a pool.
+	extraKinds := func(kinds ...service.Kind) func(*pgxpool.Pool) []service.Kind {
+		return func(pool *pgxpool.Pool) []service.Kind {
+			if pool != nil {
+				panic("Validate calls ExtraKinds with a nil pool")
+			}
+			return kinds
+		}
+	}
+	export := service.WorkerKind(&exportWorker{}, service.Timeout[exportArgs](3*time.Minute))
 
 	tests := []struct {
 		name string
@@ -48,12 +70,26 @@ func TestConfigValidate(t *testing.T) {
 			"scheduler: DLQAlertTimeout is 1m0s: must be between 100ms and 30s",
 			"scheduler: MaxAttempts is -1: must be between 1 and 1000",
 		}},
+		{name: "an extra kind", give: scheduler.Config{Registry: mailers, ExtraKinds: extraKinds(export)}},
+		{name: "extra kinds' problems", give: scheduler.Config{
+			Registry:   mailers,
+			ExtraKinds: extraKinds(export, service.Kind{}, service.WorkerKind(&sendWorker{}), export, service.WorkerKind(&scheduler.AgingSweepWorker{})),
+		}, want: []string{
+			`scheduler: ExtraKinds: kind 1 (""): invalid service: kind not made by WorkerKind`,
+			"scheduler: ExtraKinds: kind send_mail is registered twice (returned twice, a kind of Registry's or the scheduler's own)",
+			"scheduler: ExtraKinds: kind audit_export is registered twice (returned twice, a kind of Registry's or the scheduler's own)",
+			"scheduler: ExtraKinds: kind aging_sweep is registered twice (returned twice, a kind of Registry's or the scheduler's own)",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			before := tt.give
 			err := tt.give.Validate()
+			// Funcs compare equal only when nil: ExtraKinds is compared
+			// by its pointer.
+			require.Equal(t, reflect.ValueOf(before.ExtraKinds).Pointer(), reflect.ValueOf(tt.give.ExtraKinds).Pointer())
+			before.ExtraKinds, tt.give.ExtraKinds = nil, nil
 			require.Equal(t, before, tt.give, "Validate changes nothing")
 			if len(tt.want) == 0 {
 				require.NoError(t, err)

@@ -234,7 +234,7 @@ var schedulerRegistries = map[string]func(jobs.Deps) (*service.Registry, error){
 // schedulerTimeouts are the timeouts of every kind the scheduler binary
 // registers, from the kinds themselves (scheduler.Timeouts): the
 // scheduler's own sweeps, its registry's services with the reference app's
-// maintenance, and the load-test kind both add (scheduler.AddKinds).
+// maintenance, and the load-test kind both add (scheduler.Config.ExtraKinds).
 func schedulerTimeouts(t *testing.T, binary string) map[string]time.Duration {
 	t.Helper()
 	registry, ok := schedulerRegistries[binary]

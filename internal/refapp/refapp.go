@@ -92,17 +92,20 @@ func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error
 		}
 		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
 	}
+	// The load test's kind, no service's, is registered so that the
+	// rescuer on this leader retries a stuck load-test job.
+	schedulerConfig.ExtraKinds = loadTestKinds
 	// After config's CRON_TZ: the maintenance cron jobs' next runs.
 	schedulerConfig.LogAttrs = append(schedulerConfig.LogAttrs, maintenance.LogAttrs()...)
 	// Run's *scheduler.KindTimeoutsError named as the environment does:
 	// RESCUE_STUCK_JOBS_AFTER, exit 2.
-	return cfg.RunError(scheduler.Run(ctx, schedulerConfig,
-		// The load test's kind, no service's, is registered so that the
-		// rescuer on this leader retries a stuck load-test job.
-		scheduler.AddKinds(func(pool *pgxpool.Pool) []service.Kind {
-			return []service.Kind{jobs.LoadTestKind(pool)}
-		}),
-	))
+	return cfg.RunError(scheduler.Run(ctx, schedulerConfig))
+}
+
+// loadTestKinds is the scheduler's Config.ExtraKinds: the load test's
+// kind (jobs.LoadTestKind), worked on pool.
+func loadTestKinds(pool *pgxpool.Pool) []service.Kind {
+	return []service.Kind{jobs.LoadTestKind(pool)}
 }
 
 // RunAPI runs the HTTP API (cmd/api) configured by environ until ctx ends
