@@ -87,8 +87,9 @@ type Config struct {
 	// RescueStuckJobsAfter is how long a job of any kind may stay running
 	// before the leader's rescuer retries it (its worker crashed). It must
 	// be longer than JobTimeout and than every kind's timeout (Timeouts;
-	// Run checks it with CheckKindTimeouts), so that a job is rescued only
-	// after its worker has given up on it. Default 1h.
+	// Validate checks it on Registry and ExtraKinds, Run again on the
+	// services it runs, both with CheckKindTimeouts), so that a job is
+	// rescued only after its worker has given up on it. Default 1h.
 	RescueStuckJobsAfter time.Duration
 
 	// AgingInterval is how often the aging sweep runs, between 1s and 24h.
@@ -209,13 +210,20 @@ func setDefault[T int | time.Duration](v *T, def T) {
 // Validate checks c as WithDefaults leaves it (a zero field that has a
 // default is not an error) and reports every problem at once
 // (errors.Join). It changes nothing; it calls ExtraKinds with a nil pool.
-// It does not check RescueStuckJobsAfter against the kinds' timeouts: Run
-// does, once it has every kind (CheckKindTimeouts on
-// c.RescueStuckJobsAfter).
+//
+// With Registry set, it also checks RescueStuckJobsAfter against the
+// timeout of every kind the scheduler registers (Timeouts of Registry and
+// ExtraKinds' kinds: the services' kinds and periodic kinds, the extra
+// kinds and the scheduler's own) with CheckKindTimeouts, whose
+// *KindTimeoutsError is then one of the problems (errors.As finds it).
+// Run validates first, so it makes this check before it connects, and
+// makes it again once it has built the services it runs (NewServices).
+// Without Registry, which is then the problem reported, the kinds are not
+// known and their timeouts are not checked.
 func (c Config) Validate() error { return c.validate(true, true) }
 
-// validate is Validate, with Registry required only when requireRegistry
-// and ExtraKinds checked only when checkKinds.
+// validate is Validate, with Registry required only when requireRegistry,
+// and ExtraKinds and the kinds' timeouts checked only when checkKinds.
 func (c Config) validate(requireRegistry, checkKinds bool) error {
 	c = c.WithDefaults()
 	var errs []error
@@ -245,6 +253,11 @@ func (c Config) validate(requireRegistry, checkKinds bool) error {
 	intRange("QueueWorkers", c.QueueWorkers, 1, 100)
 	if c.RescueStuckJobsAfter <= c.JobTimeout {
 		fail("RescueStuckJobsAfter is %s: must be longer than JobTimeout (%s), the timeout of job kinds without their own, or such jobs are rescued while they still run", c.RescueStuckJobsAfter, c.JobTimeout)
+	}
+	if checkKinds && c.Registry != nil {
+		if err := CheckKindTimeouts(c.RescueStuckJobsAfter, Timeouts(c.Registry, extra...)); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.AgingInterval > 0 {
 		durationRange("AgingInterval", c.AgingInterval, time.Second, 24*time.Hour)

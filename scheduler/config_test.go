@@ -70,7 +70,23 @@ func TestConfigValidate(t *testing.T) {
 			"scheduler: DLQAlertTimeout is 1m0s: must be between 100ms and 30s",
 			"scheduler: MaxAttempts is -1: must be between 1 and 1000",
 		}},
+		{name: "kinds' timeouts", give: scheduler.Config{Registry: mailers, RescueStuckJobsAfter: 3 * time.Minute}},
+		// RescueStuckJobsAfter not longer than a kind's timeout is one of
+		// the problems, after JobTimeout's, as Run reports it.
+		{name: "kinds' timeouts with other problems", give: scheduler.Config{
+			Registry: mailers, QueueWorkers: 101, RescueStuckJobsAfter: 90 * time.Second, MaxAttempts: -1,
+		}, want: []string{
+			"scheduler: QueueWorkers is 101: must be between 1 and 100",
+			"scheduler: RescueStuckJobsAfter (1m30s) must be longer than the timeout of every job kind, or the rescuer retries (and runs twice) jobs a worker may still be running; job kind send_mail has 2m0s",
+			"scheduler: MaxAttempts is -1: must be between 1 and 1000",
+		}},
+		{name: "own kinds' timeouts", give: scheduler.Config{Registry: registry, RescueStuckJobsAfter: time.Minute, JobTimeout: 30 * time.Second}, want: []string{
+			"scheduler: RescueStuckJobsAfter (1m0s) must be longer than the timeout of every job kind, or the rescuer retries (and runs twice) jobs a worker may still be running; job kind aging_sweep has 1m0s, job kind dlq_drain has 1m0s, job kind escalation_sweep has 1m0s",
+		}},
 		{name: "an extra kind", give: scheduler.Config{Registry: mailers, ExtraKinds: extraKinds(export)}},
+		{name: "an extra kind's timeout", give: scheduler.Config{Registry: mailers, ExtraKinds: extraKinds(export), RescueStuckJobsAfter: 3 * time.Minute}, want: []string{
+			"scheduler: RescueStuckJobsAfter (3m0s) must be longer than the timeout of every job kind, or the rescuer retries (and runs twice) jobs a worker may still be running; job kind audit_export has 3m0s",
+		}},
 		{name: "extra kinds' problems", give: scheduler.Config{
 			Registry:   mailers,
 			ExtraKinds: extraKinds(export, service.Kind{}, service.WorkerKind(&sendWorker{}), export, service.WorkerKind(&scheduler.AgingSweepWorker{})),
@@ -96,6 +112,10 @@ func TestConfigValidate(t *testing.T) {
 				return
 			}
 			require.EqualError(t, err, strings.Join(tt.want, "\n"))
+			if strings.Contains(err.Error(), "must be longer than the timeout of every job kind") {
+				var kinds *scheduler.KindTimeoutsError
+				require.ErrorAs(t, err, &kinds, "Run's error, among the others")
+			}
 		})
 	}
 }

@@ -84,14 +84,15 @@ func LogAttrs(attrs ...slog.Attr) RunOption {
 // logged with the client ID, cfg's rescue, aging and escalation settings,
 // and cfg.LogAttrs.
 //
-// Once it has built the services, before its River client starts, Run
-// returns CheckKindTimeouts' error, a *KindTimeoutsError, when
+// Run returns CheckKindTimeouts' error, a *KindTimeoutsError (alone, or
+// among Validate's problems: errors.As finds it), when
 // cfg.RescueStuckJobsAfter is not longer than the timeout of every kind it
 // registers (Timeouts: its own, the services' and ExtraKinds'; each kind
-// declares its own, service.Timeout). A main that wants the check before it
-// connects makes it itself on a registry built without a pool, as the
-// reference app's does. With cfg.WarnJobTimeout Run logs a warning listing
-// the kinds' timeouts: JobTimeout applies to none of them.
+// declares its own, service.Timeout): before it connects, on cfg.Registry
+// and ExtraKinds' kinds described without a pool (Validate), and again
+// once it has built them on its pool, before its River client starts. With
+// cfg.WarnJobTimeout Run logs a warning listing the kinds' timeouts:
+// JobTimeout applies to none of them.
 //
 // On the first signal River stops fetching, resigns leadership (another
 // replica takes over at once) and lets running jobs finish for up to

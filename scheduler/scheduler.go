@@ -55,8 +55,10 @@ const periodicMaxAttempts = 3
 // same services built on pool): its sweeps age and escalate the jobs of
 // the services' queues and count what they change in m (made with
 // services.Queues()). cfg takes its defaults (Config.WithDefaults) and is
-// validated (Config.Validate), except that cfg.Registry is not required:
-// services is the registry RiverConfig uses; when nil, cfg.Registry.
+// validated (Config.Validate), except that cfg.Registry is not required
+// (services is the registry RiverConfig uses; when nil, cfg.Registry) and
+// that neither cfg.ExtraKinds' kinds nor the kinds' timeouts are checked
+// (see below).
 //
 // It registers the worker of every kind of services (Registry.AddWorkers:
 // the services' kinds, never worked here since their queues are not served,
