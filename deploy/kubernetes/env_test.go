@@ -191,10 +191,9 @@ func loadProcess(t *testing.T, c corev1.Container, env map[string]string) (proce
 		p.worker, p.listen, p.softStop = &cfg, cfg.MetricsAddr, cfg.SoftStopTimeout
 	case "scheduler", "thumbnail-scheduler-with-reference":
 		// Both run the reference app's maintenance (REANALYZE_*,
-		// RETENTION_*). refapp.RunScheduler checks RESCUE_STUCK_JOBS_AFTER
-		// against every kind's timeout before it connects, scheduler.Run
-		// (which RunSchedulerWithReference calls) once connected: checked
-		// here for both.
+		// RETENTION_*). Both check RESCUE_STUCK_JOBS_AFTER against every
+		// kind's timeout before they connect (scheduler.Run validates its
+		// Config first): checked here for both.
 		cfg, err := config.Load[config.Scheduler](environ)
 		_, maintenanceErr := jobsconfig.LoadMaintenance(environ, &cfg)
 		if err := config.Join(err, maintenanceErr); err != nil {

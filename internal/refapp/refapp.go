@@ -71,14 +71,12 @@ func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error
 	if err := config.Join(err, maintenanceErr); err != nil {
 		return err
 	}
-	// Run checks RESCUE_STUCK_JOBS_AFTER against every kind's timeout once
-	// connected; the registry described without a pool has the same kinds,
-	// so a bad value exits 2 before any connection.
+	// The registry described without a pool has the kinds of the one
+	// NewServices builds: Run checks RESCUE_STUCK_JOBS_AFTER against their
+	// timeouts (and ExtraKinds') before it connects (Config.Validate), so
+	// a bad value exits 2 before any connection, and again once connected.
 	described, err := jobs.Registry(jobs.Deps{Maintenance: maintenance})
 	if err != nil {
-		return err
-	}
-	if err := cfg.CheckKindTimeouts(scheduler.Timeouts(described, jobs.LoadTestKind(nil))); err != nil {
 		return err
 	}
 	logger := cfg.NewLogger(stdout)
