@@ -1,6 +1,7 @@
 package kubernetes_test
 
 import (
+	"log/slog"
 	"maps"
 	"net"
 	"path"
@@ -19,6 +20,7 @@ import (
 	"github.com/tierq/tierq/jobs/jobsconfig"
 	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/service"
+	"github.com/tierq/tierq/worker"
 )
 
 // pod is one pod template of a build: a Deployment's or the Job's.
@@ -130,6 +132,9 @@ type process struct {
 	softStop time.Duration
 	// worker is a worker's configuration (nil for other processes).
 	worker *config.Worker
+	// queues are a worker's queues, by name, as the worker derives them
+	// from its translated configuration (worker.Deployment.Queues).
+	queues map[string]worker.Queue
 	// reads are the directories the process reads (ANALYSIS_ROOTS of an
 	// analyzer, a thumbnailer's source), writes those it writes.
 	reads, writes []string
@@ -189,6 +194,7 @@ func loadProcess(t *testing.T, c corev1.Container, env map[string]string) (proce
 			return p, err
 		}
 		p.worker, p.listen, p.softStop = &cfg, cfg.MetricsAddr, cfg.SoftStopTimeout
+		p.queues = workerDeploymentQueues(t, cfg, registry)
 	case "scheduler", "thumbnail-scheduler-with-reference":
 		// Both run the reference app's maintenance (REANALYZE_*,
 		// RETENTION_*). Both check RESCUE_STUCK_JOBS_AFTER against every
@@ -219,6 +225,22 @@ func loadProcess(t *testing.T, c corev1.Container, env map[string]string) (proce
 		}
 	}
 	return p, nil
+}
+
+// workerDeploymentQueues are the queues of the worker deployment cfg
+// configures, by name: worker.New's, from cfg translated for registry
+// (config.Worker.Config), as the worker computes them.
+func workerDeploymentQueues(t *testing.T, cfg config.Worker, registry *service.Registry) map[string]worker.Queue {
+	t.Helper()
+	workerConfig, err := cfg.Config(registry, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	d, err := worker.New(workerConfig)
+	require.NoError(t, err)
+	queues := map[string]worker.Queue{}
+	for _, q := range d.Queues() {
+		queues[q.Name] = q
+	}
+	return queues
 }
 
 // schedulerRegistries are the registries of the manifests' schedulers, by
