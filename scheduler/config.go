@@ -73,10 +73,10 @@ type Config struct {
 	// RescueStuckJobsAfter must exceed. Validate calls it with a nil pool,
 	// to check the kinds before anything connects: it must build them
 	// without using the pool, as a Registry described without one is
-	// built. An invalid kind (service.Kind.Err), or a kind returned twice
-	// or already the scheduler's own, is a problem Validate reports; a kind
-	// of Registry's fails when it is registered. Default: nil, no extra
-	// kinds.
+	// built. An invalid kind (service.Kind.Err), or a kind returned twice,
+	// of Registry's or of the scheduler's own, is a problem Validate
+	// reports (and RiverConfig's registration refuses). Default: nil, no
+	// extra kinds.
 	ExtraKinds func(pool *pgxpool.Pool) []service.Kind
 
 	// QueueWorkers is how many of the scheduler's own jobs (sweeps,

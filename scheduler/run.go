@@ -32,8 +32,9 @@ type runOptions struct {
 // AddKinds adds the kinds that kinds returns to Config.ExtraKinds: Run
 // registers them, given the deployment's pool, after the services' and the
 // scheduler's own, and checks Config.RescueStuckJobsAfter against their
-// timeouts. Its Validate calls kinds with a nil pool, as it calls
-// ExtraKinds. Several AddKinds add up, after Config.ExtraKinds' kinds.
+// timeouts. Run's validation (Config.Validate) calls kinds with a nil
+// pool, as it calls ExtraKinds. Several AddKinds add up, after
+// Config.ExtraKinds' kinds.
 //
 // Deprecated: set Config.ExtraKinds, which RiverConfig registers too.
 func AddKinds(kinds func(pool *pgxpool.Pool) []service.Kind) RunOption {
