@@ -145,10 +145,11 @@ func offIfZero[T int | time.Duration](v T) T {
 // CheckKindTimeouts checks RESCUE_STUCK_JOBS_AFTER against timeouts, the
 // timeout of every job kind the scheduler registers (scheduler.Timeouts:
 // its services' kinds and periodic kinds, service.Registry.Timeouts, the
-// extra kinds of scheduler.AddKinds, and its own), as each kind declares
-// it (service.Timeout): scheduler.CheckKindTimeouts, its error translated
-// by RunError. A main makes this check before it connects, on a registry
-// built without a pool; scheduler.Run makes it again once connected.
+// extra kinds of scheduler.Config.ExtraKinds, and its own), as each kind
+// declares it (service.Timeout): scheduler.CheckKindTimeouts, its error
+// translated by RunError. scheduler.Run makes this check itself, before it connects
+// (scheduler.Config.Validate, on the Config's Registry and ExtraKinds) and
+// again once connected; this is the check for a main that wants it apart.
 // River's rescuer retries a running job once it is older than both the
 // threshold and its kind's timeout; with the threshold at or under a kind's
 // timeout, that kind's jobs are rescued the moment their worker's deadline

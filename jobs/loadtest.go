@@ -28,8 +28,8 @@ func NewLoadTestWorker(pool *pgxpool.Pool) *LoadTestWorker { return loadtest.New
 
 // LoadTestKind is the load test's kind, with its timeout (LoadTestTimeout),
 // worked on pool: no service's kind, which the reference app's scheduler
-// registers (scheduler.AddKinds) so that the rescuer on its leader retries
-// a stuck load-test job.
+// registers (scheduler.Config.ExtraKinds) so that the rescuer on its
+// leader retries a stuck load-test job.
 func LoadTestKind(pool *pgxpool.Pool) service.Kind {
 	return service.WorkerKind(NewLoadTestWorker(pool), service.Timeout[LoadTestArgs](LoadTestTimeout))
 }

@@ -64,6 +64,21 @@ type Config struct {
 	// nil, Run runs Registry.
 	NewServices func(pool *pgxpool.Pool) (*service.Registry, error)
 
+	// ExtraKinds returns the kinds of no service that the scheduler
+	// registers besides Registry's and its own, given the deployment's
+	// pool (Run's, or RiverConfig's): kinds whose stuck jobs the leader's
+	// rescuer must retry rather than discard as unknown, such as the
+	// reference app's load-test kind (jobs.LoadTestKind). Each declares its
+	// timeout as every kind does (service.Timeout), which
+	// RescueStuckJobsAfter must exceed. Validate calls it with a nil pool,
+	// to check the kinds before anything connects: it must build them
+	// without using the pool, as a Registry described without one is
+	// built. An invalid kind (service.Kind.Err), or a kind returned twice,
+	// of Registry's or of the scheduler's own, is a problem Validate
+	// reports (and RiverConfig's registration refuses). Default: nil, no
+	// extra kinds.
+	ExtraKinds func(pool *pgxpool.Pool) []service.Kind
+
 	// QueueWorkers is how many of the scheduler's own jobs (sweeps,
 	// periodic jobs) run at once in one process, between 1 and 100.
 	// Default 2.
@@ -72,8 +87,9 @@ type Config struct {
 	// RescueStuckJobsAfter is how long a job of any kind may stay running
 	// before the leader's rescuer retries it (its worker crashed). It must
 	// be longer than JobTimeout and than every kind's timeout (Timeouts;
-	// Run checks it with CheckKindTimeouts), so that a job is rescued only
-	// after its worker has given up on it. Default 1h.
+	// Validate checks it on Registry and ExtraKinds, Run again on the
+	// services it runs, both with CheckKindTimeouts), so that a job is
+	// rescued only after its worker has given up on it. Default 1h.
 	RescueStuckJobsAfter time.Duration
 
 	// AgingInterval is how often the aging sweep runs, between 1s and 24h.
@@ -159,6 +175,9 @@ type Config struct {
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.
+// Fields whose default is their zero value (NewServices, ExtraKinds,
+// EscalateDefaultAfter, DLQAlertWebhookURL, WarnJobTimeout, Schema,
+// MetricsAddr, LogAttrs) are left as they are.
 func (c Config) WithDefaults() Config {
 	setDefault(&c.QueueWorkers, DefaultQueueWorkers)
 	setDefault(&c.RescueStuckJobsAfter, DefaultRescueStuckJobsAfter)
@@ -190,13 +209,22 @@ func setDefault[T int | time.Duration](v *T, def T) {
 
 // Validate checks c as WithDefaults leaves it (a zero field that has a
 // default is not an error) and reports every problem at once
-// (errors.Join). It changes nothing. It does not check RescueStuckJobsAfter
-// against the kinds' timeouts: Run does, once it has every kind
-// (CheckKindTimeouts on c.RescueStuckJobsAfter).
-func (c Config) Validate() error { return c.validate(true) }
+// (errors.Join). It changes nothing; it calls ExtraKinds with a nil pool.
+//
+// With Registry set, it also checks RescueStuckJobsAfter against the
+// timeout of every kind the scheduler registers (Timeouts of Registry and
+// ExtraKinds' kinds: the services' kinds and periodic kinds, the extra
+// kinds and the scheduler's own) with CheckKindTimeouts, whose
+// *KindTimeoutsError is then one of the problems (errors.As finds it).
+// Run validates first, so it makes this check before it connects, and
+// makes it again once it has built the services it runs (NewServices).
+// Without Registry, which is then the problem reported, the kinds are not
+// known and their timeouts are not checked.
+func (c Config) Validate() error { return c.validate(true, true) }
 
-// validate is Validate, with Registry required only when requireRegistry.
-func (c Config) validate(requireRegistry bool) error {
+// validate is Validate, with Registry required only when requireRegistry,
+// and ExtraKinds and the kinds' timeouts checked only when checkKinds.
+func (c Config) validate(requireRegistry, checkKinds bool) error {
 	c = c.WithDefaults()
 	var errs []error
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf("scheduler: "+format, args...)) }
@@ -217,9 +245,19 @@ func (c Config) validate(requireRegistry bool) error {
 	if requireRegistry && c.Registry == nil {
 		fail("Registry is required")
 	}
+	var extra []service.Kind
+	if checkKinds && c.ExtraKinds != nil {
+		extra = c.ExtraKinds(nil)
+		errs = append(errs, extraKindProblems(c.Registry, extra)...)
+	}
 	intRange("QueueWorkers", c.QueueWorkers, 1, 100)
 	if c.RescueStuckJobsAfter <= c.JobTimeout {
 		fail("RescueStuckJobsAfter is %s: must be longer than JobTimeout (%s), the timeout of job kinds without their own, or such jobs are rescued while they still run", c.RescueStuckJobsAfter, c.JobTimeout)
+	}
+	if checkKinds && c.Registry != nil {
+		if err := CheckKindTimeouts(c.RescueStuckJobsAfter, Timeouts(c.Registry, extra...)); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.AgingInterval > 0 {
 		durationRange("AgingInterval", c.AgingInterval, time.Second, 24*time.Hour)
@@ -251,6 +289,26 @@ func (c Config) validate(requireRegistry bool) error {
 	}
 	intRange("MaxAttempts", c.MaxAttempts, 1, 1000)
 	return errors.Join(errs...)
+}
+
+// extraKindProblems are the problems of kinds, ExtraKinds' kinds, beside
+// those of registry (nil: none): an invalid kind, or one that is returned
+// twice, is a kind of registry's or is the scheduler's own. River refuses
+// those when the kinds are registered (Kind.AddWorker); Validate reports
+// them before.
+func extraKindProblems(registry *service.Registry, kinds []service.Kind) []error {
+	var errs []error
+	registered := Timeouts(registry) // the kinds of registry and the scheduler's own
+	for i, k := range kinds {
+		switch _, twice := registered[k.Name()]; {
+		case k.Err() != nil:
+			errs = append(errs, fmt.Errorf("scheduler: ExtraKinds: kind %d (%q): %w", i, k.Name(), k.Err()))
+		case twice:
+			errs = append(errs, fmt.Errorf("scheduler: ExtraKinds: kind %s is registered twice (returned twice, a kind of Registry's or the scheduler's own)", k.Name()))
+		}
+		registered[k.Name()] = k.Timeout()
+	}
+	return errs
 }
 
 // agingInterval, escalateScheduledAfter and dlqAlertThreshold are the

@@ -2,10 +2,12 @@ package scheduler_test
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -18,6 +20,26 @@ func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	registry, err := service.NewRegistry()
 	require.NoError(t, err)
+	// The mailer (services_test.go), described without a pool: send_mail
+	// declares 2m, purge_bounces (periodic) the default 1m.
+	mailer, err := service.New(&service.Config{
+		Name:          "mailer",
+		Kinds:         []service.Kind{service.WorkerKind(&sendWorker{}, service.Timeout[sendArgs](2*time.Minute))},
+		PeriodicKinds: []service.Kind{service.WorkerKind(&purgeWorker{})},
+	})
+	require.NoError(t, err)
+	mailers, err := service.NewRegistry(mailer)
+	require.NoError(t, err)
+	// extraKinds are ExtraKinds returning kinds, built without a pool.
+	extraKinds := func(kinds ...service.Kind) func(*pgxpool.Pool) []service.Kind {
+		return func(pool *pgxpool.Pool) []service.Kind {
+			if pool != nil {
+				panic("Validate calls ExtraKinds with a nil pool")
+			}
+			return kinds
+		}
+	}
+	export := service.WorkerKind(&exportWorker{}, service.Timeout[exportArgs](3*time.Minute))
 
 	tests := []struct {
 		name string
@@ -48,18 +70,52 @@ func TestConfigValidate(t *testing.T) {
 			"scheduler: DLQAlertTimeout is 1m0s: must be between 100ms and 30s",
 			"scheduler: MaxAttempts is -1: must be between 1 and 1000",
 		}},
+		{name: "kinds' timeouts", give: scheduler.Config{Registry: mailers, RescueStuckJobsAfter: 3 * time.Minute}},
+		// RescueStuckJobsAfter not longer than a kind's timeout is one of
+		// the problems, after JobTimeout's, as Run reports it.
+		{name: "kinds' timeouts with other problems", give: scheduler.Config{
+			Registry: mailers, QueueWorkers: 101, RescueStuckJobsAfter: 90 * time.Second, MaxAttempts: -1,
+		}, want: []string{
+			"scheduler: QueueWorkers is 101: must be between 1 and 100",
+			"scheduler: RescueStuckJobsAfter (1m30s) must be longer than the timeout of every job kind, or the rescuer retries (and runs twice) jobs a worker may still be running; job kind send_mail has 2m0s",
+			"scheduler: MaxAttempts is -1: must be between 1 and 1000",
+		}},
+		{name: "own kinds' timeouts", give: scheduler.Config{Registry: registry, RescueStuckJobsAfter: time.Minute, JobTimeout: 30 * time.Second}, want: []string{
+			"scheduler: RescueStuckJobsAfter (1m0s) must be longer than the timeout of every job kind, or the rescuer retries (and runs twice) jobs a worker may still be running; job kind aging_sweep has 1m0s, job kind dlq_drain has 1m0s, job kind escalation_sweep has 1m0s",
+		}},
+		{name: "an extra kind", give: scheduler.Config{Registry: mailers, ExtraKinds: extraKinds(export)}},
+		{name: "an extra kind's timeout", give: scheduler.Config{Registry: mailers, ExtraKinds: extraKinds(export), RescueStuckJobsAfter: 3 * time.Minute}, want: []string{
+			"scheduler: RescueStuckJobsAfter (3m0s) must be longer than the timeout of every job kind, or the rescuer retries (and runs twice) jobs a worker may still be running; job kind audit_export has 3m0s",
+		}},
+		{name: "extra kinds' problems", give: scheduler.Config{
+			Registry:   mailers,
+			ExtraKinds: extraKinds(export, service.Kind{}, service.WorkerKind(&sendWorker{}), export, service.WorkerKind(&scheduler.AgingSweepWorker{})),
+		}, want: []string{
+			`scheduler: ExtraKinds: kind 1 (""): invalid service: kind not made by WorkerKind`,
+			"scheduler: ExtraKinds: kind send_mail is registered twice (returned twice, a kind of Registry's or the scheduler's own)",
+			"scheduler: ExtraKinds: kind audit_export is registered twice (returned twice, a kind of Registry's or the scheduler's own)",
+			"scheduler: ExtraKinds: kind aging_sweep is registered twice (returned twice, a kind of Registry's or the scheduler's own)",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			before := tt.give
 			err := tt.give.Validate()
+			// Funcs compare equal only when nil: ExtraKinds is compared
+			// by its pointer.
+			require.Equal(t, reflect.ValueOf(before.ExtraKinds).Pointer(), reflect.ValueOf(tt.give.ExtraKinds).Pointer())
+			before.ExtraKinds, tt.give.ExtraKinds = nil, nil
 			require.Equal(t, before, tt.give, "Validate changes nothing")
 			if len(tt.want) == 0 {
 				require.NoError(t, err)
 				return
 			}
 			require.EqualError(t, err, strings.Join(tt.want, "\n"))
+			if strings.Contains(err.Error(), "must be longer than the timeout of every job kind") {
+				var kinds *scheduler.KindTimeoutsError
+				require.ErrorAs(t, err, &kinds, "Run's error, among the others")
+			}
 		})
 	}
 }

@@ -19,7 +19,9 @@ import (
 // leaderWatchInterval is how often Run checks who leads (WatchLeader).
 const leaderWatchInterval = time.Second
 
-// RunOption configures Run.
+// RunOption configures Run. Its two options, AddKinds and LogAttrs, are
+// deprecated: every setting of Run is a Config field (ExtraKinds,
+// LogAttrs). Run keeps its opts so that callers passing them still build.
 type RunOption func(*runOptions)
 
 type runOptions struct {
@@ -27,15 +29,35 @@ type runOptions struct {
 	attrs    []any
 }
 
-// AddKinds has Run register the kinds that kinds returns, given the
-// deployment's pool, after the services' and the scheduler's own: kinds of
-// no service whose stuck jobs the leader's rescuer must still retry rather
-// than discard as unknown, such as the reference app's load-test kind
-// (jobs.LoadTestKind). Each declares its timeout as every kind does
-// (service.Timeout), and Run checks Config.RescueStuckJobsAfter against it. A
-// kind registered twice is an error. Several AddKinds add up.
+// AddKinds adds the kinds that kinds returns to Config.ExtraKinds: Run
+// registers them, given the deployment's pool, after the services' and the
+// scheduler's own, and checks Config.RescueStuckJobsAfter against their
+// timeouts. Run's validation (Config.Validate) calls kinds with a nil
+// pool, as it calls ExtraKinds. Several AddKinds add up, after
+// Config.ExtraKinds' kinds.
+//
+// Deprecated: set Config.ExtraKinds, which RiverConfig registers too.
 func AddKinds(kinds func(pool *pgxpool.Pool) []service.Kind) RunOption {
 	return func(o *runOptions) { o.addKinds = append(o.addKinds, kinds) }
+}
+
+// withAddKinds is cfg with the kinds of AddKinds added to its ExtraKinds.
+func withAddKinds(cfg Config, addKinds []func(pool *pgxpool.Pool) []service.Kind) Config {
+	if len(addKinds) == 0 {
+		return cfg
+	}
+	extraKinds := cfg.ExtraKinds
+	cfg.ExtraKinds = func(pool *pgxpool.Pool) []service.Kind {
+		var kinds []service.Kind
+		if extraKinds != nil {
+			kinds = extraKinds(pool)
+		}
+		for _, add := range addKinds {
+			kinds = append(kinds, add(pool)...)
+		}
+		return kinds
+	}
+	return cfg
 }
 
 // LogAttrs adds attrs to the "scheduler started" line, after
@@ -56,21 +78,22 @@ func LogAttrs(attrs ...slog.Attr) RunOption {
 // connects with cfg.PoolConfig (required), builds the application's
 // services on the pool with cfg.NewServices (or takes cfg.Registry; the
 // services NewServices builds must be Registry's, by name), and
-// runs the River client RiverConfig makes of them (plus the workers of
-// AddKinds), with tierq's job metrics and the scheduler's (the sweeps'
+// runs the River client RiverConfig makes of them (with cfg.ExtraKinds),
+// with tierq's job metrics and the scheduler's (the sweeps'
 // counts, and tierq_leader, which WatchLeader refreshes every second),
 // served at /metrics on cfg.MetricsAddr when set. "scheduler started" is
 // logged with the client ID, cfg's rescue, aging and escalation settings,
 // and cfg.LogAttrs.
 //
-// Once it has built the services, before its River client starts, Run
-// returns CheckKindTimeouts' error, a *KindTimeoutsError, when
+// Run returns CheckKindTimeouts' error, a *KindTimeoutsError (alone, or
+// among Validate's problems: errors.As finds it), when
 // cfg.RescueStuckJobsAfter is not longer than the timeout of every kind it
-// registers (Timeouts: its own, the services' and AddKinds'; each kind
-// declares its own, service.Timeout). A main that wants the check before it
-// connects makes it itself on a registry built without a pool, as the
-// reference app's does. With cfg.WarnJobTimeout Run logs a warning listing
-// the kinds' timeouts: JobTimeout applies to none of them.
+// registers (Timeouts: its own, the services' and ExtraKinds'; each kind
+// declares its own, service.Timeout): before it connects, on cfg.Registry
+// and ExtraKinds' kinds described without a pool (Validate), and again
+// once it has built them on its pool, before its River client starts. With
+// cfg.WarnJobTimeout Run logs a warning listing the kinds' timeouts:
+// JobTimeout applies to none of them.
 //
 // On the first signal River stops fetching, resigns leadership (another
 // replica takes over at once) and lets running jobs finish for up to
@@ -81,6 +104,7 @@ func Run(ctx context.Context, cfg Config, opts ...RunOption) error {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	cfg = withAddKinds(cfg, o.addKinds)
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -123,10 +147,10 @@ func Run(ctx context.Context, cfg Config, opts ...RunOption) error {
 				}
 			}
 			// Every kind the scheduler registers: its services' and their
-			// periodic kinds, AddKinds', and its own.
+			// periodic kinds, ExtraKinds', and its own.
 			var extra []service.Kind
-			for _, kinds := range o.addKinds {
-				extra = append(extra, kinds(pool)...)
+			if cfg.ExtraKinds != nil {
+				extra = cfg.ExtraKinds(pool)
 			}
 			timeouts := Timeouts(services, extra...)
 			if err := CheckKindTimeouts(cfg.RescueStuckJobsAfter, timeouts); err != nil {
@@ -140,14 +164,9 @@ func Run(ctx context.Context, cfg Config, opts ...RunOption) error {
 				return nil, fmt.Errorf("scheduler: %w", err)
 			}
 			schedulerMetrics = metrics.NewScheduler(registry, services.Queues())
-			riverConfig, err := RiverConfig(cfg, pool, services, schedulerMetrics)
+			riverConfig, err := riverConfig(cfg, pool, services, schedulerMetrics, extra)
 			if err != nil {
 				return nil, err
-			}
-			for _, k := range extra {
-				if err := k.AddWorker(riverConfig.Workers); err != nil {
-					return nil, fmt.Errorf("scheduler: add kinds: %w", err)
-				}
 			}
 			return process.NewClient(pool, riverConfig, metrics.NewJobs(registry))
 		},

@@ -20,7 +20,7 @@ import (
 )
 
 // exportArgs are the args of a kind of no service, which a deployment
-// registers with AddKinds (as cmd/scheduler does the load test's).
+// registers with Config.ExtraKinds (as cmd/scheduler does the load test's).
 type exportArgs struct{}
 
 func (exportArgs) Kind() string { return "audit_export" }
@@ -67,13 +67,12 @@ func TestRun(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		done := make(chan error, 1)
-		go func() {
-			done <- scheduler.Run(ctx, runConfig(t, cfg, slog.New(slog.NewTextHandler(out, nil)), newServices),
-				scheduler.AddKinds(func(pool *pgxpool.Pool) []service.Kind {
-					extraPool = pool
-					return []service.Kind{service.WorkerKind(&exportWorker{pool: pool}, service.Timeout[exportArgs](3*time.Minute))}
-				}))
-		}()
+		runCfg := runConfig(t, cfg, slog.New(slog.NewTextHandler(out, nil)), newServices)
+		runCfg.ExtraKinds = func(pool *pgxpool.Pool) []service.Kind {
+			extraPool = pool // nil from Validate, then Run's
+			return []service.Kind{service.WorkerKind(&exportWorker{pool: pool}, service.Timeout[exportArgs](3*time.Minute))}
+		}
+		go func() { done <- scheduler.Run(ctx, runCfg) }()
 
 		proctest.WaitOutput(t, out, "scheduler started", 20*time.Second)
 		require.Contains(t, out.String(), "rescue_stuck_jobs_after=1h0m0s")
@@ -96,8 +95,9 @@ func TestRun(t *testing.T) {
 
 	// RESCUE_STUCK_JOBS_AFTER not longer than a kind's timeout, the
 	// scheduler's own, a service's kind or periodic kind, or one of
-	// AddKinds (several add up), is config.ErrInvalid, once Run has built
-	// the services and before its River client starts: no job is worked.
+	// ExtraKinds (or of the deprecated AddKinds: several add up), is
+	// config.ErrInvalid, once Run has built the services and before its
+	// River client starts: no job is worked.
 	t.Run("rescue not above a kind's timeout", func(t *testing.T) {
 		t.Parallel()
 		db := testdb.New(t)
@@ -117,15 +117,16 @@ func TestRun(t *testing.T) {
 				return service.NewRegistry(svc)
 			}
 		}
-		export := func(timeout time.Duration) scheduler.RunOption {
-			return scheduler.AddKinds(func(pool *pgxpool.Pool) []service.Kind {
+		export := func(timeout time.Duration) func(*pgxpool.Pool) []service.Kind {
+			return func(pool *pgxpool.Pool) []service.Kind {
 				return []service.Kind{service.WorkerKind(&exportWorker{pool: pool}, service.Timeout[exportArgs](timeout))}
-			})
+			}
 		}
 		tests := []struct {
 			name        string
 			rescue      string
 			newServices func(*pgxpool.Pool) (*service.Registry, error)
+			extraKinds  func(*pgxpool.Pool) []service.Kind
 			opts        []scheduler.RunOption
 			want        string
 		}{
@@ -148,10 +149,17 @@ func TestRun(t *testing.T) {
 				want:        "purge_bounces has 5m0s",
 			},
 			{
+				name:        "an extra kind",
+				rescue:      "90s",
+				newServices: mailer(2*time.Minute, time.Minute),
+				extraKinds:  export(3 * time.Minute),
+				want:        "audit_export has 3m0s, job kind send_mail has 2m0s",
+			},
+			{
 				name:        "options add up",
 				rescue:      "90s",
 				newServices: mailer(2*time.Minute, time.Minute),
-				opts:        []scheduler.RunOption{export(3 * time.Minute), scheduler.AddKinds(func(*pgxpool.Pool) []service.Kind { return nil })},
+				opts:        []scheduler.RunOption{scheduler.AddKinds(export(3 * time.Minute)), scheduler.AddKinds(func(*pgxpool.Pool) []service.Kind { return nil })},
 				want:        "audit_export has 3m0s, job kind send_mail has 2m0s",
 			},
 		}
@@ -159,7 +167,9 @@ func TestRun(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
 				cfg := schedulerConfig(t, db, "RESCUE_STUCK_JOBS_AFTER="+tt.rescue, "JOB_TIMEOUT=30s")
-				err := scheduler.Run(context.Background(), runConfig(t, cfg, discard, tt.newServices), tt.opts...)
+				runCfg := runConfig(t, cfg, discard, tt.newServices)
+				runCfg.ExtraKinds = tt.extraKinds
+				err := scheduler.Run(context.Background(), runCfg, tt.opts...)
 				var kinds *scheduler.KindTimeoutsError
 				require.ErrorAs(t, err, &kinds)
 				err = cfg.RunError(err)

@@ -55,21 +55,32 @@ const periodicMaxAttempts = 3
 // same services built on pool): its sweeps age and escalate the jobs of
 // the services' queues and count what they change in m (made with
 // services.Queues()). cfg takes its defaults (Config.WithDefaults) and is
-// validated (Config.Validate), except that cfg.Registry is not required:
-// services is the registry RiverConfig uses; when nil, cfg.Registry.
+// validated (Config.Validate), except that cfg.Registry is not required
+// (services is the registry RiverConfig uses; when nil, cfg.Registry) and
+// that neither cfg.ExtraKinds' kinds nor the kinds' timeouts are checked
+// (see below).
 //
 // It registers the worker of every kind of services (Registry.AddWorkers:
 // the services' kinds, never worked here since their queues are not served,
 // so that the rescuer on this leader knows them, and their periodic kinds,
-// worked here) and of the scheduler's own kinds, each with the timeout its
-// kind declares, and fails when two of them clash. A caller may register
-// more kinds in the returned config's Workers (service.Kind.AddWorker)
-// before making the client, as Run does those of AddKinds;
-// RescueStuckJobsAfter must then be longer than Timeouts(services, those
-// kinds...), which Run checks and a caller of RiverConfig checks itself
-// (CheckKindTimeouts).
+// worked here), of the scheduler's own kinds and of cfg.ExtraKinds(pool),
+// each with the timeout its kind declares, and fails when two of them
+// clash. A caller may register more kinds in the returned config's Workers
+// (service.Kind.AddWorker) before making the client. RescueStuckJobsAfter
+// must be longer than Timeouts(services, the extra kinds...), which Run
+// checks and a caller of RiverConfig checks itself (CheckKindTimeouts).
 func RiverConfig(cfg Config, pool *pgxpool.Pool, services *service.Registry, m *metrics.Scheduler) (*river.Config, error) {
-	if err := cfg.validate(services == nil); err != nil {
+	var extra []service.Kind
+	if cfg.ExtraKinds != nil {
+		extra = cfg.ExtraKinds(pool)
+	}
+	return riverConfig(cfg, pool, services, m, extra)
+}
+
+// riverConfig is RiverConfig with extra, the kinds cfg.ExtraKinds returned
+// for pool.
+func riverConfig(cfg Config, pool *pgxpool.Pool, services *service.Registry, m *metrics.Scheduler, extra []service.Kind) (*river.Config, error) {
+	if err := cfg.validate(services == nil, false); err != nil {
 		return nil, err
 	}
 	cfg = cfg.WithDefaults()
@@ -86,6 +97,11 @@ func RiverConfig(cfg Config, pool *pgxpool.Pool, services *service.Registry, m *
 	for _, k := range ownKinds(&cfg, pool, m, id, services.Queues()) {
 		if err := k.AddWorker(workers); err != nil {
 			return nil, fmt.Errorf("scheduler: %w", err)
+		}
+	}
+	for _, k := range extra {
+		if err := k.AddWorker(workers); err != nil {
+			return nil, fmt.Errorf("scheduler: add kinds: %w", err)
 		}
 	}
 

@@ -71,9 +71,9 @@ func riverConfig(t testing.TB, cfg config.Scheduler, pool *pgxpool.Pool, logger 
 	require.NoError(t, err)
 	schedulerConfig, err := cfg.Config(services, logger)
 	require.NoError(t, err)
+	schedulerConfig.ExtraKinds = func(pool *pgxpool.Pool) []service.Kind { return []service.Kind{jobs.LoadTestKind(pool)} }
 	rc, err := scheduler.RiverConfig(schedulerConfig, pool, services, m)
 	require.NoError(t, err)
-	require.NoError(t, jobs.LoadTestKind(pool).AddWorker(rc.Workers))
 	return rc
 }
 

@@ -57,7 +57,7 @@ func ownKinds(cfg *Config, pool *pgxpool.Pool, m *metrics.Scheduler, id string, 
 // Timeouts are the timeout of every job kind a scheduler deployment of
 // services registers, by kind: the scheduler's own kinds', the kinds and
 // periodic kinds of services (service.Registry.Timeouts; services may be
-// nil) and extra's (the kinds of AddKinds). Each is the timeout the kind
+// nil) and extra's (the kinds of Config.ExtraKinds). Each is the timeout the kind
 // declares (service.Timeout, or service.DefaultTimeout), which River
 // applies to its jobs, so none can be left out. Config.RescueStuckJobsAfter
 // must be longer than each (CheckKindTimeouts): Run checks it.

@@ -50,7 +50,7 @@ func registeredKinds(t *testing.T, workers *river.Workers) []string {
 
 // TestEveryRegisteredKindHasATimeout: every kind the scheduler registers
 // is in Timeouts, read from the kinds themselves (the registry's, the
-// load-test kind given to AddKinds, the scheduler's own), with a positive
+// load-test kind given as ExtraKinds, the scheduler's own), with a positive
 // timeout, and nothing else is: a kind cannot be registered without one.
 func TestEveryRegisteredKindHasATimeout(t *testing.T) {
 	t.Parallel()

@@ -266,7 +266,7 @@ func (k Kind) Err() error {
 // AddWorker registers the kind's worker in workers, with the kind's
 // timeout, for a River client that works (or, on the leader, rescues) the
 // kind outside any service: the scheduler's own kinds, or a load-test
-// kind (scheduler.AddKinds). It fails for an invalid kind (Err) and for a
+// kind (scheduler.Config.ExtraKinds). It fails for an invalid kind (Err) and for a
 // kind already registered.
 func (k Kind) AddWorker(workers *river.Workers) error {
 	if err := k.Err(); err != nil {

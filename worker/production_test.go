@@ -107,10 +107,10 @@ func setupProduction(t *testing.T, env ...string) *productionBundle {
 				return err
 			}
 			schedulerConfig.NewServices = productionRegistry
-			return scheduler.Run(ctx, schedulerConfig,
-				scheduler.AddKinds(func(pool *pgxpool.Pool) []service.Kind {
-					return []service.Kind{service.WorkerKind(loadtest.NewWorker(pool), service.Timeout[loadtest.Args](loadtest.Timeout))}
-				}))
+			schedulerConfig.ExtraKinds = func(pool *pgxpool.Pool) []service.Kind {
+				return []service.Kind{service.WorkerKind(loadtest.NewWorker(pool), service.Timeout[loadtest.Args](loadtest.Timeout))}
+			}
+			return scheduler.Run(ctx, schedulerConfig)
 		}},
 	)
 	b := &productionBundle{db: db, billing: billing}

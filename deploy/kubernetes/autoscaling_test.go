@@ -16,8 +16,8 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 
-	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/worker"
 )
 
 // scaledObject is the part of a KEDA ScaledObject the tests read (the CRD
@@ -273,9 +273,9 @@ var behavior = &autoscalingv2.HorizontalPodAutoscalerBehavior{
 
 // workerQueues returns, for each worker Deployment of b, the queues it
 // serves and their per-pod worker counts, from its container's environment.
-func workerQueues(t *testing.T, b *build) map[string]map[string]config.QueueClass {
+func workerQueues(t *testing.T, b *build) map[string]map[string]worker.Queue {
 	t.Helper()
-	out := map[string]map[string]config.QueueClass{}
+	out := map[string]map[string]worker.Queue{}
 	for _, d := range all[*appsv1.Deployment](b) {
 		for _, c := range d.Spec.Template.Spec.Containers {
 			if !isTierq(c) {
@@ -284,7 +284,7 @@ func workerQueues(t *testing.T, b *build) map[string]map[string]config.QueueClas
 			proc, err := loadProcess(t, c, containerEnv(t, b, c))
 			require.NoError(t, err)
 			if proc.worker != nil {
-				out[d.Name] = proc.worker.Queues()
+				out[d.Name] = proc.queues
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package kubernetes_test
 
 import (
+	"log/slog"
 	"maps"
 	"net"
 	"path"
@@ -19,6 +20,7 @@ import (
 	"github.com/tierq/tierq/jobs/jobsconfig"
 	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/service"
+	"github.com/tierq/tierq/worker"
 )
 
 // pod is one pod template of a build: a Deployment's or the Job's.
@@ -130,6 +132,9 @@ type process struct {
 	softStop time.Duration
 	// worker is a worker's configuration (nil for other processes).
 	worker *config.Worker
+	// queues are a worker's queues, by name, as the worker derives them
+	// from its translated configuration (worker.Deployment.Queues).
+	queues map[string]worker.Queue
 	// reads are the directories the process reads (ANALYSIS_ROOTS of an
 	// analyzer, a thumbnailer's source), writes those it writes.
 	reads, writes []string
@@ -189,12 +194,12 @@ func loadProcess(t *testing.T, c corev1.Container, env map[string]string) (proce
 			return p, err
 		}
 		p.worker, p.listen, p.softStop = &cfg, cfg.MetricsAddr, cfg.SoftStopTimeout
+		p.queues = workerDeploymentQueues(t, cfg, registry)
 	case "scheduler", "thumbnail-scheduler-with-reference":
 		// Both run the reference app's maintenance (REANALYZE_*,
-		// RETENTION_*). refapp.RunScheduler checks RESCUE_STUCK_JOBS_AFTER
-		// against every kind's timeout before it connects, scheduler.Run
-		// (which RunSchedulerWithReference calls) once connected: checked
-		// here for both.
+		// RETENTION_*). Both check RESCUE_STUCK_JOBS_AFTER against every
+		// kind's timeout before they connect (scheduler.Run validates its
+		// Config first): checked here for both.
 		cfg, err := config.Load[config.Scheduler](environ)
 		_, maintenanceErr := jobsconfig.LoadMaintenance(environ, &cfg)
 		if err := config.Join(err, maintenanceErr); err != nil {
@@ -222,6 +227,22 @@ func loadProcess(t *testing.T, c corev1.Container, env map[string]string) (proce
 	return p, nil
 }
 
+// workerDeploymentQueues are the queues of the worker deployment cfg
+// configures, by name: worker.New's, from cfg translated for registry
+// (config.Worker.Config), as the worker computes them.
+func workerDeploymentQueues(t *testing.T, cfg config.Worker, registry *service.Registry) map[string]worker.Queue {
+	t.Helper()
+	workerConfig, err := cfg.Config(registry, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	d, err := worker.New(workerConfig)
+	require.NoError(t, err)
+	queues := map[string]worker.Queue{}
+	for _, q := range d.Queues() {
+		queues[q.Name] = q
+	}
+	return queues
+}
+
 // schedulerRegistries are the registries of the manifests' schedulers, by
 // binary, as their run functions build them: the reference app's services
 // (refapp.RunScheduler) and, joined with them, the thumbnail service
@@ -234,7 +255,7 @@ var schedulerRegistries = map[string]func(jobs.Deps) (*service.Registry, error){
 // schedulerTimeouts are the timeouts of every kind the scheduler binary
 // registers, from the kinds themselves (scheduler.Timeouts): the
 // scheduler's own sweeps, its registry's services with the reference app's
-// maintenance, and the load-test kind both add (scheduler.AddKinds).
+// maintenance, and the load-test kind both add (scheduler.Config.ExtraKinds).
 func schedulerTimeouts(t *testing.T, binary string) map[string]time.Duration {
 	t.Helper()
 	registry, ok := schedulerRegistries[binary]

@@ -71,14 +71,12 @@ func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error
 	if err := config.Join(err, maintenanceErr); err != nil {
 		return err
 	}
-	// Run checks RESCUE_STUCK_JOBS_AFTER against every kind's timeout once
-	// connected; the registry described without a pool has the same kinds,
-	// so a bad value exits 2 before any connection.
+	// The registry described without a pool has the kinds of the one
+	// NewServices builds: Run checks RESCUE_STUCK_JOBS_AFTER against their
+	// timeouts (and ExtraKinds') before it connects (Config.Validate), so
+	// a bad value exits 2 before any connection, and again once connected.
 	described, err := jobs.Registry(jobs.Deps{Maintenance: maintenance})
 	if err != nil {
-		return err
-	}
-	if err := cfg.CheckKindTimeouts(scheduler.Timeouts(described, jobs.LoadTestKind(nil))); err != nil {
 		return err
 	}
 	logger := cfg.NewLogger(stdout)
@@ -92,17 +90,20 @@ func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error
 		}
 		return jobs.Registry(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
 	}
+	// The load test's kind, no service's, is registered so that the
+	// rescuer on this leader retries a stuck load-test job.
+	schedulerConfig.ExtraKinds = loadTestKinds
 	// After config's CRON_TZ: the maintenance cron jobs' next runs.
 	schedulerConfig.LogAttrs = append(schedulerConfig.LogAttrs, maintenance.LogAttrs()...)
 	// Run's *scheduler.KindTimeoutsError named as the environment does:
 	// RESCUE_STUCK_JOBS_AFTER, exit 2.
-	return cfg.RunError(scheduler.Run(ctx, schedulerConfig,
-		// The load test's kind, no service's, is registered so that the
-		// rescuer on this leader retries a stuck load-test job.
-		scheduler.AddKinds(func(pool *pgxpool.Pool) []service.Kind {
-			return []service.Kind{jobs.LoadTestKind(pool)}
-		}),
-	))
+	return cfg.RunError(scheduler.Run(ctx, schedulerConfig))
+}
+
+// loadTestKinds is the scheduler's Config.ExtraKinds: the load test's
+// kind (jobs.LoadTestKind), worked on pool.
+func loadTestKinds(pool *pgxpool.Pool) []service.Kind {
+	return []service.Kind{jobs.LoadTestKind(pool)}
 }
 
 // RunAPI runs the HTTP API (cmd/api) configured by environ until ctx ends

@@ -44,12 +44,11 @@ func RunSchedulerWithReference(ctx context.Context, environ []string, stdout io.
 		}
 		return thumbnail.WithReference(jobs.Deps{Pool: pool, Logger: logger, Maintenance: maintenance})
 	}
-	return cfg.RunError(scheduler.Run(ctx, schedulerConfig,
-		// Every kind's timeout comes with the kind, the load test's too.
-		scheduler.AddKinds(func(pool *pgxpool.Pool) []service.Kind {
-			return []service.Kind{jobs.LoadTestKind(pool)}
-		}),
-	))
+	// Every kind's timeout comes with the kind, the load test's too.
+	schedulerConfig.ExtraKinds = func(pool *pgxpool.Pool) []service.Kind {
+		return []service.Kind{jobs.LoadTestKind(pool)}
+	}
+	return cfg.RunError(scheduler.Run(ctx, schedulerConfig))
 }
 
 // RunAPIWithReference runs the one API of the reference app's services and
