@@ -10,7 +10,9 @@
 //
 // The API can also serve River UI (riverqueue.com/riverui) under /riverui/,
 // behind the admin token (riverui.go); it is not part of the JSON API nor of
-// the OpenAPI document.
+// the OpenAPI document. Beside it, under /console/, the operator console
+// (console.go): server-rendered pages of tierq's dead letters, escalation
+// audit and queues, behind the same admin credentials.
 //
 // New makes the server for a main that runs its own HTTP server; Run is the
 // whole process (connect, an insert-only River client, River UI, listen,
@@ -60,6 +62,11 @@ type Server struct {
 	openAPIErr error
 
 	producerDigest, adminDigest [sha256.Size]byte
+
+	// consolePages are the operator console's templates, or why there are
+	// none (a bug in the embedded templates: every console page is a 500).
+	consolePages    consolePages
+	consolePagesErr error
 }
 
 // New returns a server of cfg, with its defaults (Config.WithDefaults; New
@@ -70,9 +77,11 @@ type Server struct {
 func New(cfg Config, pool *pgxpool.Pool, client *river.Client[pgx.Tx], metrics *Metrics) *Server {
 	cfg = cfg.WithDefaults()
 	doc, err := OpenAPIFor(cfg.Registry)
+	pages, pagesErr := parseConsolePages()
 	return &Server{
 		cfg: cfg, pool: pool, client: client, logger: cfg.Logger, metrics: metrics,
 		openAPI: doc, openAPIErr: err,
+		consolePages: pages, consolePagesErr: pagesErr,
 		producerDigest: sha256.Sum256([]byte(cfg.Token)),
 		adminDigest:    sha256.Sum256([]byte(cfg.AdminToken)),
 	}
@@ -141,7 +150,8 @@ func (s *Server) Patterns() []string {
 	return out
 }
 
-// Handler routes every endpoint, and River UI when Config.RiverUI is set.
+// Handler routes every endpoint, the operator console (ConsolePrefix,
+// console.go), and River UI when Config.RiverUI is set.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	for _, r := range s.routes() {
@@ -155,6 +165,7 @@ func (s *Server) Handler() http.Handler {
 	if s.cfg.RiverUI != nil {
 		mux.Handle(RiverUIPrefix+"/", s.riverUI(s.cfg.RiverUI))
 	}
+	mux.Handle(ConsolePrefix+"/", s.consoleHandler())
 	return withTimeout(s.cfg.RequestTimeout, jsonMuxErrors(mux))
 }
 

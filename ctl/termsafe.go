@@ -11,58 +11,19 @@ package ctl
 import (
 	"bytes"
 	"strconv"
-	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/tierq/tierq/internal/safetext"
 )
 
 // termSafe returns s with every character a terminal would act on or not
-// show replaced by a visible Go escape: C0 controls including newline, tab
-// and CR (\x1b, \x00, \n, \t, \r, \b), DEL (\x7f), C1 controls (\u009b),
-// format characters such as bidi overrides (\u202e) and zero-width spaces,
-// spaces other than U+0020 (\u00a0), and bytes that are not UTF-8 (\xff).
-// Printable text, in any script, is kept as it is; so are backslashes, so
-// the text "\x1b" and an escaped ESC print alike (both harmlessly).
-func termSafe(s string) string {
-	clean := true
-	for _, r := range s {
-		if r == utf8.RuneError || !strconv.IsPrint(r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	b.Grow(len(s) + 16)
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b.WriteString(`\x`)
-			b.WriteString(strconv.FormatUint(uint64(s[i])|0x100, 16)[1:])
-		case strconv.IsPrint(r):
-			b.WriteString(s[i : i+size])
-		default:
-			q := strconv.QuoteRune(r) // '\x1b', '\u009b': drop the quotes
-			b.WriteString(q[1 : len(q)-1])
-		}
-		i += size
-	}
-	return b.String()
-}
+// show replaced by a visible Go escape (safetext.Visible).
+func termSafe(s string) string { return safetext.Visible(s) }
 
 // termSafeLines is termSafe for text whose line breaks tierctl keeps (a
-// stack trace, indented JSON): each line is made safe on its own, and tabs
-// become four spaces.
-func termSafeLines(s string) string {
-	lines := strings.Split(s, "\n")
-	for i, line := range lines {
-		lines[i] = termSafe(strings.ReplaceAll(line, "\t", "    "))
-	}
-	return strings.Join(lines, "\n")
-}
+// stack trace, indented JSON): safetext.VisibleLines.
+func termSafeLines(s string) string { return safetext.VisibleLines(s) }
 
 // truncate shortens s to n runes, the last one "…" when it was longer.
 func truncate(s string, n int) string {

@@ -79,7 +79,16 @@ type Filter struct {
 	Since time.Duration
 	// Pending keeps only rows not replayed yet.
 	Pending bool
+	// Replayed keeps only rows replayed already (not with Pending).
+	Replayed bool
+	// ErrorContains keeps rows one of whose attempts' errors contains it,
+	// ignoring case (at most maxErrorTextLen bytes; "": any). No index
+	// serves it: it reads the rows the other conditions leave.
+	ErrorContains string
 }
+
+// maxErrorTextLen bounds Filter.ErrorContains.
+const maxErrorTextLen = 1000
 
 // Validate reports what is wrong with the filter, as an ErrInvalid.
 func (f Filter) Validate() error {
@@ -89,6 +98,12 @@ func (f Filter) Validate() error {
 	}
 	if f.Since < 0 {
 		problems = append(problems, "since must not be negative")
+	}
+	if f.Pending && f.Replayed {
+		problems = append(problems, "pending and replayed exclude each other")
+	}
+	if len(f.ErrorContains) > maxErrorTextLen {
+		problems = append(problems, fmt.Sprintf("the error text is at most %d bytes", maxErrorTextLen))
 	}
 	return invalid(problems)
 }
@@ -119,6 +134,15 @@ func (f Filter) where(args []any) (string, []any) {
 	}
 	if f.Pending {
 		conds = append(conds, "replayed_at IS NULL")
+	}
+	if f.Replayed {
+		conds = append(conds, "replayed_at IS NOT NULL")
+	}
+	if f.ErrorContains != "" {
+		// errors is River's array of attempt errors; a row written by hand
+		// with something else there matches nothing rather than failing.
+		add(`EXISTS (SELECT 1 FROM jsonb_array_elements(CASE WHEN jsonb_typeof(errors) = 'array' THEN errors ELSE '[]' END) AS e
+		    WHERE strpos(lower(e->>'error'), lower($?)) > 0)`, f.ErrorContains)
 	}
 	if len(conds) == 0 {
 		return "true", args

@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/dlq"
+	"github.com/tierq/tierq/jobmeta"
 )
 
 // age moves dead letters' moved_at into the past.
@@ -109,4 +111,73 @@ func TestPendingDepthCountsRowsNotReplayed(t *testing.T) {
 		"analysis_default": 1, "analysis_scheduled": 1, "specview_priority": 1,
 		"specview_default": 2, "specview_scheduled": 2, "analysis_priority": 2,
 	}, depth.ByQueue)
+}
+
+// TestListFiltersByErrorTextAndReplayed: ErrorContains matches any
+// attempt's error, ignoring case, as a parameter (LIKE's wildcards are
+// plain characters); Replayed keeps the replayed rows; a row whose errors
+// are not an array matches no error text instead of failing the list.
+func TestListFiltersByErrorTextAndReplayed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 6)
+	ctx := context.Background()
+	b.replay(t, []int64{b.ids[1]}, dlq.ReplayOptions{})
+	_, err := b.db.Pool.Exec(ctx, `UPDATE dead_letter_jobs SET errors = '{"not": "an array"}' WHERE id = $1`, b.ids[5])
+	require.NoError(t, err)
+
+	list := func(f dlq.Filter) []int64 {
+		t.Helper()
+		rows, err := dlq.List(ctx, b.db.Pool, f, dlq.Page{Limit: 100})
+		require.NoError(t, err)
+		ids := []int64{}
+		for _, r := range rows {
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}
+	// seed.Discarded's errors are "attempt 1 of job <i>", "attempt 2 of job <i>".
+	require.Equal(t, []int64{b.ids[2]}, list(dlq.Filter{ErrorContains: "ATTEMPT 1 OF JOB 3"}))
+	require.Len(t, list(dlq.Filter{ErrorContains: "attempt 2 of"}), 5, "all but the row without an array")
+	require.Empty(t, list(dlq.Filter{ErrorContains: "attempt % of"}), "% is a plain character")
+	require.Equal(t, []int64{b.ids[1]}, list(dlq.Filter{Replayed: true}))
+	require.Equal(t, []int64{b.ids[1]}, list(dlq.Filter{Replayed: true, ErrorContains: "of job 2"}))
+	require.Empty(t, list(dlq.Filter{Pending: true, ErrorContains: "of job 2"}))
+
+	for name, f := range map[string]dlq.Filter{
+		"pending and replayed": {Pending: true, Replayed: true},
+		"error text too long":  {ErrorContains: strings.Repeat("x", 1001)},
+	} {
+		_, err := dlq.List(ctx, b.db.Pool, f, dlq.Page{Limit: 1})
+		require.ErrorIs(t, err, dlq.ErrInvalid, name)
+	}
+}
+
+// TestReplayRecordsActorAndReason: the replay's move in the new job's
+// metadata names the actor and the reason, cut to jobmeta.MaxReasonChars.
+func TestReplayRecordsActorAndReason(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2)
+	ctx := context.Background()
+	long := strings.Repeat("é", 250)
+	out := b.replay(t, b.ids, dlq.ReplayOptions{Actor: "bob", Reason: "upstream fixed"})
+	out2 := b.replay(t, b.ids[:1], dlq.ReplayOptions{Actor: "carol", Reason: long, Force: true})
+	for _, tc := range []struct {
+		jobID         int64
+		actor, reason string
+	}{
+		{out[0].JobID, "bob", "upstream fixed"},
+		{out[1].JobID, "bob", "upstream fixed"},
+		{out2[0].JobID, "carol", strings.Repeat("é", jobmeta.MaxReasonChars)},
+	} {
+		var metadata []byte
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT metadata FROM river_job WHERE id = $1`, tc.jobID).Scan(&metadata))
+		moves := jobmeta.Read(metadata).Moves
+		require.NotEmpty(t, moves)
+		last := moves[len(moves)-1]
+		require.Equal(t, jobmeta.MoveReplay, last.Kind)
+		require.Equal(t, tc.actor, last.Actor)
+		require.Equal(t, tc.reason, last.Reason)
+	}
+	_, err := dlq.Replay(ctx, b.client, b.db.Pool, b.queues, b.ids, dlq.ReplayOptions{Actor: "a", Reason: strings.Repeat("x", 2001), Force: true})
+	require.ErrorIs(t, err, dlq.ErrInvalid)
 }

@@ -25,6 +25,9 @@ import (
 // MaxReplayIDs is the most ids one Replay takes; ReplayAll has no limit.
 const MaxReplayIDs = 1000
 
+// maxReasonLen bounds ReplayOptions.Reason.
+const maxReasonLen = 2000
+
 // Beginner starts transactions and runs single statements: *pgxpool.Pool,
 // *pgx.Conn.
 type Beginner interface {
@@ -42,8 +45,12 @@ type ReplayOptions struct {
 	ToQueue string
 	// Force replays a dead letter that was replayed before.
 	Force bool
-	// Actor is who replays (an operator's name); it lands in replayed_by.
+	// Actor is who replays (an operator's name); it lands in replayed_by
+	// and in the replay's move in the new job's metadata (jobmeta.Move).
 	Actor string
+	// Reason is why (optional); it lands in the replay's move, cut to
+	// jobmeta.MaxReasonChars. dead_letter_jobs keeps no reason.
+	Reason string
 	// Limit makes ReplayAll stop after this many (0: no limit), so that a
 	// caller with a deadline (an HTTP request) replays a bounded amount and
 	// calls again while More is true. Replay ignores it.
@@ -60,6 +67,9 @@ func (o ReplayOptions) Validate(serviceQueues []string) error {
 	}
 	if len(o.Actor) > 200 {
 		problems = append(problems, "actor is at most 200 bytes")
+	}
+	if len(o.Reason) > maxReasonLen {
+		problems = append(problems, fmt.Sprintf("reason is at most %d bytes", maxReasonLen))
 	}
 	if o.Limit < 0 {
 		problems = append(problems, "limit must not be negative")
@@ -317,7 +327,7 @@ func replayTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, todo
 		}
 		queue := cmp.Or(opts.ToQueue, d.Queue)
 		priority := basePriority(d)
-		metadata, err := replayMetadata(d, queue, priority, time.Now())
+		metadata, err := replayMetadata(d, queue, priority, opts, time.Now())
 		if err != nil {
 			return nil, err
 		}
@@ -437,8 +447,9 @@ func retryUniqueRace(replay func() error) error {
 // replayMetadata is the new job's metadata: the dead letter's own keys when
 // its metadata is a JSON object (not River's "river:" keys nor tierq's
 // per-attempt ones; legacy keys under their jobmeta names), its base
-// priority, where it came from, and the replay added to its moves.
-func replayMetadata(d *DeadLetter, queue string, priority int, now time.Time) ([]byte, error) {
+// priority, where it came from, and the replay (with opts' actor and
+// reason) added to its moves.
+func replayMetadata(d *DeadLetter, queue string, priority int, opts ReplayOptions, now time.Time) ([]byte, error) {
 	meta := map[string]json.RawMessage{}
 	var old map[string]json.RawMessage
 	if json.Unmarshal(d.Metadata, &old) == nil {
@@ -468,6 +479,7 @@ func replayMetadata(d *DeadLetter, queue string, priority int, now time.Time) ([
 		Kind: jobmeta.MoveReplay, At: now.UTC(),
 		FromQueue: d.Queue, ToQueue: queue, FromPriority: d.Priority, ToPriority: priority,
 		DeadLetterID: d.ID, FromJobID: d.JobID,
+		Actor: opts.Actor, Reason: cutRunes(opts.Reason, jobmeta.MaxReasonChars),
 	})
 	if err != nil {
 		return nil, err
@@ -477,6 +489,14 @@ func replayMetadata(d *DeadLetter, queue string, priority int, now time.Time) ([
 		return nil, err
 	}
 	return json.Marshal(meta)
+}
+
+// cutRunes is s cut to n characters.
+func cutRunes(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n])
+	}
+	return s
 }
 
 // basePriority is the priority the job started with, before aging improved

@@ -282,3 +282,27 @@ func RecentLeader(ctx context.Context, q db.Querier) (string, error) {
 	}
 	return id, nil
 }
+
+// pausedSQL reads the queues River's pause holds (river_queue.paused_at).
+const pausedSQL = `SELECT name, paused_at FROM ` + riverschema.QueueTable + ` WHERE ` + riverschema.QueuePausedAt + ` IS NOT NULL`
+
+// Paused maps each paused queue to when it was paused (River's pause, as
+// River UI's button and tierctl queues pause set it).
+func Paused(ctx context.Context, q db.Querier) (map[string]time.Time, error) {
+	rows, err := q.Query(ctx, pausedSQL)
+	if err != nil {
+		return nil, fmt.Errorf("read paused queues: %w", err)
+	}
+	out := map[string]time.Time{}
+	var (
+		name string
+		at   time.Time
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&name, &at}, func() error {
+		out[name] = at
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read paused queues: %w", err)
+	}
+	return out, nil
+}

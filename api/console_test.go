@@ -1,0 +1,557 @@
+package api_test
+
+import (
+	"context"
+	"html"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/api"
+	"github.com/tierq/tierq/escalation"
+	"github.com/tierq/tierq/internal/proctest"
+	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/routing"
+)
+
+// consoleCSP is what every console answer must carry.
+const consoleCSP = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+
+type consoleBundle struct {
+	*bundle
+	log    *proctest.Buffer // the server's JSON log
+	client *http.Client     // follows no redirect
+}
+
+// setupConsole starts the API, with a stand-in River UI (so that job ids
+// link to it), on a random loopback port against the test's schema.
+func setupConsole(t *testing.T) *consoleBundle {
+	t.Helper()
+	db := testdb.New(t)
+	log := &proctest.Buffer{}
+	logger := slog.New(slog.NewJSONHandler(log, nil))
+	registry := testdb.Registry(t)
+	server := api.New(api.Config{
+		Token: producerToken, AdminToken: adminToken, Schema: db.Schema, MaxAttempts: 5, Registry: registry, Logger: logger,
+		RiverUI: http.NotFoundHandler(),
+	}, db.Pool, db.Producer(t), api.NewMetrics(db.Pool, registry, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	ts := httptest.NewServer(server.Handler())
+	t.Cleanup(ts.Close)
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &consoleBundle{bundle: &bundle{db: db, url: ts.URL}, log: log, client: client}
+}
+
+// consoleReq is one console request: Basic auth as user with password
+// (none when both are empty), or a bearer token; headers; a form (POST).
+type consoleReq struct {
+	user, password, bearer string
+	headers                map[string]string
+	form                   url.Values
+}
+
+// asOperator is alice with the admin token, posting from the console's
+// own page.
+func (b *consoleBundle) asOperator() consoleReq {
+	return consoleReq{user: "alice", password: adminToken, headers: map[string]string{"Origin": b.url, "Sec-Fetch-Site": "same-origin"}}
+}
+
+func (b *consoleBundle) send(t *testing.T, method, path string, req consoleReq) response {
+	t.Helper()
+	var body io.Reader
+	if req.form != nil {
+		body = strings.NewReader(req.form.Encode())
+	}
+	r, err := http.NewRequestWithContext(context.Background(), method, b.url+path, body)
+	require.NoError(t, err)
+	if req.user != "" || req.password != "" {
+		r.SetBasicAuth(req.user, req.password)
+	}
+	if req.bearer != "" {
+		r.Header.Set("Authorization", "Bearer "+req.bearer)
+	}
+	if req.form != nil {
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range req.headers {
+		r.Header.Set(k, v)
+	}
+	resp, err := b.client.Do(r)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, consoleCSP, resp.Header.Get("Content-Security-Policy"), "%s %s", method, path)
+	require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"), "%s %s", method, path)
+	return response{status: resp.StatusCode, header: resp.Header, body: data}
+}
+
+// get is a GET as the operator, which must answer 200 with HTML.
+func (b *consoleBundle) get(t *testing.T, path string) string {
+	t.Helper()
+	res := b.send(t, "GET", path, b.asOperator())
+	require.Equal(t, http.StatusOK, res.status, "GET %s: %s", path, res.body)
+	require.Equal(t, "text/html; charset=utf-8", res.header.Get("Content-Type"))
+	return string(res.body)
+}
+
+// post is a form POST as the operator.
+func (b *consoleBundle) post(t *testing.T, path string, form url.Values) response {
+	t.Helper()
+	req := b.asOperator()
+	req.form = form
+	return b.send(t, "POST", path, req)
+}
+
+var (
+	rowRE  = regexp.MustCompile(`(?s)<tr>(.*?)</tr>`)
+	cellRE = regexp.MustCompile(`(?s)<t[dh][^>]*>(.*?)</t[dh]>`)
+	tagRE  = regexp.MustCompile(`<[^>]*>`)
+)
+
+// rows are the text of each table row's cells (tags removed, entities
+// decoded, spaces collapsed), header rows included.
+func rows(page string) [][]string {
+	var out [][]string
+	for _, m := range rowRE.FindAllStringSubmatch(page, -1) {
+		var cells []string
+		for _, c := range cellRE.FindAllStringSubmatch(m[1], -1) {
+			cells = append(cells, strings.Join(strings.Fields(html.UnescapeString(tagRE.ReplaceAllString(c[1], ""))), " "))
+		}
+		out = append(out, cells)
+	}
+	return out
+}
+
+// row is the row whose first cell is first.
+func row(t *testing.T, page, first string) []string {
+	t.Helper()
+	for _, r := range rows(page) {
+		if len(r) > 0 && r[0] == first {
+			return r
+		}
+	}
+	t.Fatalf("no row %q in:\n%s", first, page)
+	return nil
+}
+
+// firstCells are the first cells of the page's rows, headers left out.
+func firstCells(page string) []string {
+	var out []string
+	for _, r := range rows(page) {
+		if len(r) > 0 && !strings.Contains(page, "<th>"+r[0]+"</th>") {
+			out = append(out, r[0])
+		}
+	}
+	return out
+}
+
+// deadLetterIDs are the dead letters' ids, newest first.
+func (b *consoleBundle) deadLetterIDs(t *testing.T, where string) []string {
+	t.Helper()
+	rows, err := b.db.Pool.Query(context.Background(), `SELECT id::text AS s FROM dead_letter_jobs WHERE `+where+` ORDER BY dead_letter_jobs.id DESC`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(t, rows.Err())
+	return ids
+}
+
+func TestConsoleAuth(t *testing.T) {
+	t.Parallel()
+	b := setupConsole(t)
+	for _, path := range []string{"/console/", "/console/dead-letters", "/console/dead-letters/1", "/console/escalations", "/console/static/console.css", "/console/nope"} {
+		res := b.send(t, "GET", path, consoleReq{})
+		require.Equal(t, http.StatusUnauthorized, res.status, path)
+		require.Equal(t, `Basic realm="tierq River UI"`, res.header.Get("WWW-Authenticate"), "River UI's realm: one login for both")
+		require.Contains(t, string(res.body), "needs the admin token")
+
+		res = b.send(t, "GET", path, consoleReq{user: "alice", password: "wrong-token-0123456789"})
+		require.Equal(t, http.StatusUnauthorized, res.status, path)
+		res = b.send(t, "GET", path, consoleReq{user: "alice", password: producerToken})
+		require.Equal(t, http.StatusForbidden, res.status, path)
+		res = b.send(t, "GET", path, consoleReq{bearer: producerToken})
+		require.Equal(t, http.StatusForbidden, res.status, path)
+	}
+	res := b.send(t, "POST", "/console/dead-letters/1/purge", consoleReq{headers: map[string]string{"Origin": b.url}, form: url.Values{"confirm": {"1"}}})
+	require.Equal(t, http.StatusUnauthorized, res.status)
+
+	require.Contains(t, b.get(t, "/console/"), "Signed in as <span class=\"value\">alice</span>")
+	res = b.send(t, "GET", "/console/", consoleReq{bearer: adminToken})
+	require.Equal(t, http.StatusOK, res.status, "a bearer token reads")
+	res = b.send(t, "GET", "/console/static/console.css", b.asOperator())
+	require.Equal(t, http.StatusOK, res.status)
+	require.Contains(t, res.header.Get("Content-Type"), "text/css")
+	res = b.send(t, "GET", "/console/nope", b.asOperator())
+	require.Equal(t, http.StatusNotFound, res.status)
+	require.Contains(t, string(res.body), "No such console page")
+	res = b.send(t, "DELETE", "/console/dead-letters/1", b.asOperator())
+	require.Equal(t, http.StatusMethodNotAllowed, res.status)
+	res = b.send(t, "GET", "/console/dead-letters?queue=%00", b.asOperator())
+	require.Equal(t, http.StatusBadRequest, res.status)
+	require.Contains(t, html.UnescapeString(string(res.body)), "Field queue: NUL (U+0000) at byte 0.")
+}
+
+// TestConsoleCrossOrigin: a POST with Basic auth acts only when it comes
+// from the console's own page; one carrying neither Sec-Fetch-Site nor
+// Origin is refused too, and so is a bearer POST (no actor).
+func TestConsoleCrossOrigin(t *testing.T) {
+	t.Parallel()
+	b := setupConsole(t)
+	testdb.SeedDiscarded(t, b.db, 1)
+	drainAll(t, b.bundle)
+	id := b.deadLetterIDs(t, "true")[0]
+	path := "/console/dead-letters/" + id + "/replay"
+	form := url.Values{"reason": {"retry after fix"}}
+
+	for name, headers := range map[string]map[string]string{
+		"cross-site Sec-Fetch-Site":         {"Sec-Fetch-Site": "cross-site", "Origin": "http://evil.example"},
+		"same-site Sec-Fetch-Site":          {"Sec-Fetch-Site": "same-site"},
+		"another Origin":                    {"Origin": "http://evil.example"},
+		"neither Sec-Fetch-Site nor Origin": {},
+	} {
+		res := b.send(t, "POST", path, consoleReq{user: "mallory", password: adminToken, headers: headers, form: form})
+		require.Equal(t, http.StatusForbidden, res.status, name)
+		require.Contains(t, string(res.body), "Cross-origin request refused", name)
+	}
+	res := b.send(t, "POST", path, consoleReq{bearer: adminToken, headers: map[string]string{"Sec-Fetch-Site": "same-origin"}, form: form})
+	require.Equal(t, http.StatusForbidden, res.status)
+	require.Contains(t, string(res.body), "need Basic auth")
+	require.Equal(t, 0, b.db.Count(t, `SELECT count(*) FROM dead_letter_jobs WHERE replayed_at IS NOT NULL`), "nothing replayed")
+	require.Equal(t, 0, b.db.Count(t, `SELECT count(*) FROM river_job`))
+
+	// Same origin, by either header alone.
+	res = b.send(t, "POST", path, consoleReq{user: "alice", password: adminToken, headers: map[string]string{"Origin": b.url}, form: form})
+	require.Equal(t, http.StatusSeeOther, res.status, string(res.body))
+	require.Equal(t, "/console/dead-letters/"+id, res.header.Get("Location"))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM dead_letter_jobs WHERE replayed_by = 'alice'`))
+	require.Contains(t, b.log.String(), `"msg":"console cross-origin request refused"`)
+}
+
+// TestConsoleDeadLetters: the list with each filter and its pages, a dead
+// letter's page, replay, purge, and their effect in the database.
+func TestConsoleDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setupConsole(t)
+	ctx := context.Background()
+	testdb.SeedDiscarded(t, b.db, 60) // 10 per service queue
+	drainAll(t, b.bundle)
+	all := b.deadLetterIDs(t, "true")
+	require.Len(t, all, 60)
+
+	// The first page: the 50 newest, and a link to the next.
+	page := b.get(t, "/console/dead-letters")
+	require.Equal(t, all[:50], firstCells(page))
+	next := regexp.MustCompile(`<a href="([^"]+)">Next page</a>`).FindStringSubmatch(page)
+	require.Len(t, next, 2)
+	require.Equal(t, "/console/dead-letters?before="+all[49], html.UnescapeString(next[1]))
+	page = b.get(t, html.UnescapeString(next[1]))
+	require.Equal(t, all[50:], firstCells(page))
+	require.NotContains(t, page, "Next page")
+
+	// A row: seed.Discarded's i = 3 is specview_priority's first, job 3.
+	id3 := b.deadLetterIDs(t, `job_id = (SELECT min(job_id) + 2 FROM dead_letter_jobs)`)[0]
+	page = b.get(t, "/console/dead-letters?error=ATTEMPT+2+OF+JOB+3")
+	r := row(t, page, id3)
+	found := firstCells(page)
+	require.Len(t, found, 11, "jobs 3 and 30 to 39")
+	require.Equal(t, id3, found[10], "job 3 is the oldest")
+	require.Equal(t, "specview", r[2])
+	require.Equal(t, "specview_priority", r[3])
+	require.Equal(t, "attempt 2 of job 3", r[5])
+	require.Equal(t, "2/2", r[6])
+	require.Equal(t, "no", r[8])
+
+	// Filters.
+	require.Equal(t, b.deadLetterIDs(t, "queue = 'analysis_default'"), firstCells(b.get(t, "/console/dead-letters?queue=analysis_default")))
+	require.Len(t, firstCells(b.get(t, "/console/dead-letters?kind=analysis")), 30)
+	require.Empty(t, firstCells(b.get(t, "/console/dead-letters?kind=analysis&queue=specview_default")))
+	require.Contains(t, b.get(t, "/console/dead-letters?queue=nope"), "No dead letter matches.")
+	res := b.send(t, "GET", "/console/dead-letters?state=maybe", b.asOperator())
+	require.Equal(t, http.StatusBadRequest, res.status)
+	require.Contains(t, string(res.body), "State must be any, pending or replayed.")
+
+	// The dead letter's page: every attempt's error, the args.
+	page = b.get(t, "/console/dead-letters/"+id3)
+	for _, want := range []string{"Attempt 1 at", "attempt 1 of job 3", "Attempt 2 at", "attempt 2 of job 3", `&#34;analysis_result_id&#34;: 3`, "specview_priority (priority"} {
+		require.Contains(t, page, want)
+	}
+	require.Equal(t, http.StatusNotFound, b.send(t, "GET", "/console/dead-letters/999999", b.asOperator()).status)
+	require.Equal(t, http.StatusBadRequest, b.send(t, "GET", "/console/dead-letters/x", b.asOperator()).status)
+
+	// Replay needs a reason.
+	res = b.post(t, "/console/dead-letters/"+id3+"/replay", url.Values{"reason": {"  "}})
+	require.Equal(t, http.StatusBadRequest, res.status)
+	require.Contains(t, string(res.body), "Give a reason for the replay.")
+	// Replayed into the service's other queue, by alice, with her reason.
+	res = b.post(t, "/console/dead-letters/"+id3+"/replay", url.Values{"reason": {"vendor fixed"}, "to_queue": {"specview_default"}})
+	require.Equal(t, http.StatusSeeOther, res.status, string(res.body))
+	var (
+		by         string
+		jobID      int64
+		queue      string
+		kind       string
+		attempt    int
+		metadataRe []byte
+	)
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT replayed_by, replay_job_id FROM dead_letter_jobs WHERE id = $1`, id3).Scan(&by, &jobID))
+	require.Equal(t, "alice", by)
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT queue, kind, attempt, metadata FROM river_job WHERE id = $1`, jobID).Scan(&queue, &kind, &attempt, &metadataRe))
+	require.Equal(t, "specview_default", queue)
+	require.Equal(t, "specview", kind)
+	require.Equal(t, 0, attempt)
+	require.Contains(t, string(metadataRe), `"actor": "alice"`)
+	require.Contains(t, string(metadataRe), `"reason": "vendor fixed"`)
+	page = b.get(t, "/console/dead-letters/"+id3)
+	require.Contains(t, page, `by <span class="value">alice</span> as job <a href="/riverui/jobs/`+strconv.FormatInt(jobID, 10)+`">`)
+	require.Contains(t, page, "Replay again")
+	require.Equal(t, "yes", map[bool]string{true: "yes"}[strings.Contains(row(t, b.get(t, "/console/dead-letters?state=replayed"), id3)[8], "by alice")])
+	require.Equal(t, []string{id3}, firstCells(b.get(t, "/console/dead-letters?state=replayed")))
+	require.Len(t, firstCells(b.get(t, "/console/dead-letters?state=pending&kind=specview")), 29)
+
+	// Once: a second replay without force is refused, 409.
+	res = b.post(t, "/console/dead-letters/"+id3+"/replay", url.Values{"reason": {"again"}})
+	require.Equal(t, http.StatusConflict, res.status)
+	require.Contains(t, string(res.body), "Not replayed: dead letter already replayed")
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job`))
+	// To another service's queue: refused, 400.
+	res = b.post(t, "/console/dead-letters/"+all[0]+"/replay", url.Values{"reason": {"x"}, "to_queue": {"scheduler"}})
+	require.Equal(t, http.StatusBadRequest, res.status)
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job`))
+
+	// Purge: only confirmed.
+	res = b.post(t, "/console/dead-letters/"+all[0]+"/purge", url.Values{})
+	require.Equal(t, http.StatusBadRequest, res.status)
+	require.Equal(t, 60, b.db.Count(t, `SELECT count(*) FROM dead_letter_jobs`))
+	res = b.post(t, "/console/dead-letters/"+all[0]+"/purge", url.Values{"confirm": {"1"}})
+	require.Equal(t, http.StatusSeeOther, res.status)
+	require.Equal(t, "/console/dead-letters?purged="+all[0], res.header.Get("Location"))
+	require.Equal(t, 0, b.db.Count(t, `SELECT count(*) FROM dead_letter_jobs WHERE id = $1`, all[0]))
+	require.Equal(t, 59, b.db.Count(t, `SELECT count(*) FROM dead_letter_jobs`))
+	require.Contains(t, b.get(t, "/console/dead-letters?purged="+all[0]), "Dead letter "+all[0]+" purged.")
+	res = b.post(t, "/console/dead-letters/"+all[0]+"/purge", url.Values{"confirm": {"1"}})
+	require.Equal(t, http.StatusNotFound, res.status)
+	log := b.log.String()
+	require.Contains(t, log, `"msg":"console action","action":"purge","actor":"alice","dead_letter_id":`+all[0])
+	require.Contains(t, log, `"msg":"console action","action":"replay","actor":"alice","dead_letter_id":`+id3+`,"to_queue":"specview_default","force":false`)
+}
+
+// TestConsoleBulkReplay: the confirmation shows the filter's pending dead
+// letters and carries their ids; the replay acts on exactly those, not on
+// one drained after the confirmation.
+func TestConsoleBulkReplay(t *testing.T) {
+	t.Parallel()
+	b := setupConsole(t)
+	testdb.SeedDiscarded(t, b.db, 12) // 2 per service queue
+	drainAll(t, b.bundle)
+	confirmed := b.deadLetterIDs(t, "queue = 'analysis_default'")
+	require.Len(t, confirmed, 2)
+
+	page := b.get(t, "/console/dead-letters?queue=analysis_default")
+	require.Contains(t, page, `<a href="/console/dead-letters/replay?queue=analysis_default">Replay the pending dead letters of this filter…</a>`)
+	page = b.get(t, "/console/dead-letters/replay?queue=analysis_default")
+	require.Contains(t, page, "This replays exactly the <strong>2</strong> dead letters listed below")
+	require.Contains(t, page, "Replayable now, over the whole filter: 2")
+	ids := regexp.MustCompile(`<input type="hidden" name="id" value="(\d+)">`).FindAllStringSubmatch(page, -1)
+	var carried []string
+	for _, m := range ids {
+		carried = append(carried, m[1])
+	}
+	require.Equal(t, confirmed, carried)
+
+	// Another dead letter of the filter arrives before the operator
+	// confirms: seed.Discarded's i = 7 is analysis_default's again.
+	testdb.SeedDiscarded(t, b.db, 7)
+	drainAll(t, b.bundle)
+	require.Len(t, b.deadLetterIDs(t, "queue = 'analysis_default'"), 4)
+
+	res := b.post(t, "/console/dead-letters/replay", url.Values{"id": carried, "reason": {"upstream back"}, "queue": {"analysis_default"}})
+	require.Equal(t, http.StatusOK, res.status, string(res.body))
+	require.Contains(t, string(res.body), "Replayed 2 of the 2 dead letters confirmed.")
+	require.Equal(t, confirmed, b.deadLetterIDs(t, "replayed_by = 'alice'"))
+	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM river_job WHERE queue = 'analysis_default' AND kind = 'analysis'`))
+	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM dead_letter_jobs WHERE queue = 'analysis_default' AND replayed_at IS NULL`))
+
+	// The same form again: each is replayed once.
+	res = b.post(t, "/console/dead-letters/replay", url.Values{"id": carried, "reason": {"upstream back"}})
+	require.Equal(t, http.StatusOK, res.status)
+	require.Contains(t, string(res.body), "Replayed 0 of the 2 dead letters confirmed.")
+	r := row(t, string(res.body), carried[0])
+	require.True(t, strings.HasPrefix(r[1], "dead letter already replayed: id "+carried[0]+" was replayed as job "), r[1])
+	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM river_job`))
+
+	for name, form := range map[string]url.Values{
+		"no id":     {"reason": {"r"}},
+		"no reason": {"id": carried},
+		"bad id":    {"id": {"x"}, "reason": {"r"}},
+		"1001 ids": {"id": func() []string {
+			s := make([]string, 1001)
+			for i := range s {
+				s[i] = strconv.Itoa(i + 1)
+			}
+			return s
+		}(), "reason": {"r"}},
+	} {
+		require.Equal(t, http.StatusBadRequest, b.post(t, "/console/dead-letters/replay", form).status, name)
+	}
+	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM river_job`))
+	require.Contains(t, b.log.String(), `"msg":"console action","action":"bulk replay","actor":"alice","asked":2,"replayed":2`)
+}
+
+// TestConsoleEscalations: the audit, newest first, with its filters.
+func TestConsoleEscalations(t *testing.T) {
+	t.Parallel()
+	b := setupConsole(t)
+	ctx := context.Background()
+	queues := testdb.Registry(t).Queues()
+	var jobIDs []int64
+	for i, actor := range []string{"alice", "bob", "alice"} {
+		id := testdb.InsertWaitingJob(t, b.db, testdb.WaitingJob{Queue: []string{"analysis_default", "specview_default", "analysis_default"}[i]})
+		_, err := escalation.Escalate(ctx, b.db.Pool, queues, escalation.Request{JobID: id, To: routing.Priority, Actor: actor, Reason: "call #" + strconv.Itoa(i)})
+		require.NoError(t, err)
+		jobIDs = append(jobIDs, id)
+	}
+	page := b.get(t, "/console/escalations")
+	all := rows(page)[1:]
+	require.Len(t, all, 3)
+	require.Equal(t, []string{strconv.FormatInt(jobIDs[2], 10), "analysis_default (priority 4)", "analysis_priority (priority 1)", "alice", "call #2"}, all[0][1:])
+	require.Equal(t, "bob", all[1][4])
+	require.Contains(t, page, `<a href="/riverui/jobs/`+strconv.FormatInt(jobIDs[0], 10)+`">`)
+
+	require.Len(t, rows(b.get(t, "/console/escalations?actor=alice"))[1:], 2)
+	require.Len(t, rows(b.get(t, "/console/escalations?queue=specview_priority"))[1:], 1)
+	require.Contains(t, b.get(t, "/console/escalations?since=2999-01-01T00:00"), "No escalation matches.")
+	require.Len(t, rows(b.get(t, "/console/escalations?since=2000-01-01&until=2999-01-01T00:00:00Z"))[1:], 3)
+	res := b.send(t, "GET", "/console/escalations?since=yesterday", b.asOperator())
+	require.Equal(t, http.StatusBadRequest, res.status)
+	require.Contains(t, string(res.body), "Since must be a time")
+	res = b.send(t, "GET", "/console/escalations?since=2026-01-02&until=2026-01-01", b.asOperator())
+	require.Equal(t, http.StatusBadRequest, res.status)
+	require.Contains(t, string(res.body), "since must be before until")
+}
+
+// TestConsoleOverview: per queue, jobs by state with held apart, the
+// oldest wait, River's pause and the dead letters pending; the leader.
+func TestConsoleOverview(t *testing.T) {
+	t.Parallel()
+	b := setupConsole(t)
+	ctx := context.Background()
+	seedStarvingHeldTenant(t, b.bundle)
+	testdb.SeedDiscarded(t, b.db, 7) // 2 for analysis_default, 1 per other service queue
+	drainAll(t, b.bundle)
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO river_queue (name, created_at, metadata, paused_at, updated_at)
+		VALUES ('specview_default', now(), '{}', '2026-03-01 10:00:00Z', now())`)
+	require.NoError(t, err)
+
+	page := b.get(t, "/console/")
+	require.Contains(t, page, "River leader: <strong>none in the last minute</strong>")
+	require.Contains(t, page, `Dead letters pending: <a href="/console/dead-letters?state=pending">7</a>`)
+	def := row(t, page, "analysis_default")
+	require.Equal(t, []string{"analysis_default", "2", "3", "0", "0", "0", "0"}, def[:7], "available 2, held 3")
+	require.Contains(t, []string{"1m30s", "1m31s"}, def[7], "the starving tenant's wait")
+	require.Equal(t, []string{"no", "2"}, def[8:])
+	require.Contains(t, page, `<a href="/console/dead-letters?queue=analysis_default&amp;state=pending">2</a>`)
+	require.Equal(t, []string{"analysis_priority", "1", "0", "0", "0", "0", "0", "0s", "no", "1"}, row(t, page, "analysis_priority"))
+	require.Equal(t, []string{"specview_default", "0", "0", "0", "0", "0", "0", "0s", "paused since 2026-03-01 10:00:00Z", "1"}, row(t, page, "specview_default"))
+	require.Equal(t, []string{"scheduler", "0", "0", "0", "0", "0", "0", "0s", "no", "0"}, row(t, page, "scheduler"))
+
+	_, err = b.db.Pool.Exec(ctx, `INSERT INTO river_leader (elected_at, expires_at, leader_id) VALUES (now(), now() + interval '15 seconds', 'scheduler-7')`)
+	require.NoError(t, err)
+	require.Contains(t, b.get(t, "/console/"), `River leader: <span class="value">scheduler-7</span>.`)
+}
+
+// hostile is a value a producer, a worker or an operator could write:
+// markup, an ANSI escape sequence (clear screen, OSC title), a
+// right-to-left override, and 10 KB.
+var hostile = `<script>alert(1)</script>` + "\x1b[2J\x1b]0;owned\x07" + "abc\u202edcba" + strings.Repeat("A", 10<<10)
+
+// requireInert checks that page shows hostile as inert text: no markup,
+// no control or bidi character, and their visible escapes instead.
+func requireInert(t *testing.T, page, what string) {
+	t.Helper()
+	require.NotContains(t, page, "<script>", what)
+	require.NotContains(t, page, "\x1b", what)
+	require.NotContains(t, page, "\x07", what)
+	require.NotContains(t, page, "\u202e", what)
+	require.Contains(t, page, `&lt;script&gt;alert(1)&lt;/script&gt;\x1b[2J\x1b]0;owned\a`+`abc\u202edcba`, what)
+}
+
+// TestConsoleHostileValues: hostile args, errors, tenants, actors and
+// reasons render as inert, escaped text on every page.
+func TestConsoleHostileValues(t *testing.T) {
+	t.Parallel()
+	b := setupConsole(t)
+	ctx := context.Background()
+	insert := func(jobID int64, kind, tenant string) int64 {
+		t.Helper()
+		var id int64
+		err := b.db.Pool.QueryRow(ctx, `
+		INSERT INTO dead_letter_jobs (job_id, kind, queue, priority, args, metadata, errors, attempt, max_attempts, created_at, finalized_at)
+		VALUES ($1, $2, 'analysis_default', 4, jsonb_build_object('target', $3::text), jsonb_build_object('tierq:tenant', $4::text),
+		        jsonb_build_array(jsonb_build_object('at', now(), 'attempt', 1, 'error', $3::text, 'trace', $3::text)), 1, 1, now(), now())
+		RETURNING id`, jobID, kind, hostile, tenant).Scan(&id)
+		require.NoError(t, err)
+		return id
+	}
+	requireInert(t, b.get(t, "/console/dead-letters/"+strconv.FormatInt(insert(1, hostile, hostile), 10)), "hostile kind and tenant")
+	// A dead letter River takes back (its tenant check refuses control
+	// characters and more than 200 bytes), with hostile args and errors.
+	id := insert(2, jobs.KindAnalysis, "<b>tenant</b>")
+	path := "/console/dead-letters/" + strconv.FormatInt(id, 10)
+
+	list := b.get(t, "/console/dead-letters")
+	require.NotContains(t, list, "<script>")
+	require.NotContains(t, list, "\x1b")
+	require.NotContains(t, list, strings.Repeat("A", 200), "the list cuts long values")
+	require.Contains(t, list, `&lt;script&gt;alert(1)&lt;/script&gt;\x1b[2J`)
+	page := b.get(t, path)
+	requireInert(t, page, "dead letter page")
+	require.Contains(t, page, strings.Repeat("A", 10<<10), "the page shows all of it")
+	require.Contains(t, b.get(t, "/console/dead-letters?error="+url.QueryEscape("\u202edcba")), `abc\u202edcba`, "error text search")
+	requireInert(t, b.get(t, "/console/dead-letters/replay"), "bulk confirmation")
+
+	// The actor is what the operator typed as the user name, hostile too;
+	// so is the reason.
+	actor := "<script>x</script>\x1b[31m\u202eeve"
+	req := b.asOperator()
+	req.user = actor
+	req.form = url.Values{"reason": {hostile[:200]}}
+	res := b.send(t, "POST", path+"/replay", req)
+	require.Equal(t, http.StatusSeeOther, res.status, string(res.body))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM dead_letter_jobs WHERE replayed_by = $1`, actor))
+	for _, p := range []string{path, "/console/dead-letters"} {
+		req.form = nil
+		page := string(b.send(t, "GET", p, req).body)
+		require.Contains(t, page, `&lt;script&gt;x&lt;/script&gt;\x1b[31m\u202eeve`, p)
+		require.NotContains(t, page, "\u202e", p)
+		require.NotContains(t, page, "<script>", p)
+	}
+
+	// Escalations: hostile actor and reason.
+	// (Escalate takes 2,000 bytes of reason at most; the audit's column
+	// takes anything.)
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO job_escalations (job_id, from_queue, to_queue, from_priority, to_priority, actor, reason)
+		VALUES (1, 'analysis_default', 'analysis_priority', 4, 1, $1, $2)`, "op\u202e<b>", hostile)
+	require.NoError(t, err)
+	page = b.get(t, "/console/escalations")
+	requireInert(t, page, "escalations")
+	require.Contains(t, page, `op\u202e&lt;b&gt;`)
+	require.Contains(t, page, strings.Repeat("A", 10<<10), "the whole reason, in its details")
+
+	// The tenant of a held job and the overview's queue names come from
+	// River's tables; the overview shows no tenant yet.
+	requireInert(t, b.get(t, "/console/dead-letters/"+strconv.FormatInt(id, 10)), "tenant")
+}
