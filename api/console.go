@@ -59,6 +59,10 @@ const ConsolePrefix = "/console"
 // consoleCSP is the console's Content-Security-Policy: its own stylesheet,
 // no script, no plugin, forms posted to itself only, and no framing (a
 // page of another site cannot frame the console to trick a click).
+// maxConsoleActorBytes bounds the user name an action records as its actor
+// (dlq.ReplayOptions.Actor's bound).
+const maxConsoleActorBytes = 200
+
 const consoleCSP = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
 // maxFormBytes bounds a console form's body: a bulk replay's form carries
@@ -146,6 +150,7 @@ func (s *Server) consoleGuard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", consoleCSP)
+		h.Set("X-Frame-Options", "DENY") // for browsers without frame-ancestors
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Cache-Control", "no-store")
@@ -175,6 +180,12 @@ func (s *Server) consoleGuard(next http.Handler) http.Handler {
 			}
 			if kind != credentialBasic {
 				s.consoleError(w, r, http.StatusForbidden, "Console actions need Basic auth: the user name is the actor of the action.")
+				return
+			}
+			// Every action records its actor: a blank or over-long user name
+			// acts for nobody (purge, unlike replay, has no check of its own).
+			if user, _, _ := r.BasicAuth(); strings.TrimSpace(user) == "" || len(user) > maxConsoleActorBytes {
+				s.consoleError(w, r, http.StatusForbidden, fmt.Sprintf("Console actions need a user name of 1 to %d bytes at login: it is recorded as the actor of the action.", maxConsoleActorBytes))
 				return
 			}
 			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
@@ -227,7 +238,14 @@ func (s *Server) consoleHandler() http.Handler {
 	if err != nil {
 		panic(err) // the embedded directory is there: a bug
 	}
-	mux.Handle("GET "+ConsolePrefix+"/static/", http.StripPrefix(ConsolePrefix+"/static/", http.FileServerFS(static)))
+	files := http.StripPrefix(ConsolePrefix+"/static/", http.FileServerFS(static))
+	mux.HandleFunc("GET "+ConsolePrefix+"/static/", func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") { // no directory listings
+			s.consoleError(w, r, http.StatusNotFound, "No such console page.")
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 	mux.HandleFunc("GET "+ConsolePrefix+"/{$}", s.consoleOverview)
 	mux.HandleFunc("GET "+ConsolePrefix+"/dead-letters", s.consoleDeadLetters)
 	mux.HandleFunc("GET "+ConsolePrefix+"/dead-letters/{id}", s.consoleDeadLetter)

@@ -51,7 +51,7 @@ func (f deadLetterFilter) dlq() (dlq.Filter, string) {
 	case dlStateReplayed:
 		out.Replayed = true
 	default:
-		return out, "State must be any, pending or replayed."
+		return out, "State must be empty (any), pending or replayed."
 	}
 	if err := out.Validate(); err != nil {
 		return out, err.Error()
@@ -92,7 +92,12 @@ func (s *Server) consoleDeadLetters(w http.ResponseWriter, r *http.Request) {
 		ReplayURL string // the bulk replay's confirmation of the filter
 		Purged    string // the id of a dead letter just purged
 		Newest    string // the first page's URL
-	}{Filter: form, Purged: q.Get("purged"), FirstPage: q.Get("before") == ""}
+	}{Filter: form, FirstPage: q.Get("before") == ""}
+	// Only an id is echoed: a crafted link cannot make the page say
+	// anything else was purged.
+	if n, err := strconv.ParseInt(q.Get("purged"), 10, 64); err == nil && n > 0 {
+		data.Purged = strconv.FormatInt(n, 10)
+	}
 	page := consolePage{Title: "Dead letters", Nav: "dead-letters", Data: &data}
 	f, problem := form.dlq()
 	var before int64

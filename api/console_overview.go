@@ -2,9 +2,11 @@ package api
 
 // The console's overview: per queue, jobs by state with the held ones
 // apart, the oldest waiting job, River's pause and the dead letters
-// pending; and the River leader. The same reads as GET /v1/queues
-// (queuestats.Summaries), /metrics' DLQ depth (dlq.PendingDepth) and
-// readyz's leader (queuestats.RecentLeader).
+// pending; and the River leader. Read from the API's metrics snapshot
+// (queuestats.Summaries, dlq.PendingDepth, queuestats.RecentLeader, at
+// most MetricsCacheFor old, shared with /metrics' scrapes), so that a page
+// load never reads the queues' waiting jobs itself; only River's pauses
+// (one row per paused queue) are read on each load.
 //
 // Not here yet: waits p50/p99 over the last 5 and 60 minutes, which need
 // waits recorded by the processes (issue 34), workers and lending.
@@ -13,7 +15,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/internal/queuestats"
 	"github.com/tierq/tierq/internal/riverschema"
 )
@@ -31,9 +32,9 @@ type overviewQueue struct {
 
 func (s *Server) consoleOverview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	summaries, err := queuestats.Summaries(ctx, s.pool, s.cfg.Registry.Queues())
-	if err != nil {
-		s.consoleInternal(w, r, err)
+	snap := s.metrics.db.current()
+	if snap.err != nil {
+		s.consoleInternal(w, r, snap.err)
 		return
 	}
 	paused, err := queuestats.Paused(ctx, s.pool)
@@ -41,21 +42,13 @@ func (s *Server) consoleOverview(w http.ResponseWriter, r *http.Request) {
 		s.consoleInternal(w, r, err)
 		return
 	}
-	depth, err := dlq.PendingDepth(ctx, s.pool)
-	if err != nil {
-		s.consoleInternal(w, r, err)
-		return
-	}
-	leader, err := queuestats.RecentLeader(ctx, s.pool)
-	if err != nil {
-		s.consoleInternal(w, r, err)
-		return
-	}
+	summaries, depth, leader := snap.queues, snap.depth, snap.leader
 	data := struct {
 		Queues      []overviewQueue
 		Leader      string
 		DeadLetters int
-	}{Leader: leader, DeadLetters: depth.Total}
+		ReadAt      time.Time // when the snapshot was read
+	}{Leader: leader, DeadLetters: depth.Total, ReadAt: snap.readAt}
 	for _, sum := range summaries {
 		at, isPaused := paused[sum.Name]
 		data.Queues = append(data.Queues, overviewQueue{

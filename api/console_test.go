@@ -91,6 +91,7 @@ func (b *consoleBundle) send(t *testing.T, method, path string, req consoleReq) 
 	require.NoError(t, err)
 	require.Equal(t, consoleCSP, resp.Header.Get("Content-Security-Policy"), "%s %s", method, path)
 	require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"), "%s %s", method, path)
+	require.Equal(t, "DENY", resp.Header.Get("X-Frame-Options"), "%s %s", method, path)
 	return response{status: resp.StatusCode, header: resp.Header, body: data}
 }
 
@@ -198,6 +199,18 @@ func TestConsoleAuth(t *testing.T) {
 	res = b.send(t, "GET", "/console/nope", b.asOperator())
 	require.Equal(t, http.StatusNotFound, res.status)
 	require.Contains(t, string(res.body), "No such console page")
+	res = b.send(t, "GET", "/console/static/", b.asOperator())
+	require.Equal(t, http.StatusNotFound, res.status, "no directory listing")
+	require.Contains(t, string(res.body), "No such console page")
+	// An action records its actor: a blank or over-long user name is
+	// refused before anything is done.
+	for _, user := range []string{"", "   ", strings.Repeat("a", 201)} {
+		req := b.asOperator()
+		req.user, req.form = user, url.Values{"confirm": {"1"}}
+		res = b.send(t, "POST", "/console/dead-letters/1/purge", req)
+		require.Equal(t, http.StatusForbidden, res.status, "user %q", user)
+		require.Contains(t, string(res.body), "Console actions need a user name of 1 to 200 bytes at login")
+	}
 	res = b.send(t, "DELETE", "/console/dead-letters/1", b.asOperator())
 	require.Equal(t, http.StatusMethodNotAllowed, res.status)
 	res = b.send(t, "GET", "/console/dead-letters?queue=%00", b.asOperator())
@@ -282,7 +295,7 @@ func TestConsoleDeadLetters(t *testing.T) {
 	require.Contains(t, b.get(t, "/console/dead-letters?queue=nope"), "No dead letter matches.")
 	res := b.send(t, "GET", "/console/dead-letters?state=maybe", b.asOperator())
 	require.Equal(t, http.StatusBadRequest, res.status)
-	require.Contains(t, string(res.body), "State must be any, pending or replayed.")
+	require.Contains(t, string(res.body), "State must be empty (any), pending or replayed.")
 
 	// The dead letter's page: every attempt's error, the args.
 	page = b.get(t, "/console/dead-letters/"+id3)
@@ -342,6 +355,7 @@ func TestConsoleDeadLetters(t *testing.T) {
 	require.Equal(t, 0, b.db.Count(t, `SELECT count(*) FROM dead_letter_jobs WHERE id = $1`, all[0]))
 	require.Equal(t, 59, b.db.Count(t, `SELECT count(*) FROM dead_letter_jobs`))
 	require.Contains(t, b.get(t, "/console/dead-letters?purged="+all[0]), "Dead letter "+all[0]+" purged.")
+	require.NotContains(t, b.get(t, "/console/dead-letters?purged=everything"), "purged.", "only an id is echoed")
 	res = b.post(t, "/console/dead-letters/"+all[0]+"/purge", url.Values{"confirm": {"1"}})
 	require.Equal(t, http.StatusNotFound, res.status)
 	log := b.log.String()
@@ -470,7 +484,12 @@ func TestConsoleOverview(t *testing.T) {
 
 	_, err = b.db.Pool.Exec(ctx, `INSERT INTO river_leader (elected_at, expires_at, leader_id) VALUES (now(), now() + interval '15 seconds', 'scheduler-7')`)
 	require.NoError(t, err)
-	require.Contains(t, b.get(t, "/console/"), `River leader: <span class="value">scheduler-7</span>.`)
+	// The figures are the metrics' snapshot, read at most every
+	// MetricsCacheFor (5 s): the new leader shows once it is read again.
+	testdb.WaitFor(t, 3*api.MetricsCacheFor, "the overview to show the new leader", func() bool {
+		return strings.Contains(b.get(t, "/console/"), `River leader: <span class="value">scheduler-7</span>.`)
+	})
+	require.Regexp(t, `Read at \d\d:\d\d:\d\d UTC`, b.get(t, "/console/"))
 }
 
 // hostile is a value a producer, a worker or an operator could write:

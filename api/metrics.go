@@ -28,6 +28,7 @@ type Metrics struct {
 	tierFallbacks *prometheus.CounterVec
 	escalations   *metrics.Escalations
 	own           []prometheus.Collector // tierq's, without the runtime collectors
+	db            *dbCollector
 }
 
 // MetricsCacheFor is how long one read of the database serves scrapes.
@@ -50,7 +51,8 @@ func NewMetrics(q db.Querier, services *service.Registry, logger *slog.Logger) *
 	// The reason label exists before the first fallback, so alerts on
 	// rate() see a zero, not a missing series.
 	m.tierFallbacks.WithLabelValues("lookup_error")
-	m.own = []prometheus.Collector{m.tierFallbacks, newDBCollector(q, services, logger, MetricsCacheFor)}
+	m.db = newDBCollector(q, services, logger, MetricsCacheFor)
+	m.own = []prometheus.Collector{m.tierFallbacks, m.db}
 	m.registry.MustRegister(m.own...)
 	m.own = append(m.own, m.escalations)
 	return m
@@ -89,9 +91,8 @@ type dbCollector struct {
 	logger   *slog.Logger
 	cacheFor time.Duration
 
-	mu      sync.Mutex
-	readAt  time.Time
-	metrics []prometheus.Metric
+	mu   sync.Mutex
+	last *dbSnapshot // nil before the first read
 
 	depth, held, oldest, oldestWaiting, unfetchable, dlqDepth, leaderPresent, dbUp *prometheus.Desc
 }
@@ -129,45 +130,69 @@ func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.dbUp
 }
 
-func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
+// dbSnapshot is one read of the database: what the gauges and the
+// console's overview show, at most cacheFor old.
+type dbSnapshot struct {
+	readAt      time.Time
+	err         error // the read failed: nothing else is set
+	queues      []QueueSummary
+	depth       dlq.Depth
+	leader      string
+	unfetchable map[string]int
+}
+
+// current is the last read, or a new one when it is cacheFor old.
+func (c *dbCollector) current() *dbSnapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.metrics == nil || time.Since(c.readAt) >= c.cacheFor {
-		c.metrics = c.read()
-		c.readAt = time.Now()
+	if c.last == nil || time.Since(c.last.readAt) >= c.cacheFor {
+		c.last = c.read()
+		c.last.readAt = time.Now()
 	}
-	for _, m := range c.metrics {
+	return c.last
+}
+
+func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.metrics(c.current()) {
 		ch <- m
 	}
 }
 
-// read queries the database once; on failure it reports only
-// tierq_metrics_database_up 0 (no tierq_leader_present: unknown is not
-// absent).
-func (c *dbCollector) read() []prometheus.Metric {
+// read queries the database once.
+func (c *dbCollector) read() *dbSnapshot {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	down := []prometheus.Metric{prometheus.MustNewConstMetric(c.dbUp, prometheus.GaugeValue, 0)}
-	queues, err := queuestats.Summaries(ctx, c.q, c.services.Queues())
-	if err != nil {
+	var (
+		snap dbSnapshot
+		err  error
+	)
+	if snap.queues, err = queuestats.Summaries(ctx, c.q, c.services.Queues()); err != nil {
 		c.logger.WarnContext(ctx, "metrics: read queues", slog.String("error", err.Error()))
-		return down
+		return &dbSnapshot{err: err}
 	}
-	depth, err := dlq.PendingDepth(ctx, c.q)
-	if err != nil {
+	if snap.depth, err = dlq.PendingDepth(ctx, c.q); err != nil {
 		c.logger.WarnContext(ctx, "metrics: read dead-letter depth", slog.String("error", err.Error()))
-		return down
+		return &dbSnapshot{err: err}
 	}
-	leader, err := queuestats.RecentLeader(ctx, c.q)
-	if err != nil {
+	if snap.leader, err = queuestats.RecentLeader(ctx, c.q); err != nil {
 		c.logger.WarnContext(ctx, "metrics: read leader", slog.String("error", err.Error()))
-		return down
+		return &dbSnapshot{err: err}
 	}
-	unfetchable, err := queuestats.Unfetchable(ctx, c.q)
-	if err != nil {
+	if snap.unfetchable, err = queuestats.Unfetchable(ctx, c.q); err != nil {
 		c.logger.WarnContext(ctx, "metrics: read unfetchable jobs", slog.String("error", err.Error()))
-		return down
+		return &dbSnapshot{err: err}
 	}
+	return &snap
+}
+
+// metrics are the gauges of snap; of a failed read only
+// tierq_metrics_database_up 0 (no tierq_leader_present: unknown is not
+// absent).
+func (c *dbCollector) metrics(snap *dbSnapshot) []prometheus.Metric {
+	if snap.err != nil {
+		return []prometheus.Metric{prometheus.MustNewConstMetric(c.dbUp, prometheus.GaugeValue, 0)}
+	}
+	queues, depth, leader, unfetchable := snap.queues, snap.depth, snap.leader, snap.unfetchable
 	var out []prometheus.Metric
 	for _, q := range queues {
 		for state, n := range q.Counts {
