@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -308,7 +309,13 @@ func (t *trafficRunner) kill(ctx context.Context, f *TrafficFaults) (*kill, erro
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		victim = nil
 		most := -1
-		for _, p := range t.app.live(RoleWorker) {
+		// The first service's workers first: on a tie (none running, the
+		// tests' sizes) the victim is the first service's first worker.
+		workers := t.app.live(RoleWorker)
+		slices.SortStableFunc(workers, func(a, b *appProcess) int {
+			return cmpBool(b.service == t.services[0].Name(), a.service == t.services[0].Name())
+		})
+		for _, p := range workers {
 			var n int
 			if err := t.e.Pool.QueryRow(ctx, `SELECT count(*) FROM `+riverschema.JobTable+` WHERE state = '`+riverschema.StateRunning+`' AND attempted_by[array_length(attempted_by, 1)] = $1`,
 				p.clientID).Scan(&n); err != nil {
@@ -348,6 +355,17 @@ func (t *trafficRunner) kill(ctx context.Context, f *TrafficFaults) (*kill, erro
 	}
 	f.KilledWorker, f.KilledRunning, f.KilledScheduler = victim.name, len(k.hits), leader.name
 	return k, nil
+}
+
+// cmpBool orders true before false: cmpBool(b, a) sorts a's true first.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 // waitBackendsGone waits until no backend of PostgreSQL has application_name
