@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -160,7 +161,14 @@ func TestServesMetrics(t *testing.T) {
 		return db.Jobs(t, "id = $1", res.Job.ID)[0].State == "completed"
 	})
 
-	body := proctest.Scrape(t, url)
+	// Fair share's first pass at start may still be running on a loaded
+	// machine when the job completes: wait for it to be counted.
+	passes := regexp.MustCompile(`tierq_fair_share_passes_total\{queue="analysis_priority"\} [1-9]`)
+	var body string
+	testdb.WaitFor(t, 20*time.Second, "fair share's first pass to be counted", func() bool {
+		body = proctest.Scrape(t, url)
+		return passes.MatchString(body)
+	})
 	require.Contains(t, body, `tierq_jobs_total{kind="loadtest",outcome="completed",queue="analysis_priority"} 1`)
 	require.Contains(t, body, `tierq_job_wait_seconds_count{queue="analysis_priority",tier="unknown"} 1`)
 	// Fair share runs (at least its first pass at start) and reports the
