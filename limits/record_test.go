@@ -128,7 +128,10 @@ func TestOverrides(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"nothing to set", func() error { _, err := limits.SetOverride(ctx, db.Pool, "analyzer", "acme", limits.Override{}); return err }(),
+		{"nothing to set", func() error {
+			_, err := limits.SetOverride(ctx, db.Pool, "analyzer", "acme", limits.Override{})
+			return err
+		}(),
 			"nothing to set: give max_running, rate or daily_quota"},
 		{"out of range", func() error {
 			n := int64(-5)
@@ -151,7 +154,10 @@ func TestOverrides(t *testing.T) {
 			_, err := limits.ListOverrides(ctx, db.Pool, limits.ListParams{Service: "analyzer", After: "\xff"})
 			return err
 		}(), "after: invalid tenant id: invalid UTF-8 at byte 0"},
-		{"limit", func() error { _, err := limits.ListOverrides(ctx, db.Pool, limits.ListParams{Limit: 10_001}); return err }(),
+		{"limit", func() error {
+			_, err := limits.ListOverrides(ctx, db.Pool, limits.ListParams{Limit: 10_001})
+			return err
+		}(),
 			"limit is 10001: must be between 1 and 10000"},
 	}
 	for _, tt := range tests {
