@@ -16,7 +16,7 @@ import (
 // UsageRetentionDays is how many days of quota counts (table
 // tenant_quota_usage) are kept before today: a month of daily counts to
 // compare with what was billed. Older rows are deleted by the tenant's next
-// charge (Charge) and by Record.
+// charge under a quota (Charge) and by Record, at every scheduler start.
 const UsageRetentionDays = 31
 
 // recordRow is one row of tier_limits as Record sends it.
