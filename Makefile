@@ -22,7 +22,7 @@ test:
 
 ## fuzz: run each of the API's request-decoder fuzz targets for FUZZTIME (default 30s) against real PostgreSQL; `make test` runs only their seed corpora
 FUZZTIME ?= 30s
-FUZZ_TARGETS := FuzzParseCreateJob FuzzCheckText FuzzCreateJobRequest FuzzPatchJobRequest FuzzReplayRequest FuzzBulkReplayRequest FuzzDeadLetterQuery FuzzQueuePath FuzzEscalationQuery
+FUZZ_TARGETS := FuzzParseCreateJob FuzzCheckText FuzzCreateJobRequest FuzzPatchJobRequest FuzzReplayRequest FuzzBulkReplayRequest FuzzDeadLetterQuery FuzzQueuePath FuzzEscalationQuery FuzzLimitsRequest
 fuzz:
 	@eval "$$(scripts/pg.sh test)" && \
 	  { status=0; for target in $(FUZZ_TARGETS); do \

@@ -129,6 +129,11 @@ func TestAuthMatrix(t *testing.T) {
 		{"POST", "/v1/dead-letters/1/replay", true},
 		{"POST", "/v1/dead-letters/replay", true},
 		{"DELETE", "/v1/dead-letters/1", true},
+		{"GET", "/v1/escalations", true},
+		{"GET", "/v1/limits", true},
+		{"GET", "/v1/limits/analyzer/tenant?id=u_1", true},
+		{"PATCH", "/v1/limits/analyzer/tenant?id=u_1", true},
+		{"DELETE", "/v1/limits/analyzer/tenant?id=u_1", true},
 	}
 	for _, rt := range routes {
 		t.Run(rt.method+" "+rt.path, func(t *testing.T) {

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/escalation"
+	"github.com/tierq/tierq/limits"
 )
 
 // errorBody is every error's JSON.
@@ -42,7 +44,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // anything else is an internal error.
 func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
-	case errors.Is(err, dlq.ErrInvalid), errors.Is(err, escalation.ErrInvalid):
+	case errors.Is(err, dlq.ErrInvalid), errors.Is(err, escalation.ErrInvalid), errors.Is(err, limits.ErrInvalid):
 		writeError(w, http.StatusBadRequest, "%v", err)
 	case errors.Is(err, dlq.ErrNotFound), errors.Is(err, escalation.ErrNotFound), errors.Is(err, errJobNotFound):
 		writeError(w, http.StatusNotFound, "%v", err)
@@ -52,6 +54,15 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	default:
 		s.internalError(w, r, err)
 	}
+}
+
+// writeQuotaError answers a job its tenant's daily quota refused: 429,
+// Retry-After the seconds until the quota resets (the next midnight UTC,
+// from the inserting transaction's clock; at least 1), and the error's
+// message, which names the tenant, the quota and when it resets.
+func writeQuotaError(w http.ResponseWriter, quota *limits.QuotaError) {
+	w.Header().Set("Retry-After", strconv.FormatInt(int64(quota.RetryAfter.Seconds()), 10))
+	writeError(w, http.StatusTooManyRequests, "%v", quota)
 }
 
 // internalError logs err and answers 500 without its details (they may name

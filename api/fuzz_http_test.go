@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -48,8 +49,8 @@ func fuzzHandler(f *testing.F) http.Handler {
 
 // serveFuzz serves one request and fails t unless the answer keeps the
 // promise: below 500, JSON, and an error's body {"error": "..."} (or
-// ServeMux's redirect to a clean path). A URL the client could not send is
-// skipped.
+// ServeMux's redirect to a clean path, or a 204 without a body). A URL the
+// client could not send is skipped.
 func serveFuzz(t testing.TB, handler http.Handler, method, target, token string, body []byte) *httptest.ResponseRecorder {
 	t.Helper()
 	req, err := http.NewRequest(method, "http://tierq.test"+target, bytes.NewReader(body))
@@ -68,6 +69,12 @@ func serveFuzz(t testing.TB, handler http.Handler, method, target, token string,
 		// "//a") to the clean one: no body to speak of, but a Location.
 		if rec.Header().Get("Location") == "" {
 			t.Fatalf("%s %q with %q: %d without a Location", method, target, body, rec.Code)
+		}
+		return rec
+	}
+	if rec.Code == http.StatusNoContent {
+		if rec.Body.Len() > 0 {
+			t.Fatalf("%s %q with %q: 204 with a body: %s", method, target, body, rec.Body)
 		}
 		return rec
 	}
@@ -181,5 +188,23 @@ func FuzzQueuePath(f *testing.F) {
 			return
 		}
 		serveFuzz(t, handler, "GET", "/v1/queues/"+queue+"/priority-stats", adminToken, nil)
+	})
+}
+
+// FuzzLimitsRequest: PATCH, GET and DELETE /v1/limits/{service}/tenant
+// with any service, tenant id and body.
+func FuzzLimitsRequest(f *testing.F) {
+	f.Add("analyzer", "u_1", []byte(`{"daily_quota":5,"rate":"10/s","max_running":1}`))
+	f.Add("analyzer", "u/../x", []byte(`{"daily_quota":null,"rate":null}`))
+	f.Add("specgen", "\x00", []byte(`{"rate":"0"}`))
+	f.Add("analyzer", "\xff\xfe", []byte("{\"rate\":\"1\x00/s\"}"))
+	f.Add("x", "", []byte(`{"max_running":1e999}`))
+	f.Add("analyzer", "u", []byte(`{"daily_quota":-9223372036854775808}`))
+	handler := fuzzHandler(f)
+	f.Fuzz(func(t *testing.T, service, tenant string, body []byte) {
+		target := "/v1/limits/" + url.PathEscape(service) + "/tenant?id=" + url.QueryEscape(tenant)
+		serveFuzz(t, handler, "PATCH", target, adminToken, body)
+		serveFuzz(t, handler, "GET", target, adminToken, nil)
+		serveFuzz(t, handler, "DELETE", target, adminToken, nil)
 	})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/jobmeta"
+	"github.com/tierq/tierq/limits"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/service"
@@ -242,7 +243,12 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) {
 		res, err = producer.Insert(ctx, s.client, tx, job)
 		return err
 	})
-	if err != nil {
+	var quota *limits.QuotaError
+	switch {
+	case errors.As(err, &quota):
+		writeQuotaError(w, quota) // 429, nothing inserted
+		return
+	case err != nil:
 		s.internalError(w, r, err)
 		return
 	}

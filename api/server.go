@@ -123,6 +123,11 @@ func (s *Server) routes() []Route {
 
 		{"GET /v1/escalations", roleAdmin, s.listEscalations},
 
+		{"GET /v1/limits", roleAdmin, s.listLimits},
+		{"GET /v1/limits/{service}/tenant", roleAdmin, s.getTenantLimits},
+		{"PATCH /v1/limits/{service}/tenant", roleAdmin, s.patchTenantLimits},
+		{"DELETE /v1/limits/{service}/tenant", roleAdmin, s.deleteTenantLimits},
+
 		{"GET /healthz", roleNone, s.healthz},
 		{"GET /readyz", roleNone, s.readyz},
 		{"GET /metrics", roleNone, s.metrics.Handler().ServeHTTP},

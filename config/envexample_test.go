@@ -13,6 +13,7 @@ import (
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/jobs/jobsconfig"
 	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/tiers"
 )
 
 // envVars lists the variables of a configuration struct with their defaults.
@@ -83,6 +84,16 @@ func TestEnvExampleListsEveryVariable(t *testing.T) {
 		for _, class := range routing.Classes() {
 			key := svc.EnvPrefix() + "QUEUE_" + strings.ToUpper(class.String()) + "_WORKERS"
 			vars[key] = variable{def: strconv.Itoa(svc.Workers().Of(class)), of: "service " + svc.Name()}
+		}
+	}
+	// The tenant limits of every service of the reference app, by tier
+	// (config.LoadLimits), default 0: no limit.
+	for _, svc := range referenceServices(t).Services() {
+		for _, tier := range tiers.All() {
+			maxRunning, rate, quota := config.LimitVars(svc, tier)
+			for _, key := range []string{maxRunning, rate, quota} {
+				vars[key] = variable{def: "0", of: "service " + svc.Name() + "'s tenant limits"}
+			}
 		}
 	}
 	for _, key := range []string{

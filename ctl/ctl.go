@@ -11,6 +11,7 @@
 //	tierctl subscriptions ...  set and list users' tiers
 //	tierctl queues ...         list queues; pause and resume one (River's pause)
 //	tierctl escalations list   the escalation audit, newest first
+//	tierctl limits ...         tenant limits by tier; a tenant's limits and quota; overrides
 //
 // It reads DATABASE_URL (and DATABASE_SCHEMA, LOG_LEVEL, LOG_FORMAT) from the
 // environment it is given (Config.Environ), by design: ctl is a command
@@ -141,7 +142,7 @@ func Command(cfg Config) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stdout)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &UsageError{err} })
-	root.AddCommand(app.migrateCommand(), app.servicesCommand(), app.enqueueCommand(), app.watchCommand(), app.escalateCommand(), app.dlqCommand(), app.subscriptionsCommand(), app.queuesCommand(), app.escalationsCommand())
+	root.AddCommand(app.migrateCommand(), app.servicesCommand(), app.enqueueCommand(), app.watchCommand(), app.escalateCommand(), app.dlqCommand(), app.subscriptionsCommand(), app.queuesCommand(), app.escalationsCommand(), app.limitsCommand())
 	root.AddCommand(cfg.Commands...)
 	return root
 }

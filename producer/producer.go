@@ -1,6 +1,7 @@
 // Package producer is the insert path for API services: the queue and
 // priority from the user's tier (the service's InsertOpts), River unique
-// options that ignore the queue, and dedup that upgrades tier.
+// options that ignore the queue, dedup that upgrades tier, and the tenant's
+// daily quota (package limits), counted in the inserting transaction.
 //
 // When a job is inserted while an equal one (same kind and unique args) is
 // still queued, River returns the queued job instead of a new one. If the new
@@ -24,6 +25,7 @@ import (
 	"github.com/tierq/tierq/escalation"
 	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
+	"github.com/tierq/tierq/limits"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/tiers"
@@ -147,6 +149,22 @@ type TierFields interface {
 // A job.Tenant that breaks jobmeta.CheckTenant is refused before anything
 // is sent to the database, with an error that matches
 // jobmeta.ErrInvalidTenant, whatever the client's hooks.
+//
+// Daily quotas (package limits): a job with a tenant is charged against
+// the tenant's daily quota for job.Service (its override, else job.Tier's
+// default as the scheduler recorded it), in tx (limits.Charge): the count
+// commits or rolls back with the job, and holds the tenant's count locked
+// until tx ends, so inserts racing for the last places never overshoot.
+// Once the tenant's jobs inserted today (UTC, the transaction's clock)
+// have reached the quota, Insert inserts nothing and returns an error
+// wrapping a *limits.QuotaError (errors.As: the tenant, the quota and when
+// it resets; errors.Is limits.ErrQuotaExceeded); tx stays usable, the
+// refused job's insert rolled back to a savepoint. A duplicate of a
+// queued or running job (River's uniqueness) is not counted, and is
+// answered as usual even at the quota: it inserts nothing. A job without a
+// tenant is not counted. The price: one statement per insert with a
+// tenant (two primary-key probes; with a quota, a counter row updated),
+// and, at the quota, the savepoint's two.
 func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Job) (Inserted, error) {
 	if job.Service == nil {
 		return Inserted{}, fmt.Errorf("insert %s job: no service", job.Args.Kind())
@@ -162,8 +180,20 @@ func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Jo
 	if job.MaxAttempts > 0 {
 		opts.MaxAttempts = job.MaxAttempts
 	}
+	charged, err := limits.Charge(ctx, tx, limits.Job{Service: job.Service.Name(), Tier: job.Tier, Tenant: job.Tenant})
+	var quotaErr *limits.QuotaError
+	switch {
+	case errors.As(err, &quotaErr):
+		return insertAtQuota(ctx, client, tx, job, opts, quotaErr)
+	case err != nil:
+		return Inserted{}, fmt.Errorf("insert %s job: %w", job.Args.Kind(), err)
+	}
 	res, err := client.InsertTx(ctx, tx, job.Args, opts)
 	if err != nil {
+		// The caller rolls back; for one that commits anyway the count is
+		// given back (which fails, harmlessly, in a transaction the error
+		// aborted: nothing of it commits).
+		_ = limits.Refund(ctx, tx, charged)
 		return Inserted{}, fmt.Errorf("insert %s job: %w", job.Args.Kind(), err)
 	}
 	if !res.UniqueSkippedAsDuplicate {
@@ -174,7 +204,43 @@ func Insert(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Jo
 		}
 		return Inserted{Job: res.Job}, nil
 	}
+	// A dedup hit inserted nothing: it does not count.
+	if err := limits.Refund(ctx, tx, charged); err != nil {
+		return Inserted{}, fmt.Errorf("insert %s job: %w", job.Args.Kind(), err)
+	}
+	return duplicate(ctx, tx, job, opts, res)
+}
 
+// insertAtQuota is Insert for a job whose tenant has reached its daily
+// quota (quotaErr): the insert runs in a savepoint, kept when River finds
+// a duplicate (which inserts nothing, and is answered as usual), rolled
+// back otherwise, and then the error wraps quotaErr.
+func insertAtQuota(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, job Job, opts *river.InsertOpts, quotaErr *limits.QuotaError) (Inserted, error) {
+	savepoint, err := tx.Begin(ctx)
+	if err != nil {
+		return Inserted{}, fmt.Errorf("insert %s job: %w", job.Args.Kind(), err)
+	}
+	res, err := client.InsertTx(ctx, savepoint, job.Args, opts)
+	if err != nil {
+		_ = savepoint.Rollback(ctx) // the error is the insert's
+		return Inserted{}, fmt.Errorf("insert %s job: %w", job.Args.Kind(), err)
+	}
+	if !res.UniqueSkippedAsDuplicate {
+		if err := savepoint.Rollback(ctx); err != nil {
+			return Inserted{}, fmt.Errorf("insert %s job: roll the refused job back: %w", job.Args.Kind(), err)
+		}
+		return Inserted{}, fmt.Errorf("insert %s job: %w", job.Args.Kind(), quotaErr)
+	}
+	if err := savepoint.Commit(ctx); err != nil {
+		return Inserted{}, fmt.Errorf("insert %s job: %w", job.Args.Kind(), err)
+	}
+	return duplicate(ctx, tx, job, opts, res)
+}
+
+// duplicate is Insert's answer to an insert River found a duplicate of
+// (res): the queued job, moved up when this insert's tier places it better
+// (see the package doc).
+func duplicate(ctx context.Context, tx pgx.Tx, job Job, opts *river.InsertOpts, res *rivertype.JobInsertResult) (Inserted, error) {
 	out := Inserted{Job: res.Job, Duplicate: true}
 	_, toClass, _ := routing.ClassOf(opts.Queue) // not ClassFor: that counts an unknown tier twice
 	if !better(toClass, opts.Priority, res.Job.Queue, res.Job.Priority) {

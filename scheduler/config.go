@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tierq/tierq/limits"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/service"
 )
@@ -172,12 +173,25 @@ type Config struct {
 	// the settings of the application's own periodic jobs, say (the
 	// reference app logs its cron jobs' next runs). Default none.
 	LogAttrs []slog.Attr
+
+	// Limits are the tenant limits by tier of Registry's services (package
+	// limits: concurrency caps, rates, daily quotas), which Run records in
+	// the database when it starts (limits.Record, table tier_limits), for
+	// every service of the registry it runs, replacing what was recorded
+	// before: the API, producers and workers read them there, never their
+	// own environment. A service or tier Limits does not name has no
+	// limits. Validate checks its values and that every service it names is
+	// Registry's. package config builds it from the variables
+	// <NAME>_<TIER>_TENANT_{MAX_RUNNING,RATE,DAILY_QUOTA}
+	// (config.LoadLimits). A main that runs its own River client from
+	// RiverConfig calls limits.Record itself. Default: zero, no limits.
+	Limits limits.Config
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.
 // Fields whose default is their zero value (NewServices, ExtraKinds,
 // EscalateDefaultAfter, DLQAlertWebhookURL, WarnJobTimeout, Schema,
-// MetricsAddr, LogAttrs) are left as they are.
+// MetricsAddr, LogAttrs, Limits) are left as they are.
 func (c Config) WithDefaults() Config {
 	setDefault(&c.QueueWorkers, DefaultQueueWorkers)
 	setDefault(&c.RescueStuckJobsAfter, DefaultRescueStuckJobsAfter)
@@ -288,7 +302,27 @@ func (c Config) validate(requireRegistry, checkKinds bool) error {
 		fail("JobTimeout is %s: must not be negative", c.JobTimeout)
 	}
 	intRange("MaxAttempts", c.MaxAttempts, 1, 1000)
+	if err := c.Limits.Validate(); err != nil {
+		for _, e := range unjoin(err) {
+			fail("Limits: %w", e)
+		}
+	}
+	if c.Registry != nil {
+		for _, name := range slices.Sorted(maps.Keys(c.Limits.Services)) {
+			if _, ok := c.Registry.Lookup(name); !ok {
+				fail("Limits: service %s is not a service of Registry (%s)", name, strings.Join(c.Registry.Names(), ", "))
+			}
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// unjoin is the errors errors.Join joined into err, or err alone.
+func unjoin(err error) []error {
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		return joined.Unwrap()
+	}
+	return []error{err}
 }
 
 // extraKindProblems are the problems of kinds, ExtraKinds' kinds, beside

@@ -12,8 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/limits"
 	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/service"
+	"github.com/tierq/tierq/tiers"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -84,6 +86,17 @@ func TestConfigValidate(t *testing.T) {
 			"scheduler: RescueStuckJobsAfter (1m0s) must be longer than the timeout of every job kind, or the rescuer retries (and runs twice) jobs a worker may still be running; job kind aging_sweep has 1m0s, job kind dlq_drain has 1m0s, job kind escalation_sweep has 1m0s",
 		}},
 		{name: "an extra kind", give: scheduler.Config{Registry: mailers, ExtraKinds: extraKinds(export)}},
+		{name: "tenant limits", give: scheduler.Config{Registry: mailers, Limits: limits.Config{Services: map[string]limits.Tiers{
+			"mailer": {tiers.Free: {MaxRunning: 1, Rate: limits.Rate{Count: 10, Per: time.Second}, DailyQuota: 100}},
+		}}}},
+		{name: "tenant limits' problems", give: scheduler.Config{Registry: mailers, Limits: limits.Config{Services: map[string]limits.Tiers{
+			"mailer": {tiers.Free: {MaxRunning: -1}, tiers.Pro: {DailyQuota: -2}},
+			"ghost":  {tiers.Pro: {DailyQuota: 5}},
+		}}}, want: []string{
+			"scheduler: Limits: service mailer, tier free: max_running is -1: must be between 0 and 1000000 (0: no cap)",
+			"scheduler: Limits: service mailer, tier pro: daily_quota is -2: must be between 0 and 1000000000 (0: no quota)",
+			"scheduler: Limits: service ghost is not a service of Registry (mailer)",
+		}},
 		{name: "an extra kind's timeout", give: scheduler.Config{Registry: mailers, ExtraKinds: extraKinds(export), RescueStuckJobsAfter: 3 * time.Minute}, want: []string{
 			"scheduler: RescueStuckJobsAfter (3m0s) must be longer than the timeout of every job kind, or the rescuer retries (and runs twice) jobs a worker may still be running; job kind audit_export has 3m0s",
 		}},

@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/internal/process"
+	"github.com/tierq/tierq/limits"
 	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/service"
 )
@@ -81,9 +82,11 @@ func LogAttrs(attrs ...slog.Attr) RunOption {
 // runs the River client RiverConfig makes of them (with cfg.ExtraKinds),
 // with tierq's job metrics and the scheduler's (the sweeps'
 // counts, and tierq_leader, which WatchLeader refreshes every second),
-// served at /metrics on cfg.MetricsAddr when set. "scheduler started" is
+// served at /metrics on cfg.MetricsAddr when set. Before its client
+// starts it records its services (service.Registry.Record) and their
+// tenant limits by tier, cfg.Limits (limits.Record). "scheduler started" is
 // logged with the client ID, cfg's rescue, aging and escalation settings,
-// and cfg.LogAttrs.
+// the tenant limits it recorded (tenant_limits), and cfg.LogAttrs.
 //
 // Run returns CheckKindTimeouts' error, a *KindTimeoutsError (alone, or
 // among Validate's problems: errors.As finds it), when
@@ -125,6 +128,7 @@ func Run(ctx context.Context, cfg Config, opts ...RunOption) error {
 		slog.Int("aging_max_priority", cfg.AgingMaxPriority),
 		slog.Duration("escalate_scheduled_after", cfg.escalateScheduledAfter()),
 		slog.Duration("escalate_default_after", cfg.EscalateDefaultAfter),
+		slog.String("tenant_limits", cfg.Limits.String()),
 	}
 	for _, a := range cfg.LogAttrs {
 		attrs = append(attrs, a)
@@ -161,6 +165,11 @@ func Run(ctx context.Context, cfg Config, opts ...RunOption) error {
 					slog.Duration("job_timeout", cfg.JobTimeout), slog.String("kind_timeouts", fmt.Sprint(timeouts)))
 			}
 			if err := services.Record(ctx, pool, "scheduler"); err != nil { // for the stock tierctl
+				return nil, fmt.Errorf("scheduler: %w", err)
+			}
+			// The tiers' limits as this environment says, for every replica
+			// of every process.
+			if err := limits.Record(ctx, pool, cfg.Limits, services.Names(), "scheduler"); err != nil {
 				return nil, fmt.Errorf("scheduler: %w", err)
 			}
 			schedulerMetrics = metrics.NewScheduler(registry, services.Queues())

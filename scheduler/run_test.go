@@ -15,8 +15,10 @@ import (
 	"github.com/tierq/tierq/config"
 	"github.com/tierq/tierq/internal/proctest"
 	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/limits"
 	"github.com/tierq/tierq/scheduler"
 	"github.com/tierq/tierq/service"
+	"github.com/tierq/tierq/tiers"
 )
 
 // exportArgs are the args of a kind of no service, which a deployment
@@ -72,10 +74,18 @@ func TestRun(t *testing.T) {
 			extraPool = pool // nil from Validate, then Run's
 			return []service.Kind{service.WorkerKind(&exportWorker{pool: pool}, service.Timeout[exportArgs](3*time.Minute))}
 		}
+		runCfg.Limits = limits.Config{Services: map[string]limits.Tiers{"mailer": {tiers.Free: {MaxRunning: 1, DailyQuota: 100}}}}
 		go func() { done <- scheduler.Run(ctx, runCfg) }()
 
 		proctest.WaitOutput(t, out, "scheduler started", 20*time.Second)
 		require.Contains(t, out.String(), "rescue_stuck_jobs_after=1h0m0s")
+		// The tenant limits, recorded before the client started.
+		require.Contains(t, out.String(), `tenant_limits="mailer free max_running=1 daily_quota=100"`)
+		recorded, ok, err := limits.ReadService(ctx, db.Pool, "mailer")
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, "scheduler", recorded.RecordedBy)
+		require.Equal(t, limits.Tiers{tiers.Free: {MaxRunning: 1, DailyQuota: 100}, tiers.Pro: {}, tiers.ProPlus: {}, tiers.Enterprise: {}}, recorded.Tiers)
 		require.Contains(t, out.String(), `level=WARN msg="JobTimeout no longer bounds tierq's jobs`)
 		require.Contains(t, out.String(), "kind_timeouts=\"map[aging_sweep:1m0s audit_export:3m0s dlq_drain:1m0s escalation_sweep:1m0s purge_bounces:1m0s send_mail:2m0s]\"",
 			"every kind's timeout, from the kinds themselves: purge_bounces declares none and has the default")

@@ -43,6 +43,10 @@ func TestBadEnvironmentExitsTwo(t *testing.T) {
 		{name: "bad cron", environ: []string{db, "REANALYZE_CRON=0 */6 * *"}, want: `REANALYZE_CRON="0 */6 * *": not a cron expression`},
 		{name: "bad time zone", environ: []string{db, "CRON_TZ=Nowhere/City"}, want: `CRON_TZ="Nowhere/City"`},
 		{name: "bad duration", environ: []string{db, "AGING_STEP=5 minutes"}, want: `AGING_STEP="5 minutes": not a duration`},
+		{name: "bad tenant rate", environ: []string{db, "ANALYZER_FREE_TENANT_RATE=10/d"},
+			want: `scheduler: invalid configuration: ANALYZER_FREE_TENANT_RATE="10/d": not a rate (jobs per second, minute or hour, such as 10/s, 100/m or 1000/h; 0 for no limit)`},
+		{name: "bad tenant quota, with another", environ: []string{db, "AGING_STEP=5 minutes", "SPECGEN_PRO_TENANT_DAILY_QUOTA=-1"},
+			want: `scheduler: invalid configuration: AGING_STEP="5 minutes": not a duration (examples: 250ms, 30s, 5m, 1h); SPECGEN_PRO_TENANT_DAILY_QUOTA="-1": must be between 0 and 1000000000 (0: no quota)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

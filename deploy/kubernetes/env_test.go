@@ -202,7 +202,15 @@ func loadProcess(t *testing.T, c corev1.Container, env map[string]string) (proce
 		// Config first): checked here for both.
 		cfg, err := config.Load[config.Scheduler](environ)
 		_, maintenanceErr := jobsconfig.LoadMaintenance(environ, &cfg)
-		if err := config.Join(err, maintenanceErr); err != nil {
+		var limitsErr error
+		if p.binary == "scheduler" {
+			// The reference app's scheduler records the tenant limits by
+			// tier (refapp.RunScheduler: config.LoadLimits).
+			registry, rerr := jobs.Registry(jobs.Deps{})
+			require.NoError(t, rerr)
+			_, limitsErr = config.LoadLimits(environ, registry)
+		}
+		if err := config.Join(err, maintenanceErr, limitsErr); err != nil {
 			return p, err
 		}
 		if err := cfg.CheckKindTimeouts(schedulerTimeouts(t, p.binary)); err != nil {

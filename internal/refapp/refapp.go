@@ -63,12 +63,21 @@ func RunWorker(ctx context.Context, environ []string, stdout io.Writer) error {
 // RunScheduler runs one scheduler replica (cmd/scheduler) configured by
 // environ until ctx ends or the process is signalled. Invalid
 // configuration, including a RESCUE_STUCK_JOBS_AFTER not longer than every
-// kind's timeout, is an error matching config.ErrInvalid, returned before
-// any connection.
+// kind's timeout or a bad tenant limit (<NAME>_<TIER>_TENANT_...,
+// config.LoadLimits), is an error matching config.ErrInvalid, returned
+// before any connection. The tenant limits are recorded in the database
+// when it starts (scheduler.Config.Limits).
 func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error {
+	// The services' names are all the tenant limits' variables need
+	// (<NAME>_<TIER>_TENANT_...).
+	names, err := jobs.Registry(jobs.Deps{})
+	if err != nil {
+		return err
+	}
 	cfg, err := config.Load[config.Scheduler](environ)
 	maintenance, maintenanceErr := jobsconfig.LoadMaintenance(environ, &cfg)
-	if err := config.Join(err, maintenanceErr); err != nil {
+	tenantLimits, limitsErr := config.LoadLimits(environ, names)
+	if err := config.Join(err, maintenanceErr, limitsErr); err != nil {
 		return err
 	}
 	// The registry described without a pool has the kinds of the one
@@ -84,6 +93,8 @@ func RunScheduler(ctx context.Context, environ []string, stdout io.Writer) error
 	if err != nil {
 		return err
 	}
+	// Recorded in the database at start, for every other process.
+	schedulerConfig.Limits = tenantLimits
 	schedulerConfig.NewServices = func(pool *pgxpool.Pool) (*service.Registry, error) {
 		if err := applyMigrations(ctx, pool, cfg.Schema, logger); err != nil {
 			return nil, err

@@ -11,6 +11,8 @@ import (
 	"github.com/tierq/tierq/internal/refapp"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/limits"
+	"github.com/tierq/tierq/tiers"
 )
 
 // TestProcessesApplyTheReferenceLine: on a database that only tierq's
@@ -29,8 +31,10 @@ func TestProcessesApplyTheReferenceLine(t *testing.T) {
 	require.Zero(t, tables())
 
 	logs := proctest.Start(t, []string{"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "DATABASE_MAX_CONNS=4", "SOFT_STOP_TIMEOUT=5s"},
-		proctest.Deployment{Name: "scheduler", Run: refapp.RunScheduler},
-		proctest.Deployment{Name: "analyzer", Run: refapp.RunWorker, Env: []string{"WORKER_SERVICE=analyzer", "ANALYSIS_ROOTS=" + t.TempDir()}},
+		proctest.Deployment{Name: "scheduler", Run: refapp.RunScheduler, Env: []string{"ANALYZER_FREE_TENANT_DAILY_QUOTA=100", "SPECGEN_PRO_TENANT_RATE=10/s"}},
+		// A worker given other limits reads the table, never its own
+		// environment, and records nothing.
+		proctest.Deployment{Name: "analyzer", Run: refapp.RunWorker, Env: []string{"WORKER_SERVICE=analyzer", "ANALYSIS_ROOTS=" + t.TempDir(), "ANALYZER_FREE_TENANT_DAILY_QUOTA=5"}},
 		proctest.Deployment{Name: "specgen", Run: refapp.RunWorker, Env: []string{"WORKER_SERVICE=specgen"}},
 	)
 	proctest.WaitOutput(t, logs["scheduler"], "scheduler started", 20*time.Second)
@@ -44,4 +48,13 @@ func TestProcessesApplyTheReferenceLine(t *testing.T) {
 		applied += strings.Count(out.String(), `msg="reference app migrations applied" schema=`+db.Schema+` applied=[1] version=1`)
 	}
 	require.Equal(t, 1, applied)
+
+	// The scheduler recorded its environment's tenant limits at start
+	// (issue 33), every tier of both services, zeros where unset.
+	recorded, err := limits.ReadTiers(t.Context(), db.Pool)
+	require.NoError(t, err)
+	require.Len(t, recorded, 2)
+	require.Equal(t, limits.Tiers{tiers.Free: {DailyQuota: 100}, tiers.Pro: {}, tiers.ProPlus: {}, tiers.Enterprise: {}}, recorded[0].Tiers, recorded[0].Service)
+	require.Equal(t, limits.Tiers{tiers.Free: {}, tiers.Pro: {Rate: limits.Rate{Count: 10, Per: time.Second}}, tiers.ProPlus: {}, tiers.Enterprise: {}}, recorded[1].Tiers, recorded[1].Service)
+	require.Contains(t, logs["scheduler"].String(), `tenant_limits="analyzer free daily_quota=100; specgen pro rate=10/s"`)
 }
