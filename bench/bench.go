@@ -196,7 +196,7 @@ func (o Options) sizes() sizes {
 		// a snoozed small job must not hold the tests for 30 s.
 		return sizes{stream: time.Second, idle: time.Second, warmup: 200 * time.Millisecond, backlog: 200, drainJobs: 600, adr: time.Second,
 			sweepSmall: 2_000, sweepLarge: 4_000, sweepReps: 2, dlqRows: 500, insertOne: 20, insertBatched: 2_000,
-			fairFlood: 200, fairStream: time.Second, fairBacklog: 100, fairWarm: 300 * time.Millisecond, fairWindow: 500 * time.Millisecond,
+			fairFlood: 200, fairStream: time.Second, fairBacklog: 300, fairWarm: 500 * time.Millisecond, fairWindow: 1500 * time.Millisecond,
 			snooze: time.Second, snoozeJitter: 500 * time.Millisecond,
 			lendBacklog: 400, lendWarm: 300 * time.Millisecond, lendWindow: time.Second, lendStream: time.Second,
 			realBacklog: 200, realStream: time.Second,

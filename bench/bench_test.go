@@ -182,8 +182,8 @@ func TestEveryScenarioRunsAndCleansUp(t *testing.T) {
 	f := r.Fairness
 	require.Equal(t, 200, f.Flood)
 	require.Equal(t, 40, f.SmallJobs, "four small tenants, one job per 100ms each for 1s")
-	require.Equal(t, 100, f.Backlogged)
-	require.Equal(t, 500, f.Alone, "as many as the five backlogged tenants")
+	require.Equal(t, 300, f.Backlogged)
+	require.Equal(t, 1500, f.Alone, "as many as the five backlogged tenants")
 	require.Equal(t, 4, f.SnoozeCap, "5 priority workers less one")
 	require.InDelta(t, 250, f.CapacityJobsPerS, 0.01, "5 priority workers at 20ms a job")
 	require.Len(t, f.Samples, 16, "four latency phases, four small tenants each")
