@@ -151,7 +151,7 @@ func TestJobExplainsItself(t *testing.T) {
 			{"kind": "dedup", "from_queue": "analysis_priority", "to_queue": "analysis_priority", "from_priority": 4, "to_priority": 2,
 			 "actor": "dedup", "reason": "duplicate inserted for tier enterprise"},
 			{"kind": "replay", "from_queue": "analysis_priority", "to_queue": "analysis_priority", "from_priority": 2, "to_priority": 2,
-			 "dead_letter_id": `+toJSON(t, deadLetterID)+`, "from_job_id": `+toJSON(t, id)+`}
+			 "dead_letter_id": `+toJSON(t, deadLetterID)+`, "from_job_id": `+toJSON(t, id)+`, "actor": "alice"}
 		]}`, toJSON(t, metadataOf(t, db, replayed)))
 }
 

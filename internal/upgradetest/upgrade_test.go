@@ -281,11 +281,11 @@ func TestUpgradeFromOldStyleJobs(t *testing.T) {
 	fromWaiting, fromDrained := outcomes[1].JobID, outcomes[2].JobID
 	require.JSONEq(t, fmt.Sprintf(`{"tierq:base_priority": 3, "tierq:replay_of": %d, "tierq:replay_of_job_id": %d, "tierq:moves": [
 		{"kind": "replay", "from_queue": "analysis_priority", "to_queue": "analysis_priority", "from_priority": 2, "to_priority": 3,
-		 "dead_letter_id": %d, "from_job_id": %d}
+		 "dead_letter_id": %d, "from_job_id": %d, "actor": "bob"}
 	]}`, waitingLetter, agedDiscarded, waitingLetter, agedDiscarded), metadataOf(t, db, fromWaiting))
 	require.JSONEq(t, fmt.Sprintf(`{"tierq:base_priority": 2, "tierq:replay_of": %d, "tierq:replay_of_job_id": %d, "tierq:moves": [
 		{"kind": "replay", "from_queue": "analysis_priority", "to_queue": "analysis_priority", "from_priority": 2, "to_priority": 2,
-		 "dead_letter_id": %d, "from_job_id": %d}
+		 "dead_letter_id": %d, "from_job_id": %d, "actor": "bob"}
 	]}`, deadLetter, discarded, deadLetter, discarded), metadataOf(t, db, fromDrained))
 	require.Equal(t, []int{3, 2}, []int{db.Jobs(t, "id = $1", fromWaiting)[0].Priority, db.Jobs(t, "id = $1", fromDrained)[0].Priority})
 
