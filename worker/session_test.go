@@ -18,7 +18,9 @@ type digestArgs struct{}
 
 func (digestArgs) Kind() string { return "send_digest" }
 
-type digestWorker struct{ river.WorkerDefaults[digestArgs] }
+type digestWorker struct {
+	river.WorkerDefaults[digestArgs]
+}
 
 func (*digestWorker) Work(context.Context, *river.Job[digestArgs]) error { return nil }
 
