@@ -61,6 +61,13 @@ const (
 //     late failure would likewise mark a running newer attempt retryable
 //     (stale_failures, counted).
 //
+// A statement the worker gave up on still reaches the server when the path
+// comes back (TCP would retransmit it; the proxy delivers what waited): a
+// fetch River's 10 s timeout abandoned then takes jobs in the worker's name
+// that no one works, until the rescuer retries them (late_fetched, counted;
+// the accounting then waits up to RESCUE_STUCK_JOBS_AFTER and River's 30 s
+// more, and the jobs late are logged).
+//
 // Both workers must complete new jobs again with no restart (`recover`
 // is how long after the path came back), and the accounting must be clean:
 // nothing lost or stranded, no recorded job completed twice, no attempt
@@ -151,7 +158,9 @@ func TestNetworkPartition(t *testing.T) {
 	stopLoad()
 	waitLoad()
 
+	stoppedAt := time.Now()
 	tally, settle := s.settle(ctx, 2*time.Minute)
+	s.logLate(ctx, stoppedAt.Add(10*time.Second))
 	for _, p := range s.processes() {
 		require.True(t, p.alive(), "%s exited", p.name)
 	}
@@ -196,7 +205,7 @@ func TestNetworkPartition(t *testing.T) {
 			"case=" + c.name, fmt.Sprintf("silence=%.1fs", c.silence.Seconds()), fmt.Sprintf("running=%d", len(c.cut)),
 			fmt.Sprintf("finished_by_it=%d", c.out.finishedByIt), fmt.Sprintf("rescued=%d", c.out.rescued),
 			fmt.Sprintf("ran_twice=%d", c.out.ranTwice), fmt.Sprintf("stale_completions=%d", c.out.staleCompletions),
-			fmt.Sprintf("stale_failures=%d", c.out.staleFailures),
+			fmt.Sprintf("stale_failures=%d", c.out.staleFailures), fmt.Sprintf("late_fetched=%d", c.out.lateFetched),
 		}, c.extra...)
 		s.summary(tally, c.recover, settle, append(extra, fmt.Sprintf("same_attempt=%d", tally.sameAttempt))...)
 	}
@@ -390,6 +399,11 @@ type partitionOutcome struct {
 	// only on a running job, so its late failure landed on a running
 	// later attempt and made it retryable.
 	staleFailures int
+	// lateFetched: jobs the worker's late fetch took, a fetch it had given
+	// up on (River's 10 s timeout) that reached the server when the path
+	// came back: running in its name with no worker, until the rescuer
+	// retried them.
+	lateFetched int
 	// problems: jobs not where the scenario's rules put them.
 	problems []string
 }
@@ -434,6 +448,12 @@ func (s *system) partitionOutcome(ctx context.Context, p *proc, cut cutJobs) par
 		completedBy[id] = append(completedBy[id], e)
 	}
 	require.NoError(s.t, execRows.Err())
+
+	require.NoError(s.t, s.pool.QueryRow(ctx, `
+		SELECT count(*) FROM river_job
+		WHERE kind = $1 AND $2 = ANY(attempted_by) AND NOT (id = ANY($3))
+		  AND EXISTS (SELECT 1 FROM unnest(errors) AS e WHERE e->>'error' = $4)`,
+		jobs.KindLoadTest, p.clientID, cut.ids(), rescueText).Scan(&out.lateFetched))
 
 	for _, j := range cut {
 		r, ok := found[j.id]
