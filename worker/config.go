@@ -193,8 +193,10 @@ type Config struct {
 	SoftStopTimeout time.Duration
 
 	// PoolConfig is the database's pgxpool configuration (pool size,
-	// search_path). Required by Run, which opens the pool; RiverConfig and
-	// NewAdmitter take a pool instead.
+	// search_path). Required by Run, which opens the pool with
+	// idle_in_transaction_session_timeout added unless it is set
+	// (Deployment.SessionPoolConfig); RiverConfig and NewAdmitter take a
+	// pool instead.
 	PoolConfig *pgxpool.Config
 
 	// Schema is the PostgreSQL schema holding River's and tierq's tables,

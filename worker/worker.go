@@ -224,6 +224,11 @@ func Run(ctx context.Context, cfg Config) error {
 //
 // With Config.WarnJobTimeout Run logs a warning listing the kinds'
 // timeouts: JobTimeout applies to none of them.
+//
+// The pool's sessions end when idle in a transaction for longer than the
+// longest job timeout (SessionPoolConfig), so that a worker cut off from
+// the database mid-transaction does not hold row locks that stop River's
+// rescuer.
 func (w *Deployment) Run(ctx context.Context) error {
 	cfg := &w.cfg
 	if cfg.PoolConfig == nil {
@@ -242,7 +247,7 @@ func (w *Deployment) Run(ctx context.Context) error {
 	return process.Run(ctx, process.Spec{
 		Name:            "worker",
 		Logger:          logger,
-		Pool:            cfg.PoolConfig,
+		Pool:            w.SessionPoolConfig(cfg.PoolConfig),
 		Schema:          cfg.Schema,
 		SoftStopTimeout: max(cfg.SoftStopTimeout, 0), // as River's: 0 waits however long
 		NewClient: func(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
