@@ -17,7 +17,8 @@ import (
 // 10): in every case the newcomer's job started while every other id still
 // had work, its position and wait were read, the passes were timed and saw
 // every id and the newcomer, and the schema is gone afterwards. It checks no
-// speed: that is what tierctl bench tenants is for.
+// speed (not even that the line held a job at the newcomer's insert: it can
+// run dry between refills): that is what tierctl bench tenants is for.
 func TestTenantsMeasuresANewcomer(t *testing.T) {
 	db := testdb.New(t)
 	prefix := schemaPrefix(t)
@@ -52,7 +53,12 @@ func TestTenantsMeasuresANewcomer(t *testing.T) {
 		require.Positive(t, c.WaitMs, "%d ids", ids)
 		require.Equal(t, []float64{c.Position}, c.Positions, "one run")
 		require.Equal(t, []float64{c.WaitMs}, c.WaitsMs)
-		require.Positive(t, c.Line, "%d ids: jobs waited in line", ids)
+		// The line is read once, just before the newcomer's insert: it may
+		// be empty then (its refill is a pass, and 5 workers of 20 ms jobs
+		// drain a line of a few jobs faster than a pass under load;
+		// docs/benchmarks.md, traffic, "why fair share on is slower").
+		// That is a speed figure, which tierctl bench tenants reports.
+		require.GreaterOrEqual(t, c.Line, 0.0, "%d ids: the line was read", ids)
 		require.GreaterOrEqual(t, c.JobsPerS, 0.0)
 		require.Positive(t, c.Passes, "%d ids: passes were timed (passMarker is in the pass statement)", ids)
 		require.Positive(t, c.PassP50Ms, "%d ids", ids)
