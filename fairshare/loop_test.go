@@ -360,6 +360,8 @@ func TestRestsAfter(t *testing.T) {
 		{"another process's pass", Pass{}, false},
 		{"paused", Pass{Paused: true, Capacity: 2}, false},
 		{"a look", Pass{Ran: true, Lone: true, Checked: true}, false},
+		{"a pass that found a tenant alone: looks follow", Pass{Ran: true, Lone: true, Tenants: 1, Capacity: 2}, false},
+		{"a pass over an empty queue: looks follow", Pass{Ran: true, Lone: true, Capacity: 2}, false},
 	} {
 		require.Equal(t, c.rest, restsAfter(c.p), c.name)
 	}

@@ -123,12 +123,16 @@ func TestFairShareAcrossReplicas(t *testing.T) {
 
 	// The first starts come before the first pass (a's jobs are first in
 	// line, and nothing is held until every worker is busy): skip up to
-	// the first start of c, the last tenant in line.
+	// the first start of c, the last tenant in line. Before the first hold
+	// come a look and a pass, each planned cold on the connection that runs
+	// it (100–250 ms on a 2-core machine, against 40 ms jobs on 4 workers):
+	// up to about 20 of a's starts. (Before 2026-11-27 a worker also rested
+	// three times its first pass's time after it, and c came after all 40.)
 	first := 0
 	for first < len(order) && order[first] != "c" {
 		first++
 	}
-	require.Less(t, first, 12, "c started late: %v", order)
+	require.Less(t, first, 20, "c started late: %v", order)
 	share := map[string]float64{"a": 0.5, "b": 0.25, "c": 0.25}
 	counts := map[string]int{}
 	for i, tenant := range order[first:] {
