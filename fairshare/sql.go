@@ -180,18 +180,12 @@ func stillAvailableSQL(alias string) string {
 //     pass takes the longest waiting work of the next level, not a job of
 //     a worse priority inserted since (with windows of 0 there, every job
 //     of the level was held and such fresh inserts ran first). Unlimited
-//     when $3 (fair share on) is false, or for a tenant of an open level:
-//     alone at its level with nothing held, and every better level so too
-//     (levels.open). A tenant alone needs no turns: holding its backlog
-//     would cost two row updates per job for nothing, and River's fetch
-//     (priority first) already serves it after every better job and
-//     before every worse one; held to a window of the capacity instead,
-//     its refills waited for passes, and a worse level's job started
-//     whenever its line ran dry between them. It is held the moment a
-//     second tenant shows up at its level or a better level holds jobs,
-//     and stays windowed until its held jobs are all admitted, so that a
-//     trickle of other tenants does not make the pass hold and release it
-//     over and over.
+//     when $3 (fair share on) is false, or when one tenant alone is active
+//     and nothing is held (a tenant alone needs no turns: holding its
+//     backlog would cost two row updates per job for nothing; it is held
+//     the moment a second tenant shows up, and stays windowed until its
+//     held jobs are all admitted, so that a trickle of other tenants does
+//     not make the pass hold and release it over and over).
 //   - pushed: each tenant's available jobs beyond its window, worst first
 //     in fetch order, go to pending with jobmeta.HeldAt. (cleared: an
 //     available job that still carries jobmeta.HeldAt, made available by
@@ -264,8 +258,7 @@ held_counts AS (
 ),
 tenants AS (
     SELECT t.tenant, min(t.level) AS level, coalesce(max(a.n), 0) AS n, coalesce(max(w.weight), 1) AS weight,
-           least((SELECT c FROM cap), coalesce(max(a.n), 0) + coalesce(max(hc.h), 0)) AS d,
-           bool_or(hc.tenant IS NOT NULL) AS held
+           least((SELECT c FROM cap), coalesce(max(a.n), 0) + coalesce(max(hc.h), 0)) AS d
     FROM (SELECT tenant, priority AS level FROM avail
           UNION ALL
           SELECT tenant, level FROM held_levels) AS t
@@ -276,15 +269,14 @@ tenants AS (
 ),
 levels AS (
     SELECT l.level,
-           greatest(0, cap.c - coalesce(sum(l.d) OVER (ORDER BY l.level ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)) AS c,
-           bool_and(l.tenants = 1 AND NOT l.held) OVER (ORDER BY l.level ROWS UNBOUNDED PRECEDING) AS open
-    FROM (SELECT level, sum(d) AS d, count(*) AS tenants, bool_or(held) AS held FROM tenants GROUP BY level) AS l, cap
+           greatest(0, cap.c - coalesce(sum(l.d) OVER (ORDER BY l.level ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)) AS c
+    FROM (SELECT level, sum(d) AS d FROM tenants GROUP BY level) AS l, cap
 ),
 filling AS (
     SELECT t.*,
            bool_and(t.d::numeric * t.rest_w <= t.weight::numeric * (t.c - t.before_d))
                OVER (PARTITION BY t.level ORDER BY t.d::float8 / t.weight, t.tenant COLLATE "C" ROWS UNBOUNDED PRECEDING) AS sat
-    FROM (SELECT t.*, l.c, l.open,
+    FROM (SELECT t.*, l.c,
                  coalesce(sum(t.d) OVER (PARTITION BY t.level ORDER BY t.d::float8 / t.weight, t.tenant COLLATE "C"
                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before_d,
                  sum(t.weight) OVER (PARTITION BY t.level ORDER BY t.d::float8 / t.weight, t.tenant COLLATE "C"
@@ -294,7 +286,7 @@ filling AS (
 windows AS (
     SELECT f.tenant, f.n,
            CASE WHEN NOT $3::bool THEN ` + itoa(unlimited) + `
-                WHEN f.open THEN ` + itoa(unlimited) + `
+                WHEN NOT EXISTS (SELECT 1 FROM held_levels) AND (SELECT count(*) FROM tenants) = 1 THEN ` + itoa(unlimited) + `
                 WHEN f.sat THEN f.d::int
                 ELSE greatest(1, ceil(greatest(0, f.c - coalesce(sum(f.d) FILTER (WHERE f.sat) OVER (PARTITION BY f.level), 0))::numeric
                                       * f.weight / sum(f.weight) FILTER (WHERE NOT f.sat) OVER (PARTITION BY f.level)))::int END AS w
