@@ -16,8 +16,11 @@ package api
 // river_job_tierq_held_idx (queue first): they follow the queue's backlog,
 // never the table. A tenant's held jobs are read by its key in that index;
 // its other jobs through River's index, by state and queue, filtered by
-// the key (no index on river_job has the tenant for every state: their
-// cost follows the queue's jobs in those states).
+// the key, or through River's GIN index on metadata when the key is a
+// tenant id (tenantJobsSQL). No index on river_job has the tenant for
+// every state: for "" or a long id's key, the queue's jobs in those states
+// are read, and PostgreSQL may scan the table when they are most of it
+// (TestConsoleQueuePlans checks the tenant-id case only).
 
 import (
 	"errors"
