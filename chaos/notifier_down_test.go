@@ -41,6 +41,12 @@ const (
 	// fallback for lost notifications (a minute, not configurable through
 	// river.Config), plus a second for the read itself.
 	pauseBound = time.Minute + time.Second
+	// pauseRepairBound is how long after the later of a pause's commit and
+	// the worker's notifier being healthy again the worker may take to
+	// apply the pause: its pause repair checks every 2 s for a job started
+	// more than 1 s after the pause and sends the pause again (heard only
+	// once the notifier listens), plus a second for the producer.
+	pauseRepairBound = 5 * time.Second
 	// fetchInFlight is how long after a producer logged its pause a job of
 	// the queue may still start: a fetch under way when the pause came.
 	fetchInFlight = time.Second
@@ -271,6 +277,14 @@ func (s *system) waitPaused(ctx context.Context, ps []*pausing) {
 			WHERE e.client_id = $1 AND j.queue = $2`,
 			p.worker.clientID, p.queue, p.at, p.seen.Add(fetchInFlight)).Scan(&p.started, &p.late))
 	}
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // pauseFigures are the summary's figures of the pauses.
