@@ -53,6 +53,7 @@
 package fairshare
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,6 +70,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/tierq/tierq/jobmeta"
 )
 
 // Defaults of Config.
@@ -352,7 +355,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Admitter, error) {
 		a.names = append(a.names, name)
 	}
 	slices.Sort(a.names)
-	a.hook = &hook{queues: a.queues}
+	a.hook = &hook{queues: a.queues, capped: &cappedFinished{}}
 	if c.Lend != nil {
 		a.lend = &lendState{cfg: *c.Lend, wake: make(chan struct{}, 1)}
 		a.hook.lend = a.lend
@@ -373,6 +376,7 @@ type hook struct {
 	river.HookDefaults
 	queues map[string]*queueState
 	lend   *lendState
+	capped *cappedFinished
 }
 
 var (
@@ -413,10 +417,66 @@ func (h *hook) WorkEnd(_ context.Context, job *rivertype.JobRow, err error) erro
 	if q.held.Load() {
 		q.signal()
 	}
+	if bytes.Contains(job.Metadata, cappedKey) {
+		// A job counted against its tenant's cap ended: room for one of
+		// the tenant's held jobs, in any queue of the service.
+		h.capped.finish(job.ID)
+		for _, other := range h.queues {
+			if other.held.Load() {
+				other.signal()
+			}
+		}
+	}
 	if h.lend != nil && job.Queue == h.lend.cfg.Queue {
 		h.lend.finish(job.ID) // a paid worker is free: lend it, or keep it for paid work
 	}
 	return err
+}
+
+// cappedKey is how jobmeta.Capped appears in a job's metadata: the job
+// counts against its tenant's concurrency cap.
+var cappedKey = []byte(`"` + jobmeta.Capped + `"`)
+
+// cappedFinished is the jobs counted against a concurrency cap that this
+// process finished in the last finishedFor, whose completion River may not
+// have written yet (it batches completions, up to 250ms): a pass names
+// them (finishedJobsSetting) so that the worker they freed counts as free
+// at once, and the tenant's next job starts within milliseconds of one
+// ending instead of a completion batch later. Another process's finished
+// jobs count as running until River writes them (that process's own pass
+// names them): the cap errs on the safe side.
+type cappedFinished struct {
+	mu   sync.Mutex
+	jobs []finishedJob // oldest first
+}
+
+func (c *cappedFinished) finish(id int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.jobs) >= maxFinished {
+		c.jobs = c.jobs[1:]
+	}
+	c.jobs = append(c.jobs, finishedJob{id: id, at: time.Now()})
+}
+
+// setting is the ids of the jobs finished in the last finishedFor, as
+// finishedJobsSetting reads them ("12,15"): empty when there are none.
+func (c *cappedFinished) setting(now time.Time) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keep := 0
+	for keep < len(c.jobs) && now.Sub(c.jobs[keep].at) > finishedFor {
+		keep++
+	}
+	c.jobs = c.jobs[keep:]
+	b := make([]byte, 0, 12*len(c.jobs))
+	for i, f := range c.jobs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, f.id, 10)
+	}
+	return string(b)
 }
 
 // Pass is what one pass over a queue did.
@@ -435,6 +495,10 @@ type Pass struct {
 	// Yielded counts the places of tenants with jobs running moved behind
 	// a tenant that had not had its turn yet (none of its jobs running).
 	Yielded int
+	// AtCap counts the tenants with held jobs that are at their
+	// concurrency cap (package limits): none of their held jobs could be
+	// admitted. They count in HeldTenants, not in Tenants.
+	AtCap int
 	// Lone is true when one tenant alone (or none) was active and nothing
 	// was held: nothing needs holding, and the next passes only look for
 	// a newcomer. Checked is true for such a look or check (no pass ran).
@@ -512,8 +576,8 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 	began := time.Now()
 	locked, err := a.locked(ctx, q.name, true, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, passSQL, q.name, q.cfg.Workers, q.cfg.Fair, q.localKinds(), q.every && q.cfg.Workers > 0).Scan(
-			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded)
-	})
+			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded, &p.AtCap)
+	}, a.hook.capped.setting(time.Now()))
 	if err != nil {
 		return Pass{}, fmt.Errorf("fair share pass over %s: %w", q.name, err)
 	}
@@ -572,13 +636,22 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 // the lending queue was costed as finding a row early and read every job
 // of every queue (14–19 ms over a 50,000-job free backlog, against
 // 0.2–0.4 ms planned for its parameters; TestLendingIsPlannedForItsQueues).
-func (a *Admitter) locked(ctx context.Context, key string, generic bool, pass func(tx pgx.Tx) error) (bool, error) {
+//
+// finished, when not empty, is the jobs this process has finished whose
+// completion River may not have written yet (capped.setting): set for the
+// transaction as finishedJobsSetting, so that they no longer count against
+// their tenants' concurrency caps, in the pass and in migration 00013's
+// trigger.
+func (a *Admitter) locked(ctx context.Context, key string, generic bool, pass func(tx pgx.Tx) error, finished ...string) (bool, error) {
 	var ok bool
 	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
 		batch.Queue(`SET LOCAL jit = off`)
 		if generic {
 			batch.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
+		}
+		if len(finished) > 0 && finished[0] != "" {
+			batch.Queue(`SELECT set_config('`+finishedJobsSetting+`', $1, true)`, finished[0])
 		}
 		batch.Queue(lockSQL, key).QueryRow(func(row pgx.Row) error { return row.Scan(&ok) })
 		if err := tx.SendBatch(ctx, batch).Close(); err != nil {

@@ -28,7 +28,8 @@
 --      queues, through river_job_tierq_capped_idx, up to the cap, less the
 --      jobs fair share's pass says its process has finished and River has
 --      not written yet (the setting tierq.finished_jobs, a comma-separated
---      list of job ids, set by the pass in its own transaction). Below the
+--      list of job ids, set by the pass in its own transaction; only while
+--      they are still running: one River wrote available again counts). Below the
 --      cap: the row is marked tierq:capped (the service) and goes on.
 --   4. At the cap (or without the lock): the row is held as fair share holds
 --      jobs, River state pending with tierq:held_at, plus tierq:cap_held_at
@@ -107,7 +108,7 @@ BEGIN
                          THEN coalesce(j.metadata->>'tierq:tenant', '')
                          ELSE left(j.metadata->>'tierq:tenant', 200) || '#md5:' || md5(j.metadata->>'tierq:tenant') END) = tkey
                AND j.queue = ANY (svc_q)
-               AND j.id <> NEW.id AND NOT j.id = ANY (finished)
+               AND j.id <> NEW.id AND NOT (j.state = 'running' AND j.id = ANY (finished))
              LIMIT cap) AS x;
         IF used < cap THEN
             NEW.metadata := (NEW.metadata - 'tierq:held_at' - 'tierq:cap_held_at') || jsonb_build_object('tierq:capped', svc);
