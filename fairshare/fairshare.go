@@ -260,6 +260,9 @@ type queueState struct {
 	running atomic.Int64 // jobs of the queue this process works right now
 	held    atomic.Bool  // the last pass saw held jobs
 	wake    chan struct{}
+	// capEnd: a job counted against a concurrency cap ended in this
+	// process (its tenant has room): it ends a rest (passRest) at once.
+	capEnd chan struct{}
 
 	// What the last full pass found when one tenant alone was active and
 	// nothing held (Pass.Lone): the loop then checks for a newcomer
@@ -351,7 +354,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Admitter, error) {
 	}
 	a := &Admitter{cfg: c, pool: pool, queues: map[string]*queueState{}}
 	for name, q := range c.Queues {
-		a.queues[name] = &queueState{name: name, cfg: q, kinds: append([]string{}, q.Kinds...), every: q.Kinds == nil, wake: make(chan struct{}, 1)}
+		a.queues[name] = &queueState{name: name, cfg: q, kinds: append([]string{}, q.Kinds...), every: q.Kinds == nil, wake: make(chan struct{}, 1), capEnd: make(chan struct{}, 1)}
 		a.names = append(a.names, name)
 	}
 	slices.Sort(a.names)
@@ -419,11 +422,15 @@ func (h *hook) WorkEnd(_ context.Context, job *rivertype.JobRow, err error) erro
 	}
 	if bytes.Contains(job.Metadata, cappedKey) {
 		// A job counted against its tenant's cap ended: room for one of
-		// the tenant's held jobs, in any queue of the service.
+		// the tenant's held jobs, in any queue of the service. Every
+		// queue's loop is woken, whether or not its last pass here saw
+		// held work: another replica may have run the passes since.
 		h.capped.finish(job.ID)
 		for _, other := range h.queues {
-			if other.held.Load() {
-				other.signal()
+			other.signal()
+			select {
+			case other.capEnd <- struct{}{}:
+			default:
 			}
 		}
 	}
@@ -778,6 +785,9 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 			case <-ctx.Done():
 				return
 			case <-time.After(wait):
+			case <-q.capEnd:
+				// A capped job ended: its tenant's next job should start
+				// within milliseconds, not after a rest.
 			}
 		}
 	}
