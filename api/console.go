@@ -2,7 +2,8 @@ package api
 
 // The operator console: server-rendered HTML pages under /console/ for
 // what River UI cannot show (tierq's dead letters, the escalation audit,
-// held jobs and dead letters per queue), beside River UI and behind the
+// held jobs and dead letters per queue, a queue's tenants and limits, a
+// job's story, subscriptions), beside River UI and behind the
 // same admin credentials. Pages are html/template, embedded in the binary,
 // readable without JavaScript (there is none); actions are HTML form
 // POSTs. docs/operations.md ("Operator console") is the operator's guide.
@@ -101,6 +102,16 @@ func parseConsolePages() (consolePages, error) {
 			}
 			return *s
 		},
+		"state":  jobState,
+		"tenant": tenantLabel,
+		"limit":  formatLimit,
+		"list":   func(xs ...int) []int { return xs },
+		"deref64": func(n *int64) int64 {
+			if n == nil {
+				return 0
+			}
+			return *n
+		},
 		"derefID": func(id *int64) int64 {
 			if id == nil {
 				return 0
@@ -130,7 +141,7 @@ func parseConsolePages() (consolePages, error) {
 type consolePage struct {
 	Title string
 	// Nav is the page's entry in the navigation: "overview",
-	// "dead-letters", "escalations".
+	// "dead-letters", "escalations", "subscriptions".
 	Nav string
 	// User is the Basic auth user name, the actor of the operator's
 	// actions ("" with a bearer token).
@@ -254,6 +265,11 @@ func (s *Server) consoleHandler() http.Handler {
 	mux.HandleFunc("GET "+ConsolePrefix+"/dead-letters/replay", s.consoleBulkConfirm)
 	mux.HandleFunc("POST "+ConsolePrefix+"/dead-letters/replay", s.consoleBulkReplay)
 	mux.HandleFunc("GET "+ConsolePrefix+"/escalations", s.consoleEscalations)
+	mux.HandleFunc("GET "+ConsolePrefix+"/queues/{queue}", s.consoleQueue)
+	mux.HandleFunc("GET "+ConsolePrefix+"/jobs/{id}", s.consoleJob)
+	mux.HandleFunc("POST "+ConsolePrefix+"/jobs/{id}/escalate", s.consoleEscalate)
+	mux.HandleFunc("GET "+ConsolePrefix+"/subscriptions", s.consoleSubscriptions)
+	mux.HandleFunc("POST "+ConsolePrefix+"/subscriptions", s.consoleSetTier)
 
 	return s.consoleGuard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)
@@ -323,7 +339,8 @@ func consoleErrStatus(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, dlq.ErrNotFound), errors.Is(err, escalation.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, dlq.ErrAlreadyReplayed), errors.Is(err, dlq.ErrDuplicate):
+	case errors.Is(err, dlq.ErrAlreadyReplayed), errors.Is(err, dlq.ErrDuplicate),
+		errors.Is(err, escalation.ErrNotQueued), errors.Is(err, escalation.ErrNotServiceQueue):
 		return http.StatusConflict
 	}
 	return 0

@@ -63,3 +63,73 @@ func TestBrowserConsole(t *testing.T) {
 	require.Contains(t, b.log.String(), `"msg":"console action","action":"replay","actor":"operator","dead_letter_id":`+id)
 	br.requireChallenged(t, b.url)
 }
+
+// TestBrowserConsolePages drives the console's queue, job and
+// subscriptions pages in headless Chromium as an operator does: from the
+// overview to a queue's page, to a tenant's jobs, to a job's story, whose
+// escalation form, filled in and submitted, moves the job (its effect in
+// the database, the operator as the actor); then the subscriptions page,
+// where a user looked up gets a tier. Screenshots are logged, and written
+// to TIERQ_SCREENSHOT_DIR when it is set (console-queue.png,
+// console-job.png, console-subscriptions.png).
+//
+// It needs Chromium, as TestBrowserRiverUI.
+func TestBrowserConsolePages(t *testing.T) {
+	t.Parallel()
+	b := setupConsole(t)
+	held := b.insertJob(t, "analysis_default", "held", "acme", `{"target": "/srv/acme"}`)
+	b.insertJob(t, "analysis_default", "available", "acme", `{}`)
+	b.insertJob(t, "analysis_default", "available", "busy", `{}`)
+	id := strconv.FormatInt(held, 10)
+	shots := screenshotDirs(t)
+	br := startBrowser(t, adminToken)
+
+	br.do(t, "open the overview", chromedp.Navigate(b.url+"/console/"))
+	queueLink := `a[href="/console/queues/analysis_default"]`
+	br.do(t, "open the queue's page", chromedp.WaitVisible(chromedp.CSS(queueLink)), chromedp.Click(chromedp.CSS(queueLink)),
+		chromedp.WaitVisible(chromedp.CSS(`a[href="/console/queues/analysis_default?tenant=acme"]`)))
+	br.waitText(t, "the queue's page shows its tenants and limits", pageText,
+		"Queue analysis_default", "Tenants by waiting work", "acme", "busy", "Limits of analyzer")
+
+	jobLink := `a[href="/console/jobs/` + id + `"]`
+	br.do(t, "open acme's jobs", chromedp.Click(chromedp.CSS(`a[href="/console/queues/analysis_default?tenant=acme"]`)),
+		chromedp.WaitVisible(chromedp.CSS(jobLink)))
+	br.waitText(t, "the tenant's jobs are listed", pageText, "Tenant acme", "0 running, 1 available, 1 held; weight 1", "held")
+	br.screenshot(t, shots, "console-queue.png")
+
+	form := `form[action="/console/jobs/` + id + `/escalate"]`
+	br.do(t, "open job "+id, chromedp.Click(chromedp.CSS(jobLink)), chromedp.WaitVisible(chromedp.CSS(form)))
+	br.waitText(t, "the job's story", pageText, "held by fair share", "analysis_default (priority 4)", "acme", `"target": "/srv/acme"`, "tierq has not moved the job.")
+	require.True(t, br.eval(t, `document.querySelector('a[href="/riverui/jobs/`+id+`"]') != null`), "the job links to River UI")
+
+	br.do(t, "fill in the escalation",
+		chromedp.SetValue(chromedp.CSS(form+` select[name="queue_class"]`), "priority"),
+		chromedp.SetValue(chromedp.CSS(form+` select[name="priority"]`), "2"),
+		chromedp.SendKeys(chromedp.CSS(form+` textarea[name="reason"]`), "VIP customer, INC-9"))
+	br.do(t, "submit the escalation", chromedp.Click(chromedp.CSS(form+` button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`table caption`))) // the moves' table, on the page after the escalation
+	br.waitText(t, "the story shows the move", pageText, "escalation", "analysis_priority (priority 2)", "operator", "VIP customer, INC-9")
+	br.screenshot(t, shots, "console-job.png")
+	var (
+		queue    string
+		priority int
+	)
+	require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT queue, priority FROM river_job WHERE id = $1`, held).Scan(&queue, &priority))
+	require.Equal(t, "analysis_priority", queue)
+	require.Equal(t, 2, priority)
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM job_escalations WHERE job_id = $1 AND actor = 'operator' AND reason = 'VIP customer, INC-9'`, held))
+
+	lookup := `form[action="/console/subscriptions"][method="get"]`
+	set := `form[action="/console/subscriptions"][method="post"]`
+	br.do(t, "open the subscriptions page", chromedp.Click(chromedp.CSS(`nav a[href="/console/subscriptions"]`)), chromedp.WaitVisible(chromedp.CSS(lookup)))
+	br.do(t, "look acme up", chromedp.SendKeys(chromedp.CSS(lookup+` input[name="user"]`), "acme"),
+		chromedp.Click(chromedp.CSS(lookup+` button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS(set)))
+	br.waitText(t, "acme has no subscription", pageText, "User acme: no subscription: free.")
+	br.do(t, "set acme's tier", chromedp.SetValue(chromedp.CSS(set+` select[name="tier"]`), "enterprise"),
+		chromedp.Click(chromedp.CSS(set+` button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS(`table caption`)))
+	br.waitText(t, "the page shows the new tier", pageText, "User acme: enterprise, set ")
+	br.screenshot(t, shots, "console-subscriptions.png")
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM subscriptions WHERE user_id = 'acme' AND tier = 'enterprise'`))
+	require.Contains(t, b.log.String(), `"msg":"console action","action":"set tier","actor":"operator","user_id":"acme","from_tier":"free","tier":"enterprise"`)
+	br.requireChallenged(t, b.url)
+}

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"html"
 	"io"
 	"log/slog"
@@ -12,7 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/api"
@@ -20,7 +23,10 @@ import (
 	"github.com/tierq/tierq/internal/proctest"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
+	"github.com/tierq/tierq/limits"
 	"github.com/tierq/tierq/routing"
+	"github.com/tierq/tierq/subscriptions"
+	"github.com/tierq/tierq/tiers"
 )
 
 // consoleCSP is what every console answer must carry.
@@ -174,7 +180,7 @@ func (b *consoleBundle) deadLetterIDs(t *testing.T, where string) []string {
 func TestConsoleAuth(t *testing.T) {
 	t.Parallel()
 	b := setupConsole(t)
-	for _, path := range []string{"/console/", "/console/dead-letters", "/console/dead-letters/1", "/console/escalations", "/console/static/console.css", "/console/nope"} {
+	for _, path := range []string{"/console/", "/console/dead-letters", "/console/dead-letters/1", "/console/escalations", "/console/queues/analysis_default", "/console/jobs/1", "/console/subscriptions", "/console/static/console.css", "/console/nope"} {
 		res := b.send(t, "GET", path, consoleReq{})
 		require.Equal(t, http.StatusUnauthorized, res.status, path)
 		require.Equal(t, `Basic realm="tierq River UI"`, res.header.Get("WWW-Authenticate"), "River UI's realm: one login for both")
@@ -573,4 +579,420 @@ func TestConsoleHostileValues(t *testing.T) {
 	// The tenant of a held job and the overview's queue names come from
 	// River's tables; the overview shows no tenant yet.
 	requireInert(t, b.get(t, "/console/dead-letters/"+strconv.FormatInt(id, 10)), "tenant")
+
+	// River's jobs with a hostile tenant (10 KB: written without tierq's
+	// producers, keyed by its first 200 characters and its md5), kind and
+	// args, held and available: the queue page, the tenant's page found by
+	// its link, and the job's story.
+	args, err := json.Marshal(map[string]string{"target": hostile})
+	require.NoError(t, err)
+	jobID := b.insertJob(t, "analysis_default", "held", hostile, string(args))
+	b.insertJob(t, "analysis_default", "available", hostile, `{}`)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE river_job SET kind = $1 WHERE id = $2`, hostile[:120], jobID) // River: at most 128
+	require.NoError(t, err)
+	page = b.get(t, "/console/queues/analysis_default")
+	requireInert(t, page, "queue page")
+	require.NotContains(t, page, strings.Repeat("A", 300), "the key is cut to 200 characters and the table to 60")
+	link := regexp.MustCompile(`<a href="(/console/queues/analysis_default\?tenant=[^"]+)">`).FindStringSubmatch(page)
+	require.Len(t, link, 2)
+	page = b.get(t, html.UnescapeString(link[1]))
+	requireInert(t, page, "tenant page")
+	require.Contains(t, plain(page), "Here0 running, 1 available, 1 held; weight 1")
+	require.Contains(t, plain(page), "no user id: no subscription, no limits")
+	require.Len(t, tableRows(t, page, "Its newest 2 jobs here"), 2)
+	page = b.get(t, "/console/jobs/"+strconv.FormatInt(jobID, 10))
+	requireInert(t, page, "job story")
+	require.Contains(t, page, strings.Repeat("A", 10<<10), "the story shows the whole tenant and args")
+	require.NotContains(t, page, "/console/queues/analysis_default?tenant=", "a long tenant is no key: no link")
+
+	// An escalation by a hostile actor with a hostile reason, in the
+	// job's moves.
+	req = b.asOperator()
+	req.user = actor
+	req.form = url.Values{"queue_class": {"priority"}, "reason": {hostile[:200]}}
+	res = b.send(t, "POST", "/console/jobs/"+strconv.FormatInt(jobID, 10)+"/escalate", req)
+	require.Equal(t, http.StatusSeeOther, res.status, string(res.body))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM job_escalations WHERE actor = $1`, actor))
+	page = b.get(t, "/console/jobs/"+strconv.FormatInt(jobID, 10))
+	require.Contains(t, page, `&lt;script&gt;x&lt;/script&gt;\x1b[31m\u202eeve`)
+	require.NotContains(t, page, "\u202e")
+	require.NotContains(t, page, "<script>")
+
+	// A user id may hold markup and a right-to-left override (no control
+	// character): the lookup and the list show them inert.
+	user := "<script>u</script>\u202erlo"
+	res = b.post(t, "/console/subscriptions", url.Values{"user": {user}, "tier": {"pro"}})
+	require.Equal(t, http.StatusSeeOther, res.status, string(res.body))
+	// (A form's field keeps the user id's own bytes, escaped for HTML: the
+	// form sets that user's tier, and a browser shows a field's value as
+	// text.)
+	inputs := regexp.MustCompile(`<input [^>]*>`)
+	for _, p := range []string{"/console/subscriptions", "/console/subscriptions?user=" + url.QueryEscape(user)} {
+		page := inputs.ReplaceAllString(b.get(t, p), "")
+		require.Contains(t, page, `&lt;script&gt;u&lt;/script&gt;\u202erlo`, p)
+		require.NotContains(t, page, "\u202e", p)
+		require.NotContains(t, page, "<script>", p)
+	}
+	res = b.send(t, "GET", "/console/subscriptions?user="+url.QueryEscape(hostile), b.asOperator())
+	require.Equal(t, http.StatusBadRequest, res.status)
+	require.Contains(t, string(res.body), "invalid user id: "+strconv.Itoa(len(hostile))+" bytes, longer than 200.")
+	require.NotContains(t, string(res.body), "<script>")
+	require.NotContains(t, inputs.ReplaceAllString(string(res.body), ""), "\u202e")
+	require.NotContains(t, inputs.ReplaceAllString(string(res.body), ""), "\x1b")
+}
+
+// insertJob writes a river_job row of queue in state with tenant (none
+// when empty), tier and args, and returns its id.
+func (b *consoleBundle) insertJob(t *testing.T, queue, state, tenant, args string) int64 {
+	t.Helper()
+	meta := map[string]any{"tierq:tier": "pro"}
+	if tenant != "" {
+		meta["tierq:tenant"] = tenant
+	}
+	if state == "held" {
+		state, meta["tierq:held_at"] = "pending", "2026-01-01T00:00:00Z"
+	}
+	raw, err := json.Marshal(meta)
+	require.NoError(t, err)
+	if state != "completed" {
+		return testdb.InsertRaw(t, b.db, testdb.RawJob{Kind: jobs.KindAnalysis, Queue: queue, State: state, Args: args, Metadata: string(raw)})
+	}
+	id := testdb.InsertRaw(t, b.db, testdb.RawJob{Kind: jobs.KindAnalysis, Queue: queue, Args: args, Metadata: string(raw)})
+	_, err = b.db.Pool.Exec(context.Background(), `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, id)
+	require.NoError(t, err)
+	return id
+}
+
+// plain is the page's text: tags removed, entities decoded.
+func plain(page string) string { return html.UnescapeString(tagRE.ReplaceAllString(page, "")) }
+
+// tableRows are the rows of the page's table whose caption starts with
+// caption, header left out.
+func tableRows(t *testing.T, page, caption string) [][]string {
+	t.Helper()
+	i := strings.Index(page, "<caption>"+caption)
+	require.GreaterOrEqual(t, i, 0, "no table %q in:\n%s", caption, page)
+	table := page[i:]
+	table = table[:strings.Index(table, "</table>")]
+	return rows(table)[1:]
+}
+
+// TestConsoleQueue: a queue's tenants with running, available and held
+// jobs and weights, by waiting work; its service's limits by tier and
+// overrides; a tenant's limits, quota use today and newest jobs.
+func TestConsoleQueue(t *testing.T) {
+	t.Parallel()
+	b := setupConsole(t)
+	ctx := context.Background()
+	ids := map[string]int64{}
+	for _, j := range []struct{ name, queue, state, tenant string }{
+		{"acme running", "analysis_default", "running", "acme"},
+		{"acme available", "analysis_default", "available", "acme"},
+		{"acme held 1", "analysis_default", "held", "acme"},
+		{"acme held 2", "analysis_default", "held", "acme"},
+		{"acme scheduled", "analysis_default", "scheduled", "acme"},
+		{"acme completed", "analysis_default", "completed", "acme"},
+		{"acme elsewhere", "analysis_priority", "available", "acme"},
+		{"busy 1", "analysis_default", "available", "busy"},
+		{"busy 2", "analysis_default", "available", "busy"},
+		{"busy 3", "analysis_default", "held", "busy"},
+		{"nobody", "analysis_default", "available", ""},
+	} {
+		ids[j.name] = b.insertJob(t, j.queue, j.state, j.tenant, `{}`)
+	}
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO fair_share_weights (tenant, weight) VALUES ('acme', 3)`)
+	require.NoError(t, err)
+	require.NoError(t, subscriptions.Set(ctx, b.db.Pool, "acme", tiers.Pro))
+	require.NoError(t, limits.Record(ctx, b.db.Pool, limits.Config{Services: map[string]limits.Tiers{jobs.ServiceAnalyzer: {
+		tiers.Free: {DailyQuota: 100},
+		tiers.Pro:  {MaxRunning: 5, Rate: limits.Rate{Count: 10, Per: time.Second}, DailyQuota: 1000},
+	}}}, testdb.Registry(t).Names(), "scheduler"))
+	quota := int64(50)
+	_, err = limits.SetOverride(ctx, b.db.Pool, jobs.ServiceAnalyzer, "acme", limits.Override{DailyQuota: &quota})
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `INSERT INTO tenant_quota_usage (service, tenant, day, used) VALUES ('analyzer', 'acme', (now() AT TIME ZONE 'UTC')::date, 7)`)
+	require.NoError(t, err)
+
+	require.Contains(t, b.get(t, "/console/"), `<a href="/console/queues/analysis_default">analysis_default</a>`, "the overview links to the queue")
+	page := b.get(t, "/console/queues/analysis_default")
+	require.Contains(t, page, `Service <span class="value">analyzer</span>, class default.`)
+	require.Contains(t, page, `<a href="/riverui/queues/analysis_default">`)
+	require.Equal(t, [][]string{
+		{"acme", "1", "1", "2", "3", "3"},
+		{"busy", "0", "2", "1", "3", "1"},
+		{"(no tenant)", "0", "1", "0", "1", "1"},
+	}, tableRows(t, page, "3 tenants have jobs running or waiting here"))
+	require.Contains(t, page, `<a href="/console/queues/analysis_default?tenant=acme">acme</a>`)
+	require.Contains(t, page, `<a href="/console/queues/analysis_default?tenant=">(no tenant)</a>`)
+	require.Equal(t, [][]string{
+		{"free", "none", "none", "100"}, {"pro", "5", "10/s", "1000"}, {"pro_plus", "none", "none", "none"}, {"enterprise", "none", "none", "none"},
+	}, tableRows(t, page, "Each tier's limits per tenant"))
+	overrides := tableRows(t, page, "Tenants' overrides")
+	require.Len(t, overrides, 1)
+	require.Equal(t, []string{"acme", "inherits", "inherits", "50"}, overrides[0][:4])
+
+	// The tenant: its counts, weight, tier, limits, today's use, its jobs
+	// here that have not finished, newest first.
+	page = b.get(t, "/console/queues/analysis_default?tenant=acme")
+	text := plain(page)
+	for _, want := range []string{
+		"Here1 running, 1 available, 2 held; weight 3",
+		"Tierpro (subscription set ",
+		"Limitsmax running 5, rate 10/s, daily quota 50 (an override, set ",
+		": max running inherits, rate inherits, daily quota 50)",
+		"Today7 jobs counted on " + time.Now().UTC().Format("2006-01-02") + ", 43 left; resets ",
+	} {
+		require.Contains(t, text, want)
+	}
+	var got [][]string
+	for _, r := range tableRows(t, page, "Its newest 5 jobs here") {
+		got = append(got, []string{r[0], r[2], r[3], r[4], r[8]})
+	}
+	id := func(name string) string { return strconv.FormatInt(ids[name], 10) }
+	require.Equal(t, [][]string{
+		{id("acme scheduled"), "scheduled", "4", "pro", "job " + id("acme scheduled")},
+		{id("acme held 2"), "held", "4", "pro", "job " + id("acme held 2")},
+		{id("acme held 1"), "held", "4", "pro", "job " + id("acme held 1")},
+		{id("acme available"), "available", "4", "pro", "job " + id("acme available")},
+		{id("acme running"), "running", "4", "pro", "job " + id("acme running")},
+	}, got)
+	require.Contains(t, page, `<a href="/console/jobs/`+id("acme held 1")+`">`)
+	require.Contains(t, page, `<a href="/riverui/jobs/`+id("acme held 1")+`">`)
+
+	page = b.get(t, "/console/queues/analysis_default?tenant=")
+	require.Contains(t, plain(page), "Here0 running, 1 available, 0 held; weight 1")
+	require.Contains(t, page, "no user id: no subscription, no limits")
+	require.Equal(t, id("nobody"), tableRows(t, page, "Its newest 1 jobs here")[0][0])
+	page = b.get(t, "/console/queues/analysis_default?tenant=busy")
+	require.Contains(t, plain(page), "Tierfree (no subscription)")
+	require.Contains(t, plain(page), "Limitsmax running none, rate none, daily quota 100 (its tier's)")
+	require.Contains(t, b.get(t, "/console/queues/analysis_default?tenant=nobody-here"), "No job of this tenant is running or waiting here.")
+
+	// Other queues: one of no service; an unknown one is refused.
+	page = b.get(t, "/console/queues/scheduler")
+	require.Contains(t, page, "A queue of no service: no limits by tier.")
+	require.Contains(t, page, "No job is running or waiting here.")
+	for _, path := range []string{"/console/queues/nope", "/console/queues/%3Cscript%3E"} {
+		res := b.send(t, "GET", path, b.asOperator())
+		require.Equal(t, http.StatusNotFound, res.status, path)
+		require.Contains(t, string(res.body), "No such queue")
+		require.NotContains(t, string(res.body), "<script>")
+	}
+}
+
+// TestConsoleQueuePlans: the queue page's statements read indexes, never
+// the whole of river_job, with a big queue of held jobs and a big queue of
+// scheduled ones beside finished jobs.
+func TestConsoleQueuePlans(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	testdb.SeedFinished(t, db, 40_000)
+	_, err := db.Pool.Exec(ctx, `
+		INSERT INTO river_job (kind, args, queue, priority, state, scheduled_at, max_attempts, metadata)
+		SELECT 'analysis', '{}', 'analysis_default', 4, 'pending', now() - interval '1 hour', 25,
+		       jsonb_build_object('tierq:tenant', 't' || i % 100, 'tierq:held_at', now())
+		FROM generate_series(1, 30000) AS i;
+		INSERT INTO river_job (kind, args, queue, priority, state, scheduled_at, max_attempts, metadata)
+		SELECT 'analysis', '{}', 'analysis_default', 4, 'available', now() - interval '1 hour', 25,
+		       jsonb_build_object('tierq:tenant', 't' || i % 100)
+		FROM generate_series(1, 300) AS i;
+		INSERT INTO river_job (kind, args, queue, priority, state, scheduled_at, max_attempts, metadata)
+		SELECT 'analysis', '{}', 'analysis_scheduled', 4, 'scheduled', now() + interval '1 hour', 25,
+		       jsonb_build_object('tierq:tenant', 't' || i % 100)
+		FROM generate_series(1, 30000) AS i;
+		ANALYZE river_job`)
+	require.NoError(t, err)
+	statements := api.ConsoleQueueSQL()
+	for _, name := range []string{"tenants", "tenant counts", "tenant jobs"} {
+		for _, queue := range []string{"analysis_default", "analysis_scheduled"} {
+			args := map[string][]any{"tenants": {queue, 50}, "tenant counts": {queue, "t7"}, "tenant jobs": {queue, "t7", 50}}[name]
+			rows, err := db.Pool.Query(ctx, "EXPLAIN "+statements[name], args...)
+			require.NoError(t, err)
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			plan := strings.Join(lines, "\n")
+			require.NotContains(t, plan, "Seq Scan on river_job", "%s, %s:\n%s", name, queue, plan)
+			require.NotContains(t, plan, "river_job_pkey", "%s, %s: no walk of the primary key:\n%s", name, queue, plan)
+			if queue == "analysis_default" {
+				require.Contains(t, plan, "river_job_tierq_held_idx", "%s: held jobs through their index:\n%s", name, plan)
+			}
+			testdb.WriteExplain(t, db, "console-"+strings.ReplaceAll(name, " ", "-")+"-"+queue+".txt", statements[name], args...)
+		}
+	}
+}
+
+// TestConsoleJob: a job's story (held, tenant, tier, moves, River UI),
+// its escalation from the page and the effect in the database; a dead
+// letter's job and a replayed one link to their dead letter.
+func TestConsoleJob(t *testing.T) {
+	t.Parallel()
+	b := setupConsole(t)
+	ctx := context.Background()
+	held := b.insertJob(t, "analysis_default", "held", "acme", `{"target": "/srv/a"}`)
+	running := b.insertJob(t, "analysis_default", "running", "acme", `{}`)
+	_, err := b.db.Pool.Exec(ctx, `UPDATE river_job SET metadata = metadata || '{"tierq:original_queue": "analysis_default", "tierq:original_priority": 4}' WHERE id = $1`, held)
+	require.NoError(t, err)
+	path := "/console/jobs/" + strconv.FormatInt(held, 10)
+
+	page := b.get(t, path)
+	text := plain(page)
+	for _, want := range []string{
+		"Stateheld by fair share (River's state: pending)", "Kindanalysis", "Queueanalysis_default (priority 4)", "Tierpro", "Tenantacme",
+		"Inserted intoanalysis_default (priority 4)", "Attempts0 of 1", "Dead letternone", "River UIRiver UI's page of job " + strconv.FormatInt(held, 10),
+		"tierq has not moved the job.", `"target": "/srv/a"`,
+	} {
+		require.Contains(t, text, want)
+	}
+	require.Contains(t, page, `<a href="/console/queues/analysis_default?tenant=acme">acme</a>`)
+	require.Contains(t, page, `<a href="/riverui/jobs/`+strconv.FormatInt(held, 10)+`">`)
+	require.Contains(t, page, `<form method="post" action="`+path+`/escalate" class="action">`)
+
+	// Escalated by alice, with her reason: the queue, the priority, the
+	// audit and the job's moves.
+	for name, c := range map[string]struct {
+		form url.Values
+		want string
+	}{
+		"no reason":   {url.Values{"queue_class": {"priority"}, "reason": {" "}}, "Give a reason for the escalation."},
+		"bad class":   {url.Values{"queue_class": {"gold"}, "reason": {"r"}}, "unknown queue class"},
+		"bad priorty": {url.Values{"queue_class": {"priority"}, "priority": {"x"}, "reason": {"r"}}, "the priority is 1 to 4, or empty"},
+		"priority 9":  {url.Values{"queue_class": {"priority"}, "priority": {"9"}, "reason": {"r"}}, "priority 9 not in 1..4"},
+	} {
+		res := b.post(t, path+"/escalate", c.form)
+		require.Equal(t, http.StatusBadRequest, res.status, name)
+		require.Contains(t, html.UnescapeString(string(res.body)), c.want, name)
+	}
+	require.Equal(t, 0, b.db.Count(t, `SELECT count(*) FROM job_escalations`))
+	res := b.post(t, path+"/escalate", url.Values{"queue_class": {"priority"}, "priority": {"2"}, "reason": {"VIP customer, INC-7"}})
+	require.Equal(t, http.StatusSeeOther, res.status, string(res.body))
+	require.Equal(t, path, res.header.Get("Location"))
+	var queue string
+	var priority int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT queue, priority FROM river_job WHERE id = $1`, held).Scan(&queue, &priority))
+	require.Equal(t, "analysis_priority", queue)
+	require.Equal(t, 2, priority)
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM job_escalations WHERE job_id = $1 AND from_queue = 'analysis_default'
+		AND to_queue = 'analysis_priority' AND to_priority = 2 AND actor = 'alice' AND reason = 'VIP customer, INC-7'`, held))
+	page = b.get(t, path)
+	moves := tableRows(t, page, "The moves tierq made to the job")
+	require.Len(t, moves, 1)
+	require.Equal(t, []string{"escalation", "analysis_default (priority 4)", "analysis_priority (priority 2)", "alice", "VIP customer, INC-7"}, moves[0][1:])
+	require.Contains(t, b.log.String(), `"msg":"console action","action":"escalate","actor":"alice","job_id":`+strconv.FormatInt(held, 10)+`,"to_class":"priority","from_queue":"analysis_default","to_queue":"analysis_priority","changed":true`)
+
+	// Again: nothing to do. A running job: refused, 409. None: 404.
+	res = b.post(t, path+"/escalate", url.Values{"queue_class": {"priority"}, "priority": {"2"}, "reason": {"again"}})
+	require.Equal(t, http.StatusOK, res.status)
+	require.Contains(t, string(res.body), "Nothing to do: the job is in analysis_priority at priority 2 already.")
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM job_escalations`))
+	runningPath := "/console/jobs/" + strconv.FormatInt(running, 10)
+	require.Contains(t, b.get(t, runningPath), "Only a queued job (available, scheduled, retryable or pending) of a service queue can be escalated.")
+	res = b.post(t, runningPath+"/escalate", url.Values{"queue_class": {"priority"}, "reason": {"r"}})
+	require.Equal(t, http.StatusConflict, res.status)
+	require.Contains(t, string(res.body), "Not escalated: job is not queued")
+	require.Equal(t, http.StatusNotFound, b.post(t, "/console/jobs/999999/escalate", url.Values{"queue_class": {"priority"}, "reason": {"r"}}).status)
+	res = b.send(t, "GET", "/console/jobs/999999", b.asOperator())
+	require.Equal(t, http.StatusNotFound, res.status)
+	require.Contains(t, string(res.body), "is neither in River nor a dead letter")
+	require.Equal(t, http.StatusBadRequest, b.send(t, "GET", "/console/jobs/x", b.asOperator()).status)
+
+	// Cross-origin: refused, nothing moved.
+	res = b.send(t, "POST", runningPath+"/escalate", consoleReq{user: "mallory", password: adminToken,
+		headers: map[string]string{"Origin": "http://evil.example"}, form: url.Values{"queue_class": {"default"}, "reason": {"r"}}})
+	require.Equal(t, http.StatusForbidden, res.status)
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM job_escalations`))
+
+	// A dead letter's job: its dead letter, no River UI; the replayed job
+	// says where it came from.
+	testdb.SeedDiscarded(t, b.db, 1)
+	drainAll(t, b.bundle)
+	var dlID, jobID int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT id, job_id FROM dead_letter_jobs`).Scan(&dlID, &jobID))
+	page = b.get(t, "/console/jobs/"+strconv.FormatInt(jobID, 10))
+	text = plain(page)
+	require.Contains(t, text, "Statedead letter")
+	require.Contains(t, text, "Dead letterdead letter "+strconv.FormatInt(dlID, 10)+": discarded and drained out of River")
+	require.Contains(t, text, "River UIRiver no longer has the job")
+	require.Contains(t, text, "attempt 2 of job 1")
+	require.Contains(t, page, `<a href="/console/dead-letters/`+strconv.FormatInt(dlID, 10)+`">`)
+	require.NotContains(t, page, "/escalate")
+	res = b.post(t, "/console/dead-letters/"+strconv.FormatInt(dlID, 10)+"/replay", url.Values{"reason": {"fixed"}})
+	require.Equal(t, http.StatusSeeOther, res.status)
+	var replayID int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT replay_job_id FROM dead_letter_jobs WHERE id = $1`, dlID).Scan(&replayID))
+	text = plain(b.get(t, "/console/jobs/"+strconv.FormatInt(replayID, 10)))
+	require.Contains(t, text, "Dead letternone; replayed from dead letter "+strconv.FormatInt(dlID, 10))
+	require.Contains(t, text, "replay of dead letter "+strconv.FormatInt(dlID, 10))
+}
+
+// TestConsoleSubscriptions: look a user's tier up, set it (the effect in
+// the database, the actor in the log), the checks of tierctl's set, the
+// list.
+func TestConsoleSubscriptions(t *testing.T) {
+	t.Parallel()
+	b := setupConsole(t)
+	ctx := context.Background()
+	require.NoError(t, subscriptions.Set(ctx, b.db.Pool, "u_1", tiers.Pro))
+
+	page := b.get(t, "/console/subscriptions")
+	require.Equal(t, [][]string{{"u_1", "pro"}}, func() [][]string {
+		var out [][]string
+		for _, r := range tableRows(t, page, "By user id") {
+			out = append(out, r[:2])
+		}
+		return out
+	}())
+	require.NotContains(t, page, "Set the tier", "no user looked up")
+	page = b.get(t, "/console/subscriptions?user=u_1")
+	require.Contains(t, plain(page), "User u_1: pro, set ")
+	require.Contains(t, page, `<option value="pro" selected>pro</option>`)
+	page = b.get(t, "/console/subscriptions?user=u_2")
+	require.Contains(t, plain(page), "User u_2: no subscription: free.")
+
+	res := b.post(t, "/console/subscriptions", url.Values{"user": {"u_2"}, "tier": {"enterprise"}})
+	require.Equal(t, http.StatusSeeOther, res.status, string(res.body))
+	require.Equal(t, "/console/subscriptions?user=u_2", res.header.Get("Location"))
+	tier, err := subscriptions.Lookup(ctx, b.db.Pool, "u_2")
+	require.NoError(t, err)
+	require.Equal(t, tiers.Enterprise, tier)
+	require.Contains(t, plain(b.get(t, "/console/subscriptions?user=u_2")), "User u_2: enterprise, set ")
+	require.Contains(t, b.log.String(), `"msg":"console action","action":"set tier","actor":"alice","user_id":"u_2","from_tier":"free","tier":"enterprise"`)
+	res = b.post(t, "/console/subscriptions", url.Values{"user": {"u_1"}, "tier": {"free"}})
+	require.Equal(t, http.StatusSeeOther, res.status)
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM subscriptions WHERE user_id = 'u_1' AND tier = 'free'`))
+
+	for name, c := range map[string]struct {
+		form url.Values
+		want string
+	}{
+		"unknown tier": {url.Values{"user": {"u_3"}, "tier": {"gold"}}, `Not set: unknown tier "gold" (want free, pro, pro_plus or enterprise).`},
+		"no user":      {url.Values{"tier": {"pro"}}, "Not set: invalid user id: empty."},
+		"long user":    {url.Values{"user": {strings.Repeat("u", 201)}, "tier": {"pro"}}, "Not set: invalid user id: 201 bytes, longer than 200."},
+		"escape":       {url.Values{"user": {"a\x1bb"}, "tier": {"pro"}}, "Not set: invalid user id: control character U+001B at byte 1."},
+	} {
+		res := b.post(t, "/console/subscriptions", c.form)
+		require.Equal(t, http.StatusBadRequest, res.status, name)
+		require.Contains(t, html.UnescapeString(string(res.body)), c.want, name)
+	}
+	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM subscriptions`))
+	res = b.send(t, "GET", "/console/subscriptions?user="+strings.Repeat("u", 201), b.asOperator())
+	require.Equal(t, http.StatusBadRequest, res.status)
+	require.Contains(t, string(res.body), "invalid user id: 201 bytes, longer than 200.")
+
+	// Cross-origin: refused, nothing set.
+	res = b.send(t, "POST", "/console/subscriptions", consoleReq{user: "mallory", password: adminToken,
+		headers: map[string]string{"Sec-Fetch-Site": "cross-site"}, form: url.Values{"user": {"u_1"}, "tier": {"enterprise"}}})
+	require.Equal(t, http.StatusForbidden, res.status)
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM subscriptions WHERE user_id = 'u_1' AND tier = 'free'`))
+
+	// Pages of 50, by user id.
+	for i := range 60 {
+		require.NoError(t, subscriptions.Set(ctx, b.db.Pool, "v_"+strconv.Itoa(100+i), tiers.Pro))
+	}
+	page = b.get(t, "/console/subscriptions")
+	require.Len(t, tableRows(t, page, "By user id"), 50)
+	require.Contains(t, page, `<a href="/console/subscriptions?after=v_147">Next page</a>`)
+	page = b.get(t, "/console/subscriptions?after=v_147")
+	require.Len(t, tableRows(t, page, "By user id"), 12)
+	require.NotContains(t, page, "Next page")
 }

@@ -76,6 +76,16 @@ func (l *ledger) add(e entry) {
 	l.entries = append(l.entries, e)
 }
 
+// expect changes what the scenario expects of job id (an operator acted on
+// it, such as cancelling it while it was queued).
+func (l *ledger) expect(id int64, want final) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if i, ok := l.byID[id]; ok {
+		l.entries[i].want = want
+	}
+}
+
 func (l *ledger) all() []entry {
 	l.mu.Lock()
 	defer l.mu.Unlock()

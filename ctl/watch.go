@@ -226,7 +226,7 @@ func watchLoop(ctx context.Context, q db.Querier, queues queueSource, out *scree
 			if down.IsZero() {
 				down = now()
 			}
-			frame := renderDown(now(), down, interval, err)
+			frame := renderDown(now(), down, interval, err, out.width())
 			if out.live() && last != "" {
 				frame += "the last view, from before:\n\n" + last
 			}
@@ -248,8 +248,11 @@ func watchLoop(ctx context.Context, q db.Querier, queues queueSource, out *scree
 // unreachable" when no connection could be made or kept (a network error,
 // a refused or failed login, a connection the server ended), "database
 // error" when the server answered with an SQL error (a missing table, a
-// permission).
-func renderDown(at, since time.Time, interval time.Duration, err error) string {
+// permission). The error's own line breaks (pgx puts "\n\t" before each
+// address it tried) become spaces. With width > 0 (a terminal's, which cuts
+// longer lines) the line is folded to fit it, the rest indented, so that
+// the reason at the error's end stays on screen.
+func renderDown(at, since time.Time, interval time.Duration, err error, width int) string {
 	what := "unreachable"
 	var pgErr *pgconn.PgError
 	var connectErr *pgconn.ConnectError
@@ -260,9 +263,15 @@ func renderDown(at, since time.Time, interval time.Duration, err error) string {
 			what = "error"
 		}
 	}
-	return fmt.Sprintf("%s  database %s since %s (%s): %s\n  retrying every %s; Ctrl-C stops\n\n",
+	line := fmt.Sprintf("%s  database %s since %s (%s): %s",
 		at.Format("15:04:05"), what, since.Format("15:04:05"), at.Sub(since).Round(time.Second),
-		oneLine(err.Error(), 300), interval)
+		oneLine(strings.Join(strings.Fields(err.Error()), " "), 300))
+	if width > 0 {
+		// Cut at width-1 like every line of a frame (screen.draw); folded
+		// lines carry a two-space indent.
+		line = strings.ReplaceAll(ansi.Wrap(line, max(width-3, 20), ""), "\n", "\n  ")
+	}
+	return fmt.Sprintf("%s\n  retrying every %s; Ctrl-C stops\n\n", line, interval)
 }
 
 // sqlStateClass is an SQLSTATE's class, its first two characters.
@@ -502,6 +511,18 @@ func newScreen(w io.Writer, live bool) *screen {
 // live is whether frames replace each other in place (a terminal).
 func (s *screen) live() bool { return s.fd >= 0 }
 
+// width is the terminal's width in columns, or 0 when appending or when it
+// cannot be read.
+func (s *screen) width() int {
+	if s.fd < 0 {
+		return 0
+	}
+	if width, _, err := term.GetSize(s.fd); err == nil && width > 0 {
+		return width
+	}
+	return 0
+}
+
 func (s *screen) draw(frame string) {
 	if s.fd < 0 {
 		fmt.Fprint(s.w, frame)
@@ -509,7 +530,7 @@ func (s *screen) draw(frame string) {
 	}
 	// Lines wider than the terminal would wrap and throw off the count
 	// of lines to move back over: cut them.
-	if width, _, err := term.GetSize(s.fd); err == nil && width > 0 {
+	if width := s.width(); width > 0 {
 		lines := strings.Split(strings.TrimSuffix(frame, "\n"), "\n")
 		for i, l := range lines {
 			lines[i] = ansi.Truncate(l, width-1, "")

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/charmbracelet/x/ansi"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
@@ -219,9 +220,10 @@ func TestRenderDown(t *testing.T) {
 	since := time.Date(2026, 11, 27, 4, 0, 0, 0, time.Local)
 	at := since.Add(12 * time.Second)
 	tests := []struct {
-		name string
-		give error
-		want string
+		name  string
+		give  error
+		width int
+		want  string
 	}{
 		{name: "network", give: errors.New("dial tcp 127.0.0.1:5432: connect: connection refused"),
 			want: "04:00:12  database unreachable since 04:00:00 (12s): dial tcp 127.0.0.1:5432: connect: connection refused\n  retrying every 1s; Ctrl-C stops\n\n"},
@@ -231,13 +233,33 @@ func TestRenderDown(t *testing.T) {
 			want: "04:00:12  database error since 04:00:00 (12s): ERROR: relation \"river_queue\" does not exist (SQLSTATE 42P01)\n  retrying every 1s; Ctrl-C stops\n\n"},
 		{name: "no code", give: &pgconn.PgError{Severity: "ERROR", Message: "odd"},
 			want: "04:00:12  database error since 04:00:00 (12s): ERROR: odd (SQLSTATE )\n  retrying every 1s; Ctrl-C stops\n\n"},
-		{name: "escapes and newlines", give: errors.New("bad\x1b[2J\nthing"),
-			want: "04:00:12  database unreachable since 04:00:00 (12s): bad\\x1b[2J\\nthing\n  retrying every 1s; Ctrl-C stops\n\n"},
+		// Escapes and invalid bytes visible; a line break is a space (it would
+		// break the frame).
+		{name: "escapes and newlines", give: errors.New("bad\x1b[2J\nthing\r\x85end"),
+			want: "04:00:12  database unreachable since 04:00:00 (12s): bad\\x1b[2J thing \\x85end\n  retrying every 1s; Ctrl-C stops\n\n"},
+		// pgx's connect errors put "\n\t" before each address tried: spaces,
+		// not visible escapes (a hostile value's are still escaped above).
+		{name: "pgx's line breaks", give: errors.New("read recorded services: failed to connect to `user=postgres database=tierq`:\n\t127.0.0.1:1 (127.0.0.1): dial error: dial tcp 127.0.0.1:1: connect: connection refused"),
+			want: "04:00:12  database unreachable since 04:00:00 (12s): read recorded services: failed to connect to `user=postgres database=tierq`: 127.0.0.1:1 (127.0.0.1): dial error: dial tcp 127.0.0.1:1: connect: connection refused\n  retrying every 1s; Ctrl-C stops\n\n"},
+		// On an 80-column terminal (which cuts lines at 79) the reason at
+		// the end stays on screen: folded, indented.
+		{name: "folded to a terminal's width", width: 80,
+			give: errors.New("read recorded services: failed to connect to `user=postgres database=tierq`:\n\t127.0.0.1:1 (127.0.0.1): dial error: dial tcp 127.0.0.1:1: connect: connection refused"),
+			want: "04:00:12  database unreachable since 04:00:00 (12s): read recorded services:\n" +
+				"  failed to connect to `user=postgres database=tierq`: 127.0.0.1:1 (127.0.0.1):\n" +
+				"  dial error: dial tcp 127.0.0.1:1: connect: connection refused\n" +
+				"  retrying every 1s; Ctrl-C stops\n\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tt.want, renderDown(at, since, time.Second, tt.give))
+			got := renderDown(at, since, time.Second, tt.give, tt.width)
+			require.Equal(t, tt.want, got)
+			if tt.width > 0 {
+				for _, line := range strings.Split(got, "\n") {
+					require.LessOrEqual(t, ansi.StringWidth(line), tt.width-1, "line %q", line)
+				}
+			}
 		})
 	}
 }

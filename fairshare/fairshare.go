@@ -50,6 +50,15 @@
 // alone; River UI shows them, and its retry button makes one available
 // (the next pass holds it back again if its tenant is over its window).
 // A queue with fair share off releases whatever is still held.
+//
+// Concurrency caps (package limits) are kept by the database: migration
+// 00013's trigger holds a job that becomes available while its tenant's
+// running and available jobs in the service's queues are at its cap
+// (jobmeta.CapHeldAt beside jobmeta.HeldAt). A pass admits a capped
+// tenant's held jobs only up to its room, counts them as demand only up to
+// it (a tenant at its cap is not active, and closes no worse priority), and
+// counts the capped jobs its process has finished as ended before River
+// writes their completion; the end of a capped job wakes every queue's loop.
 package fairshare
 
 import (
@@ -178,6 +187,13 @@ type Lend struct {
 type Observer interface {
 	Pass(queue string, held, admitted, tenants, heldTenants, capacity int)
 	Lend(queue string, lent, returned int)
+}
+
+// CapObserver is an Observer that is also told, after each pass that ran,
+// how many tenants with held jobs were at their concurrency cap
+// (Pass.AtCap). Optional: an Observer without it is not told.
+type CapObserver interface {
+	Caps(queue string, atCap int)
 }
 
 func (c *Config) withDefaults() *Config {
@@ -597,6 +613,9 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 	q.lone, q.loneName, q.watermark = p.Lone, lone, now.Add(-loneMargin)
 	if a.cfg.Observer != nil {
 		a.cfg.Observer.Pass(q.name, p.Held, p.Admitted, p.Tenants, p.HeldTenants, p.Capacity)
+		if c, ok := a.cfg.Observer.(CapObserver); ok {
+			c.Caps(q.name, p.AtCap)
+		}
 	}
 	// Held work remains when the pass held some back, or a tenant with
 	// held jobs had no room (it may have had room for all of them: the

@@ -7,26 +7,13 @@ import (
 	"github.com/tierq/tierq/jobmeta"
 )
 
-// tenantKeyBytes is the longest tenant id that is its own key in this
-// package's SQL: jobmeta's rule for tenant ids, and migration 00009's.
-const tenantKeyBytes = jobmeta.MaxTenantBytes
-
-// tenantSQL is the key of a job's tenant in the SQL of this package: its
-// metadata's jobmeta.Tenant, or the empty string for a job without one (they
-// count as one tenant). A tenant id longer than tenantKeyBytes (a row
-// written without tierq's producers, which refuse one) is keyed by its first
-// tenantKeyBytes characters, "#md5:" and the md5 of the whole: bounded (at
-// most 837 bytes: an index entry or a sort key of unbounded text failed
-// whole passes), longer than tenantKeyBytes bytes so never another tenant's
-// id, and collision-free in practice (two ids must share both their first
-// 200 characters and their md5). river_job_tierq_held_idx is built on this
-// exact expression (migration 00009).
-func tenantSQL(alias string) string {
-	t := alias + `.metadata->>'` + jobmeta.Tenant + `'`
-	return `(CASE WHEN octet_length(coalesce(` + t + `, '')) <= ` + itoa(tenantKeyBytes) + `
-             THEN coalesce(` + t + `, '')
-             ELSE left(` + t + `, ` + itoa(tenantKeyBytes) + `) || '#md5:' || md5(` + t + `) END)`
-}
+// tenantSQL is the key of a job's tenant in the SQL of this package
+// (jobmetasql.TenantKeySQL): its metadata's jobmeta.Tenant, or the empty
+// string for a job without one (they count as one tenant), a tenant id
+// longer than jobmeta.MaxTenantBytes keyed by its first characters and its
+// md5. river_job_tierq_held_idx is built on this exact expression
+// (migration 00009).
+func tenantSQL(alias string) string { return jobmetasql.TenantKeySQL(alias) }
 
 // unlimited is the window of a queue without fair share: nothing is held
 // back and everything held is admitted.

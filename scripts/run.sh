@@ -164,6 +164,7 @@ export API_ADDR=${API_ADDR:-127.0.0.1:8081}
 start api "$logs/api.log" "$bin/api"
 echo "api started on http://$API_ADDR (pid ${pids[-1]}, log $logs/api.log); analysis targets must be in ANALYSIS_ROOTS=$ANALYSIS_ROOTS"
 echo "River UI: http://$API_ADDR/riverui/ (user: any, password: $API_ADMIN_TOKEN)"
+echo "Console: http://$API_ADDR/console/ (user: your name, recorded as the actor of what you do there; password: $API_ADMIN_TOKEN)"
 echo
 echo "In a second terminal, in this directory, paste these to use curl and tierctl (the README's session):"
 echo "  export API_URL='http://$API_ADDR' API_TOKEN='$API_TOKEN' API_ADMIN_TOKEN='$API_ADMIN_TOKEN'"
@@ -176,7 +177,7 @@ if [ "${DEMO:-on}" != off ]; then
   # shellcheck disable=SC2086 # DEMO_FLAGS is a list of flags
   foreground "$bin/tierctl" demo --sleep-ms "${DEMO_SLEEP_MS:-100}" ${DEMO_FLAGS:-} || echo "demo failed (see above); everything stays up"
   echo
-  echo "demo done; everything stays up for exploring: curl $API_ADDR, River UI http://$API_ADDR/riverui/ (user: any, password: $API_ADMIN_TOKEN)"
+  echo "demo done; everything stays up for exploring: curl $API_ADDR, River UI http://$API_ADDR/riverui/ and the console http://$API_ADDR/console/ (password: $API_ADMIN_TOKEN)"
 fi
 
 # Real analyses of this checkout's directories, in every tier (after the

@@ -55,6 +55,24 @@ func Lookup(ctx context.Context, q db.Querier, userID string) (tiers.Tier, error
 	return tiers.Parse(name)
 }
 
+// Get reads the user's subscription; ok is false when the user has none
+// (the user is on the free tier). The user id is not checked: one that
+// breaks the rule has no row.
+func Get(ctx context.Context, q db.Querier, userID string) (sub Subscription, ok bool, err error) {
+	var name string
+	err = q.QueryRow(ctx, `SELECT user_id, tier, updated_at FROM subscriptions WHERE user_id = $1`, userID).Scan(&sub.UserID, &name, &sub.UpdatedAt)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Subscription{}, false, nil
+	case err != nil:
+		return Subscription{}, false, fmt.Errorf("read subscription: %w", err)
+	}
+	if sub.Tier, err = tiers.Parse(name); err != nil {
+		return Subscription{}, false, fmt.Errorf("read subscription: %w", err)
+	}
+	return sub, true, nil
+}
+
 // Set records the user's tier (insert or update).
 func Set(ctx context.Context, q db.Querier, userID string, tier tiers.Tier) error {
 	if err := CheckUserID(userID); err != nil {

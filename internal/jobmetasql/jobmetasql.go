@@ -218,6 +218,27 @@ func TierSQL(alias string) string {
       ELSE 'unknown' END)`
 }
 
+// TenantKeySQL is the key of the tenant of the river_job row aliased alias,
+// as package fairshare and the operator console group and find tenants by
+// it: its metadata's jobmeta.Tenant, or the empty string for a job without
+// one (they count as one tenant). A tenant id longer than
+// jobmeta.MaxTenantBytes (a row written without tierq's producers, which
+// refuse one) is keyed by its first jobmeta.MaxTenantBytes characters,
+// "#md5:" and the md5 of the whole: bounded (at most 837 bytes: an index
+// entry or a sort key of unbounded text failed whole fair-share passes),
+// longer than jobmeta.MaxTenantBytes bytes so never another tenant's id,
+// and collision-free in practice (two ids must share both their first 200
+// characters and their md5). river_job_tierq_held_idx is built on this
+// exact expression (migration 00009): a statement that compares it, with
+// HeldSQL and the queue, reads that index.
+func TenantKeySQL(alias string) string {
+	t := alias + `.` + riverschema.JobMetadata + `->>'` + jobmeta.Tenant + `'`
+	n := strconv.Itoa(jobmeta.MaxTenantBytes)
+	return `(CASE WHEN octet_length(coalesce(` + t + `, '')) <= ` + n + `
+             THEN coalesce(` + t + `, '')
+             ELSE left(` + t + `, ` + n + `) || '#md5:' || md5(` + t + `) END)`
+}
+
 // HeldSQL is an SQL condition: the river_job row aliased alias is held by
 // fair share (pending, with jobmeta.HeldAt). It is package fairshare's
 // condition, character for character: the predicate of

@@ -3,6 +3,8 @@ package runscript
 import (
 	"bufio"
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -150,6 +152,23 @@ func TestReadmeSession(t *testing.T) {
 				i+1, strings.Join(st.commands, "\n"), strings.Join(got, "\n"), strings.Join(st.want, "\n"))
 		}
 	}
+
+	// The console make run prints answers with the admin token and any
+	// user name.
+	console := s.lines("Console: ")
+	require.Len(t, console, 1, "make run's console line; output:\n%s", s.out)
+	m := regexp.MustCompile(`^Console: (http://\S+/console/) \(user: your name, .*; password: (\S+)\)$`).FindStringSubmatch(console[0])
+	require.NotNil(t, m, "console line %q", console[0])
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, m[1], nil)
+	require.NoError(t, err)
+	req.SetBasicAuth("readme", m[2])
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	page, err := io.ReadAll(res.Body)
+	require.NoError(t, res.Body.Close())
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode, "%s", page)
+	require.Contains(t, string(page), "· tierq console</title>")
 
 	procs := s.descendants()
 	s.signal(syscall.SIGINT)
