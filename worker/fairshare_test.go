@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -34,8 +35,15 @@ func setupFair(t *testing.T) *fairBundle {
 }
 
 // startReplica runs one worker replica of the mailer until the test ends,
-// with env on top of the bundle's settings.
+// with env on top of the bundle's settings, logging text to a buffer.
 func (b *fairBundle) startReplica(t *testing.T, env ...string) {
+	t.Helper()
+	b.startReplicaLogging(t, func(w io.Writer) slog.Handler { return slog.NewTextHandler(w, nil) }, env...)
+}
+
+// startReplicaLogging is startReplica with the replica's log handler made
+// by newHandler on the buffer it returns.
+func (b *fairBundle) startReplicaLogging(t *testing.T, newHandler func(io.Writer) slog.Handler, env ...string) *proctest.Buffer {
 	t.Helper()
 	newServices := func(pool *pgxpool.Pool) (*service.Registry, error) {
 		return service.NewRegistry(newMailer(t, pool, "mail"))
@@ -50,9 +58,10 @@ func (b *fairBundle) startReplica(t *testing.T, env ...string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &proctest.Buffer{}
 	done := make(chan error, 1)
-	runCfg := runConfig(t, cfg, described, slog.New(slog.NewTextHandler(out, nil)), newServices)
+	runCfg := runConfig(t, cfg, described, slog.New(newHandler(out)), newServices)
 	go func() { done <- worker.Run(ctx, runCfg) }()
 	t.Cleanup(func() { proctest.WaitReturn(t, cancel, done, out) })
+	return out
 }
 
 // queue inserts n load-test jobs of sleepMS for tenant of tier, in one

@@ -34,6 +34,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/tierq/tierq/fairshare"
+	"github.com/tierq/tierq/internal/pauserepair"
 	"github.com/tierq/tierq/internal/process"
 	"github.com/tierq/tierq/loadtest"
 	"github.com/tierq/tierq/metrics"
@@ -222,6 +223,15 @@ func Run(ctx context.Context, cfg Config) error {
 // (River retries them), and Run returns nil; a second signal kills the
 // process at once.
 //
+// Run also repairs a queue pause its River client missed (package
+// internal/pauserepair): River pauses producers by a notification, which
+// is lost when sent while the client's LISTEN connection is down (a
+// failover), and falls back on a poll every minute. When this process
+// starts a job of a queue more than a second after the queue's paused_at,
+// it sends River's pause message again (every 2 s while that goes on) and
+// logs a warning ("pause repair: …", with the queue, paused_at and
+// last_start): the pause holds within about 2 s of the notifier's return.
+//
 // With Config.WarnJobTimeout Run logs a warning listing the kinds'
 // timeouts: JobTimeout applies to none of them.
 //
@@ -244,6 +254,7 @@ func (w *Deployment) Run(ctx context.Context) error {
 	}
 	registry := metrics.NewRegistry()
 	var admitter *fairshare.Admitter
+	var repairer *pauserepair.Repairer
 	return process.Run(ctx, process.Spec{
 		Name:            "worker",
 		Logger:          logger,
@@ -275,10 +286,19 @@ func (w *Deployment) Run(ctx context.Context) error {
 			if admitter, err = w.NewAdmitter(pool, metrics.NewFairShare(registry, w.QueueNames())); err != nil {
 				return nil, err
 			}
-			return process.NewClient(pool, riverConfig, metrics.NewJobs(registry), admitter.Hook())
+			if repairer, err = pauserepair.New(pool, pauserepair.Config{Queues: w.QueueNames(), Logger: logger}); err != nil {
+				return nil, fmt.Errorf("worker: %w", err)
+			}
+			return process.NewClient(pool, riverConfig, metrics.NewJobs(registry), admitter.Hook(), repairer.Hook())
 		},
 		Background: func(ctx context.Context, _ *pgxpool.Pool, _ *river.Client[pgx.Tx]) {
+			repaired := make(chan struct{})
+			go func() {
+				defer close(repaired)
+				_ = repairer.Run(ctx) // returns nil when ctx ends; it logs its failed rounds
+			}()
 			admitter.Run(ctx)
+			<-repaired
 		},
 		MetricsAddr: cfg.MetricsAddr,
 		Metrics:     registry,

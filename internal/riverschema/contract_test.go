@@ -351,4 +351,43 @@ WHERE n.nspname = $1 AND p.proname = $2`, bundle.schema, riverschema.StateInBitm
 		decodeStrict(t, payload, &n)
 		require.Equal(t, riverschema.LeadershipNotification{Action: riverschema.ActionResigned, LeaderID: clientID}, n)
 	})
+
+	t.Run("PauseNotification", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		ctx := context.Background()
+		channel := riverschema.Channel(bundle.schema, riverschema.ControlTopic)
+		conn := bundle.listen(t, channel)
+
+		// River pauses a queue it has a row for (a producer's start makes
+		// it).
+		_, err := bundle.pool.Exec(ctx,
+			`INSERT INTO river_queue (name, created_at, updated_at) VALUES ('contract_q', now(), now())`)
+		require.NoError(t, err)
+		client, err := river.NewClient(riverpgxv5.New(bundle.pool), &river.Config{Schema: bundle.schema})
+		require.NoError(t, err)
+		require.NoError(t, client.QueuePause(ctx, "contract_q", nil))
+
+		gotChannel, payload := wait(t, conn)
+		require.Equal(t, channel, gotChannel)
+		var n riverschema.ControlNotification
+		decodeStrict(t, payload, &n)
+		require.Equal(t, riverschema.ControlNotification{Action: riverschema.ActionPause, Queue: "contract_q"}, n)
+
+		// tierq's SQL form goes to the same channel with the same JSON.
+		_, err = bundle.pool.Exec(ctx, `SELECT `+riverschema.NotifyPauseSQL("$1::text"), "contract_q")
+		require.NoError(t, err)
+		gotChannel, payload = wait(t, conn)
+		require.Equal(t, channel, gotChannel)
+		n = riverschema.ControlNotification{}
+		decodeStrict(t, payload, &n)
+		require.Equal(t, riverschema.ControlNotification{Action: riverschema.ActionPause, Queue: "contract_q"}, n)
+
+		// Resume, for the action's name.
+		require.NoError(t, client.QueueResume(ctx, "contract_q", nil))
+		_, payload = wait(t, conn)
+		n = riverschema.ControlNotification{}
+		decodeStrict(t, payload, &n)
+		require.Equal(t, riverschema.ControlNotification{Action: riverschema.ActionResume, Queue: "contract_q"}, n)
+	})
 }

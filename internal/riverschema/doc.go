@@ -3,8 +3,8 @@
 // columns, job states, indexes and SQL function that tierq's own SQL reads
 // and writes, and the notifications River's clients exchange through
 // PostgreSQL's LISTEN/NOTIFY (the insert notification that wakes a queue's
-// fetch, and the leadership "resigned" message that makes followers bid at
-// once).
+// fetch, the leadership "resigned" message that makes followers bid at
+// once, and the control message that pauses a queue's producers).
 //
 // None of these are River's public API: they are River's internals as of
 // the River version in go.mod (v0.51.x). Every one of them is checked by
@@ -14,8 +14,8 @@
 // place, instead of in whichever query used it.
 //
 // tierq's SQL stays beside the concept it belongs to; it builds on these
-// names (the constants, and the SQL fragments such as NotifyInsertSQL and
-// NotifyResignedSQL) rather than spelling River's internals itself.
+// names (the constants, and the SQL fragments such as NotifyInsertSQL,
+// NotifyResignedSQL and NotifyPauseSQL) rather than spelling River's internals itself.
 //
 // The package is internal: the names are River's, not tierq's, and a
 // library user writing SQL against River should read River's own schema.

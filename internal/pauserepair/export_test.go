@@ -1,0 +1,14 @@
+package pauserepair
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// RunOnce is one round of Run.
+func (r *Repairer) RunOnce(ctx context.Context) ([]Missed, error) { return r.runOnce(ctx) }
+
+// SetBeforeLock and SetAfterLock set the test seams of repair.
+func (r *Repairer) SetBeforeLock(f func())      { r.beforeLock = f }
+func (r *Repairer) SetAfterLock(f func(pgx.Tx)) { r.afterLock = f }
