@@ -308,7 +308,7 @@ Prints the tenant's limits as they are then.`,
 			return a.showLimits(ctx, pool, args[0], args[1], 0, false)
 		},
 	}
-	cmd.Flags().IntVar(&maxRunning, "max-running", 0, "most jobs of the tenant running at once (0: no cap; not enforced yet)")
+	cmd.Flags().IntVar(&maxRunning, "max-running", 0, "most jobs of the tenant running at once, across the service's queues (0: no cap)")
 	cmd.Flags().StringVar(&rate, "rate", "", "jobs of the tenant started per second, minute or hour: 10/s, 100/m, 1000/h (0: no limit; not enforced yet)")
 	cmd.Flags().Int64Var(&dailyQuota, "daily-quota", 0, "most jobs of the tenant inserted per UTC day (0: no quota)")
 	return cmd

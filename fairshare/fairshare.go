@@ -50,9 +50,19 @@
 // alone; River UI shows them, and its retry button makes one available
 // (the next pass holds it back again if its tenant is over its window).
 // A queue with fair share off releases whatever is still held.
+//
+// Concurrency caps (package limits) are kept by the database: migration
+// 00013's trigger holds a job that becomes available while its tenant's
+// running and available jobs in the service's queues are at its cap
+// (jobmeta.CapHeldAt beside jobmeta.HeldAt). A pass admits a capped
+// tenant's held jobs only up to its room, counts them as demand only up to
+// it (a tenant at its cap is not active, and closes no worse priority), and
+// counts the capped jobs its process has finished as ended before River
+// writes their completion; the end of a capped job wakes every queue's loop.
 package fairshare
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,6 +79,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/tierq/tierq/jobmeta"
 )
 
 // Defaults of Config.
@@ -177,6 +189,13 @@ type Observer interface {
 	Lend(queue string, lent, returned int)
 }
 
+// CapObserver is an Observer that is also told, after each pass that ran,
+// how many tenants with held jobs were at their concurrency cap
+// (Pass.AtCap). Optional: an Observer without it is not told.
+type CapObserver interface {
+	Caps(queue string, atCap int)
+}
+
 func (c *Config) withDefaults() *Config {
 	out := *c
 	if out.ClientID == "" {
@@ -257,6 +276,9 @@ type queueState struct {
 	running atomic.Int64 // jobs of the queue this process works right now
 	held    atomic.Bool  // the last pass saw held jobs
 	wake    chan struct{}
+	// capEnd: a job counted against a concurrency cap ended in this
+	// process (its tenant has room): it ends a rest (passRest) at once.
+	capEnd chan struct{}
 
 	// What the last full pass found when one tenant alone was active and
 	// nothing held (Pass.Lone): the loop then checks for a newcomer
@@ -348,11 +370,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Admitter, error) {
 	}
 	a := &Admitter{cfg: c, pool: pool, queues: map[string]*queueState{}}
 	for name, q := range c.Queues {
-		a.queues[name] = &queueState{name: name, cfg: q, kinds: append([]string{}, q.Kinds...), every: q.Kinds == nil, wake: make(chan struct{}, 1)}
+		a.queues[name] = &queueState{name: name, cfg: q, kinds: append([]string{}, q.Kinds...), every: q.Kinds == nil, wake: make(chan struct{}, 1), capEnd: make(chan struct{}, 1)}
 		a.names = append(a.names, name)
 	}
 	slices.Sort(a.names)
-	a.hook = &hook{queues: a.queues}
+	a.hook = &hook{queues: a.queues, capped: &cappedFinished{}}
 	if c.Lend != nil {
 		a.lend = &lendState{cfg: *c.Lend, wake: make(chan struct{}, 1)}
 		a.hook.lend = a.lend
@@ -373,6 +395,7 @@ type hook struct {
 	river.HookDefaults
 	queues map[string]*queueState
 	lend   *lendState
+	capped *cappedFinished
 }
 
 var (
@@ -413,10 +436,70 @@ func (h *hook) WorkEnd(_ context.Context, job *rivertype.JobRow, err error) erro
 	if q.held.Load() {
 		q.signal()
 	}
+	if bytes.Contains(job.Metadata, cappedKey) {
+		// A job counted against its tenant's cap ended: room for one of
+		// the tenant's held jobs, in any queue of the service. Every
+		// queue's loop is woken, whether or not its last pass here saw
+		// held work: another replica may have run the passes since.
+		h.capped.finish(job.ID)
+		for _, other := range h.queues {
+			other.signal()
+			select {
+			case other.capEnd <- struct{}{}:
+			default:
+			}
+		}
+	}
 	if h.lend != nil && job.Queue == h.lend.cfg.Queue {
 		h.lend.finish(job.ID) // a paid worker is free: lend it, or keep it for paid work
 	}
 	return err
+}
+
+// cappedKey is how jobmeta.Capped appears in a job's metadata: the job
+// counts against its tenant's concurrency cap.
+var cappedKey = []byte(`"` + jobmeta.Capped + `"`)
+
+// cappedFinished is the jobs counted against a concurrency cap that this
+// process finished in the last finishedFor, whose completion River may not
+// have written yet (it batches completions, up to 250ms): a pass names
+// them (finishedJobsSetting) so that the worker they freed counts as free
+// at once, and the tenant's next job starts within milliseconds of one
+// ending instead of a completion batch later. Another process's finished
+// jobs count as running until River writes them (that process's own pass
+// names them): the cap errs on the safe side.
+type cappedFinished struct {
+	mu   sync.Mutex
+	jobs []finishedJob // oldest first
+}
+
+func (c *cappedFinished) finish(id int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.jobs) >= maxFinished {
+		c.jobs = c.jobs[1:]
+	}
+	c.jobs = append(c.jobs, finishedJob{id: id, at: time.Now()})
+}
+
+// setting is the ids of the jobs finished in the last finishedFor, as
+// finishedJobsSetting reads them ("12,15"): empty when there are none.
+func (c *cappedFinished) setting(now time.Time) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keep := 0
+	for keep < len(c.jobs) && now.Sub(c.jobs[keep].at) > finishedFor {
+		keep++
+	}
+	c.jobs = c.jobs[keep:]
+	b := make([]byte, 0, 12*len(c.jobs))
+	for i, f := range c.jobs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, f.id, 10)
+	}
+	return string(b)
 }
 
 // Pass is what one pass over a queue did.
@@ -435,6 +518,10 @@ type Pass struct {
 	// Yielded counts the places of tenants with jobs running moved behind
 	// a tenant that had not had its turn yet (none of its jobs running).
 	Yielded int
+	// AtCap counts the tenants with held jobs that are at their
+	// concurrency cap (package limits): none of their held jobs could be
+	// admitted. They count in HeldTenants, not in Tenants.
+	AtCap int
 	// Lone is true when one tenant alone (or none) was active and nothing
 	// was held: nothing needs holding, and the next passes only look for
 	// a newcomer. Checked is true for such a look or check (no pass ran).
@@ -512,8 +599,8 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 	began := time.Now()
 	locked, err := a.locked(ctx, q.name, true, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, passSQL, q.name, q.cfg.Workers, q.cfg.Fair, q.localKinds(), q.every && q.cfg.Workers > 0).Scan(
-			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded)
-	})
+			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded, &p.AtCap)
+	}, a.hook.capped.setting(time.Now()))
 	if err != nil {
 		return Pass{}, fmt.Errorf("fair share pass over %s: %w", q.name, err)
 	}
@@ -526,6 +613,9 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 	q.lone, q.loneName, q.watermark = p.Lone, lone, now.Add(-loneMargin)
 	if a.cfg.Observer != nil {
 		a.cfg.Observer.Pass(q.name, p.Held, p.Admitted, p.Tenants, p.HeldTenants, p.Capacity)
+		if c, ok := a.cfg.Observer.(CapObserver); ok {
+			c.Caps(q.name, p.AtCap)
+		}
 	}
 	// Held work remains when the pass held some back, or a tenant with
 	// held jobs had no room (it may have had room for all of them: the
@@ -572,13 +662,22 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 // the lending queue was costed as finding a row early and read every job
 // of every queue (14–19 ms over a 50,000-job free backlog, against
 // 0.2–0.4 ms planned for its parameters; TestLendingIsPlannedForItsQueues).
-func (a *Admitter) locked(ctx context.Context, key string, generic bool, pass func(tx pgx.Tx) error) (bool, error) {
+//
+// finished, when not empty, is the jobs this process has finished whose
+// completion River may not have written yet (capped.setting): set for the
+// transaction as finishedJobsSetting, so that they no longer count against
+// their tenants' concurrency caps, in the pass and in migration 00013's
+// trigger.
+func (a *Admitter) locked(ctx context.Context, key string, generic bool, pass func(tx pgx.Tx) error, finished ...string) (bool, error) {
 	var ok bool
 	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
 		batch.Queue(`SET LOCAL jit = off`)
 		if generic {
 			batch.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
+		}
+		if len(finished) > 0 && finished[0] != "" {
+			batch.Queue(`SELECT set_config('`+finishedJobsSetting+`', $1, true)`, finished[0])
 		}
 		batch.Queue(lockSQL, key).QueryRow(func(row pgx.Row) error { return row.Scan(&ok) })
 		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
@@ -705,6 +804,9 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 			case <-ctx.Done():
 				return
 			case <-time.After(wait):
+			case <-q.capEnd:
+				// A capped job ended: its tenant's next job should start
+				// within milliseconds, not after a rest.
 			}
 		}
 	}

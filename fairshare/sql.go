@@ -107,6 +107,60 @@ func stillAvailableSQL(alias string) string {
 	return alias + `.state::text = '` + riverschema.StateAvailable + `'`
 }
 
+// finishedJobsSetting is the transaction-local setting by which a pass
+// names the jobs its process has finished and River has not written yet
+// (a comma-separated list of ids): they no longer count against their
+// tenant's concurrency cap, here and in migration 00013's trigger, which
+// reads the same setting.
+const finishedJobsSetting = "tierq.finished_jobs"
+
+// roomCTEs are a pass's view of the concurrency caps (package limits,
+// migration 00013) of the tenants of CTE held (tenant, level, tier: each
+// tenant with held work, the tier of its best held job):
+//
+//   - finished: the jobs this process finished whose completion River has
+//     not written yet (finishedJobsSetting); they stop counting only while
+//     still running (a snooze River wrote available counts again).
+//   - svc: the service whose queues hold queue $1 (tierq_services).
+//   - room: for each such tenant under a cap (its override in
+//     tenant_limits, else its tier's default in tier_limits; 0 is none),
+//     how many more of its jobs may be available or running: the cap less
+//     its jobs counted against it (marked jobmeta.Capped, available or
+//     running in any queue of the service, through
+//     river_job_tierq_capped_idx), never below 0. The trigger keeps
+//     running + available at most the cap whatever a pass does; room keeps
+//     a pass from admitting jobs the trigger would only hold again, and
+//     from counting a capped tenant's held jobs as demand beyond it (a
+//     capped tenant at its cap is no active tenant, and its held jobs
+//     close no worse level).
+func roomCTEs(held string) string {
+	return `finished AS (
+    SELECT coalesce(string_to_array(nullif(current_setting('` + finishedJobsSetting + `', true), ''), ',')::bigint[], '{}') AS ids
+),
+svc AS (
+    SELECT s.name, s.queues FROM tierq_services AS s WHERE $1 = ANY (s.queues) LIMIT 1
+),
+room AS (
+    SELECT h.tenant,
+           greatest(0, c.n - (SELECT count(*) FROM (SELECT 1 FROM ` + riverschema.JobTable + ` AS j
+                                                  WHERE j.state IN ('` + riverschema.StateAvailable + `', '` + riverschema.StateRunning + `')
+                                                    AND j.metadata ? '` + jobmeta.Capped + `'
+                                                    AND ` + tenantSQL("j") + ` = h.tenant AND j.queue = ANY (svc.queues)
+                                                    AND NOT (j.state = '` + riverschema.StateRunning + `' AND j.id = ANY ((SELECT ids FROM finished)::bigint[]))
+                                                  LIMIT c.n) AS x))::int AS room
+    FROM ` + held + ` AS h
+    CROSS JOIN svc
+    CROSS JOIN LATERAL (
+        SELECT coalesce((SELECT o.max_running FROM tenant_limits AS o WHERE o.service = svc.name AND o.tenant = h.tenant),
+                        (SELECT l.max_running FROM tier_limits AS l
+                         WHERE l.service = svc.name
+                           AND l.tier = CASE WHEN h.tier IN ('pro', 'pro_plus', 'enterprise') THEN h.tier ELSE 'free' END),
+                        0) AS n
+    ) AS c
+    WHERE c.n > 0
+)`
+}
+
 // Rows are joined to river_job by id through id = ANY(ARRAY(…)), which the
 // planner always answers from the primary key: a plain join may be planned
 // as a sequential scan of river_job once its statistics have seen a flood
@@ -223,24 +277,30 @@ avail AS MATERIALIZED (
     WHERE j.state = '` + riverschema.StateAvailable + `' AND j.queue = $1 AND NOT j.metadata ? '` + jobmeta.LentFrom + `' AND (SELECT ok FROM lock)
       AND ` + fetchableSQL("j") + `
 ),
-held_levels(tenant, level) AS (
-    (SELECT ` + tenantSQL("j") + `, j.priority FROM ` + riverschema.JobTable + ` AS j
+held_all(tenant, level, tier) AS (
+    (SELECT ` + tenantSQL("j") + `, j.priority, j.metadata->>'` + jobmeta.Tier + `' FROM ` + riverschema.JobTable + ` AS j
      WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = $1 AND (SELECT ok FROM lock) AND ` + fetchableSQL("j") + `
      ORDER BY ` + tenantSQL("j") + `, j.priority LIMIT 1)
     UNION ALL
-    SELECT x.tenant, x.level
-    FROM held_levels AS h,
-         LATERAL (SELECT ` + tenantSQL("j") + ` AS tenant, j.priority AS level FROM ` + riverschema.JobTable + ` AS j
+    SELECT x.tenant, x.level, x.tier
+    FROM held_all AS h,
+         LATERAL (SELECT ` + tenantSQL("j") + ` AS tenant, j.priority AS level, j.metadata->>'` + jobmeta.Tier + `' AS tier FROM ` + riverschema.JobTable + ` AS j
                   WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` > h.tenant AND ` + fetchableSQL("j") + `
                   ORDER BY ` + tenantSQL("j") + `, j.priority LIMIT 1) AS x
 ),
+` + roomCTEs("held_all") + `,
+held_levels AS (
+    SELECT h.tenant, h.level FROM held_all AS h
+    WHERE NOT EXISTS (SELECT 1 FROM room AS r WHERE r.tenant = h.tenant AND r.room = 0)
+),
 held_counts AS (
     SELECT h.tenant,
+           least(coalesce((SELECT r.room FROM room AS r WHERE r.tenant = h.tenant), ` + itoa(unlimited) + `),
            CASE WHEN (SELECT count(*) FROM (SELECT tenant FROM avail UNION SELECT tenant FROM held_levels) AS k) >= (SELECT c FROM cap)
                 THEN (SELECT c FROM cap)
                 ELSE (SELECT count(*) FROM (SELECT 1 FROM ` + riverschema.JobTable + ` AS j
                                             WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = h.tenant AND ` + fetchableSQL("j") + `
-                                            LIMIT (SELECT c FROM cap)) AS x) END AS h
+                                            LIMIT (SELECT c FROM cap)) AS x) END) AS h
     FROM held_levels AS h
 ),
 tenants AS (
@@ -353,7 +413,7 @@ admit AS (
         FROM ` + riverschema.JobTable + ` AS j
         WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = $1 AND ` + tenantSQL("j") + ` = w.tenant AND ` + fetchableSQL("j") + `
         ORDER BY j.priority, j.scheduled_at, j.id
-        LIMIT greatest(0, w.w - w.n)
+        LIMIT greatest(0, least(w.w - w.n, coalesce((SELECT r.room FROM room AS r WHERE r.tenant = w.tenant), ` + itoa(unlimited) + `)))
         FOR UPDATE SKIP LOCKED
     ) AS x
 ),
@@ -382,7 +442,7 @@ admitted AS (
     UPDATE ` + riverschema.JobTable + ` AS j
     SET state = '` + riverschema.StateAvailable + `',
         scheduled_at = ` + admittedAtSQL + `,
-        metadata = (j.metadata - '` + jobmeta.HeldAt + `') || jsonb_build_object(
+        metadata = (j.metadata - '` + jobmeta.HeldAt + `' - '` + jobmeta.CapHeldAt + `') || jsonb_build_object(
             ` + jobmetasql.KeptDueSQL(jobmetasql.DueAtSQL("j"), admittedAtSQL) + `)
     FROM turns AS t
     WHERE j.id = t.id AND j.id = ANY(ARRAY(SELECT id FROM turns))
@@ -393,12 +453,13 @@ SELECT coalesce((SELECT ok FROM lock), false),
        (SELECT count(*) FROM pushed)::int,
        (SELECT count(*) FROM admitted)::int,
        (SELECT count(*) FROM tenants)::int,
-       (SELECT count(*) FROM held_levels)::int,
+       (SELECT count(*) FROM held_all)::int,
        (SELECT c FROM cap),
        (SELECT count(*) FROM notified)::int,
        (SELECT CASE WHEN count(*) = 1 THEN min(tenant) END FROM tenants),
        ` + watermarkSQL + `,
-       (SELECT count(*) FROM yielded)::int`
+       (SELECT count(*) FROM yielded)::int,
+       (SELECT count(*) FROM room WHERE room = 0)::int`
 
 // watermarkSQL is the database's clock as a look's watermark sees it: now,
 // or the start of the oldest transaction of another session of the

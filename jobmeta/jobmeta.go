@@ -64,6 +64,17 @@ const (
 	// someone else's and is never admitted by tierq.
 	HeldAt = Prefix + "held_at"
 
+	// Capped is the service whose concurrency cap the job counts against
+	// (its tenant's MaxRunning, package limits): written by the database's
+	// cap trigger (migration 00013) when it lets the job become available
+	// or holds it, and kept while the job is available or running, when it
+	// counts. CapHeldAt is set, beside HeldAt, while the job is held because
+	// its tenant was at its cap, not because of its fair-share window; fair
+	// share admits it when the tenant has room, and removes both marks of a
+	// hold.
+	Capped    = Prefix + "capped"
+	CapHeldAt = Prefix + "cap_held_at"
+
 	// LentFrom is the queue a job was lent from: a free job moved into its
 	// service's priority queue to use an idle paid worker (package
 	// fairshare), with its priority there the lowest; LentPriority is the

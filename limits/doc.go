@@ -15,9 +15,12 @@
 // 0 (a zero Rate) means no limit. Quotas are enforced: producer.Insert
 // charges every job it inserts for a tenant (Charge, in the inserting
 // transaction) and refuses the job past the quota with a *QuotaError;
-// POST /v1/jobs answers 429. Caps and rates are configured and stored here
-// but not enforced yet: nothing holds a job back for them (docs/fairness.md,
-// "Limits").
+// POST /v1/jobs answers 429. Caps are enforced by the database: migration
+// 00013's trigger on river_job holds (River state pending) a job becoming
+// available while its tenant's running and available jobs across the
+// service's queues are at the cap, and fair share's pass admits it when
+// the tenant has room (package fairshare). Rates are configured and stored
+// here but not enforced yet (docs/fairness.md, "Limits").
 //
 // # Where limits come from
 //

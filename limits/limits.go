@@ -130,7 +130,8 @@ func (r Rate) validate(field string) error {
 type Values struct {
 	// MaxRunning is the most jobs of one tenant of the service running at
 	// once, across every replica and the service's three queues, 0 to
-	// MaxMaxRunning. 0: no cap. Stored, not enforced yet.
+	// MaxMaxRunning. 0: no cap. Enforced by the database (migration
+	// 00013): the tenant's jobs beyond it wait held.
 	MaxRunning int `json:"max_running"`
 	// Rate is how many jobs of one tenant of the service start per second,
 	// minute or hour. Zero: no limit. Stored, not enforced yet.

@@ -215,6 +215,7 @@ type FairShare struct {
 	lent, returned         *prometheus.CounterVec
 	tenants, heldTenants   *prometheus.GaugeVec
 	capacity               *prometheus.GaugeVec
+	atCap                  *prometheus.GaugeVec
 }
 
 // NewFairShare registers the fair-share metrics on reg, every queue of
@@ -235,16 +236,17 @@ func NewFairShare(reg prometheus.Registerer, queues []string) *FairShare {
 		tenants:     gauge("tierq_fair_share_active_tenants", "Tenants with available or held jobs in the queue, at this process's last pass."),
 		heldTenants: gauge("tierq_fair_share_held_tenants", "Tenants with held jobs in the queue, at this process's last pass."),
 		capacity:    gauge("tierq_fair_share_capacity", "The queue's workers across every live worker process (their heartbeats), at this process's last pass: the base of the tenants' windows."),
+		atCap:       gauge("tierq_fair_share_tenants_at_cap", "Tenants with held jobs in the queue that are at their concurrency cap (<NAME>_<TIER>_TENANT_MAX_RUNNING or an override), at this process's last pass."),
 	}
 	for _, q := range queues {
 		for _, c := range []*prometheus.CounterVec{f.held, f.admitted, f.passes, f.lent, f.returned} {
 			c.WithLabelValues(q)
 		}
-		for _, g := range []*prometheus.GaugeVec{f.tenants, f.heldTenants, f.capacity} {
+		for _, g := range []*prometheus.GaugeVec{f.tenants, f.heldTenants, f.capacity, f.atCap} {
 			g.WithLabelValues(q)
 		}
 	}
-	reg.MustRegister(f.held, f.admitted, f.passes, f.lent, f.returned, f.tenants, f.heldTenants, f.capacity)
+	reg.MustRegister(f.held, f.admitted, f.passes, f.lent, f.returned, f.tenants, f.heldTenants, f.capacity, f.atCap)
 	return f
 }
 
@@ -256,6 +258,12 @@ func (f *FairShare) Pass(queue string, held, admitted, tenants, heldTenants, cap
 	f.tenants.WithLabelValues(queue).Set(float64(tenants))
 	f.heldTenants.WithLabelValues(queue).Set(float64(heldTenants))
 	f.capacity.WithLabelValues(queue).Set(float64(capacity))
+}
+
+// Caps records how many tenants with held jobs were at their concurrency
+// cap at a pass over queue (fairshare.CapObserver).
+func (f *FairShare) Caps(queue string, atCap int) {
+	f.atCap.WithLabelValues(queue).Set(float64(atCap))
 }
 
 // Lend records one lending pass over the priority queue queue

@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tierq/tierq/fairshare"
 	"github.com/tierq/tierq/internal/promtest"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/metrics"
@@ -158,4 +159,20 @@ tierq_fair_share_passes_total{queue="a_priority"} 2
 tierq_lent_total{queue="a_default"} 0
 tierq_lent_total{queue="a_priority"} 4
 `), "tierq_fair_share_active_tenants", "tierq_fair_share_admitted_total", "tierq_fair_share_held_total", "tierq_fair_share_passes_total", "tierq_lent_total"))
+}
+
+func TestFairShareCountsTenantsAtTheirCap(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	f := metrics.NewFairShare(reg, []string{"a_priority", "a_default"})
+	var _ fairshare.CapObserver = f
+	f.Caps("a_default", 3)
+	f.Caps("a_default", 2)
+
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP tierq_fair_share_tenants_at_cap Tenants with held jobs in the queue that are at their concurrency cap (<NAME>_<TIER>_TENANT_MAX_RUNNING or an override), at this process's last pass.
+# TYPE tierq_fair_share_tenants_at_cap gauge
+tierq_fair_share_tenants_at_cap{queue="a_default"} 2
+tierq_fair_share_tenants_at_cap{queue="a_priority"} 0
+`), "tierq_fair_share_tenants_at_cap"))
 }
