@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -39,6 +40,7 @@ import (
 	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/service"
+	"github.com/tierq/tierq/waitstats"
 )
 
 // Deployment is a worker deployment made from a Config by New: the Config
@@ -216,8 +218,10 @@ func Run(ctx context.Context, cfg Config) error {
 // the services NewServices builds must be Registry's, by name, with the
 // same queues and kinds for Config.Service: see RiverConfig),
 // and runs the River client RiverConfig makes of them, with tierq's job
-// metrics (served at /metrics on Config.MetricsAddr when set) and fair
-// share (NewAdmitter). On the first signal River stops fetching and lets
+// metrics (served at /metrics on Config.MetricsAddr when set), the jobs'
+// waits recorded for the operator console (waitstats.Recorder, flushed to
+// job_wait_stats every 10 s and at the stop) and fair share
+// (NewAdmitter). On the first signal River stops fetching and lets
 // running jobs finish for up to Config.SoftStopTimeout, then cancels them
 // (River retries them), and Run returns nil; a second signal kills the
 // process at once.
@@ -243,7 +247,10 @@ func (w *Deployment) Run(ctx context.Context) error {
 		started = append(started, slog.Int(q.Name, q.Workers))
 	}
 	registry := metrics.NewRegistry()
-	var admitter *fairshare.Admitter
+	var (
+		admitter *fairshare.Admitter
+		waits    *waitstats.Recorder
+	)
 	return process.Run(ctx, process.Spec{
 		Name:            "worker",
 		Logger:          logger,
@@ -275,10 +282,16 @@ func (w *Deployment) Run(ctx context.Context) error {
 			if admitter, err = w.NewAdmitter(pool, metrics.NewFairShare(registry, w.QueueNames())); err != nil {
 				return nil, err
 			}
-			return process.NewClient(pool, riverConfig, metrics.NewJobs(registry), admitter.Hook())
+			if waits, err = waitstats.NewRecorder(pool, &waitstats.Config{Logger: logger}); err != nil {
+				return nil, fmt.Errorf("worker: %w", err)
+			}
+			return process.NewClient(pool, riverConfig, metrics.NewJobs(registry).WithWaits(waits), admitter.Hook())
 		},
 		Background: func(ctx context.Context, _ *pgxpool.Pool, _ *river.Client[pgx.Tx]) {
+			var wg sync.WaitGroup
+			wg.Go(func() { waits.Run(ctx) })
 			admitter.Run(ctx)
+			wg.Wait()
 		},
 		MetricsAddr: cfg.MetricsAddr,
 		Metrics:     registry,
