@@ -13,9 +13,11 @@ package api
 //   - River's pauses: one row per paused queue (queuestats.Paused);
 //   - the workers: the unexpired rows of fair_share_slots, one per worker
 //     process and queue (queuestats.LiveWorkers);
-//   - the waits: the last 60 minutes of job_wait_stats, a range of its
-//     primary key (waitstats.Read), which the worker processes fill with
-//     the waits they observe (waitstats.Recorder).
+//   - the waits: the last 60 minutes of job_wait_stats (waitstats.Read),
+//     which the worker processes fill with the waits they observe
+//     (waitstats.Recorder): half of a table its retention bounds to 120
+//     minutes, so the planner may scan it whole rather than its primary
+//     key's range; 30 queues with 3 tiers each make 5,400 rows read.
 
 import (
 	"cmp"

@@ -37,8 +37,10 @@ type Minute struct {
 	Summary
 }
 
-// readSQL reads the rows of minutes $1 to $2: a range of the primary key
-// (minute, queue, tier), at most Window rows per queue and tier.
+// readSQL reads the rows of minutes $1 to $2, at most Window rows per
+// queue and tier: a range of the primary key (minute, queue, tier), or,
+// as the table holds only Retention (2 h) of rows and this is about half
+// of them, a scan of the small table when the planner prefers it.
 const readSQL = `
 SELECT minute, queue, tier, counts FROM job_wait_stats
 WHERE minute >= $1 AND minute <= $2`
