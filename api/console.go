@@ -96,6 +96,7 @@ func parseConsolePages() (consolePages, error) {
 			return formatConsoleTime(*t)
 		},
 		"seconds": formatSeconds,
+		"wait":    formatWait,
 		"deref": func(s *string) string {
 			if s == nil {
 				return ""

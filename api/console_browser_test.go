@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/waitstats"
 )
 
 // TestBrowserConsole drives the operator console in a real headless
@@ -66,12 +67,12 @@ func TestBrowserConsole(t *testing.T) {
 
 // TestBrowserConsolePages drives the console's queue, job and
 // subscriptions pages in headless Chromium as an operator does: from the
-// overview to a queue's page, to a tenant's jobs, to a job's story, whose
+// overview (with recorded waits and their chart) to a queue's page, to a tenant's jobs, to a job's story, whose
 // escalation form, filled in and submitted, moves the job (its effect in
 // the database, the operator as the actor); then the subscriptions page,
 // where a user looked up gets a tier. Screenshots are logged, and written
-// to TIERQ_SCREENSHOT_DIR when it is set (console-queue.png,
-// console-job.png, console-subscriptions.png).
+// to TIERQ_SCREENSHOT_DIR when it is set (console-overview.png,
+// console-queue.png, console-job.png, console-subscriptions.png).
 //
 // It needs Chromium, as TestBrowserRiverUI.
 func TestBrowserConsolePages(t *testing.T) {
@@ -80,11 +81,19 @@ func TestBrowserConsolePages(t *testing.T) {
 	held := b.insertJob(t, "analysis_default", "held", "acme", `{"target": "/srv/acme"}`)
 	b.insertJob(t, "analysis_default", "available", "acme", `{}`)
 	b.insertJob(t, "analysis_default", "available", "busy", `{}`)
+	var counts waitstats.Histogram // recorded waits: 12 jobs in (8s, 10s] this minute
+	counts[40] = 12
+	_, err := b.db.Pool.Exec(t.Context(), `INSERT INTO job_wait_stats (minute, queue, tier, counts)
+		VALUES (date_trunc('minute', now()), 'analysis_default', 'pro', $1)`, counts[:])
+	require.NoError(t, err)
 	id := strconv.FormatInt(held, 10)
 	shots := screenshotDirs(t)
 	br := startBrowser(t, adminToken)
 
 	br.do(t, "open the overview", chromedp.Navigate(b.url+"/console/"))
+	br.waitText(t, "the overview shows the recorded waits", pageText, "Waits from the due time", "9s", "9.98s", "top 9.98s")
+	require.True(t, br.eval(t, `document.querySelectorAll('svg.chart polyline').length === 1`), "the waits' chart is drawn")
+	br.screenshot(t, shots, "console-overview.png")
 	queueLink := `a[href="/console/queues/analysis_default"]`
 	br.do(t, "open the queue's page", chromedp.WaitVisible(chromedp.CSS(queueLink)), chromedp.Click(chromedp.CSS(queueLink)),
 		chromedp.WaitVisible(chromedp.CSS(`a[href="/console/queues/analysis_default?tenant=acme"]`)))

@@ -27,6 +27,7 @@ import (
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/subscriptions"
 	"github.com/tierq/tierq/tiers"
+	"github.com/tierq/tierq/waitstats"
 )
 
 // consoleCSP is what every console answer must carry.
@@ -480,13 +481,14 @@ func TestConsoleOverview(t *testing.T) {
 	require.Contains(t, page, "River leader: <strong>none in the last minute</strong>")
 	require.Contains(t, page, `Dead letters pending: <a href="/console/dead-letters?state=pending">7</a>`)
 	def := row(t, page, "analysis_default")
-	require.Equal(t, []string{"analysis_default", "2", "3", "0", "0", "0", "0"}, def[:7], "available 2, held 3")
-	require.Contains(t, []string{"1m30s", "1m31s"}, def[7], "the starving tenant's wait")
-	require.Equal(t, []string{"no", "2"}, def[8:])
+	require.Equal(t, []string{"analysis_default", "2", "3", "0", "0", "0", "0", "none", "–"}, def[:9], "available 2, held 3; no worker process, no lending (not a priority queue)")
+	require.Contains(t, []string{"1m30s", "1m31s"}, def[9], "the starving tenant's wait")
+	require.Equal(t, []string{"no", "2"}, def[10:])
 	require.Contains(t, page, `<a href="/console/dead-letters?queue=analysis_default&amp;state=pending">2</a>`)
-	require.Equal(t, []string{"analysis_priority", "1", "0", "0", "0", "0", "0", "0s", "no", "1"}, row(t, page, "analysis_priority"))
-	require.Equal(t, []string{"specview_default", "0", "0", "0", "0", "0", "0", "0s", "paused since 2026-03-01 10:00:00Z", "1"}, row(t, page, "specview_default"))
-	require.Equal(t, []string{"scheduler", "0", "0", "0", "0", "0", "0", "0s", "no", "0"}, row(t, page, "scheduler"))
+	require.Equal(t, []string{"analysis_priority", "1", "0", "0", "0", "0", "0", "none", "0", "0s", "no", "1"}, row(t, page, "analysis_priority"))
+	require.Equal(t, []string{"specview_default", "0", "0", "0", "0", "0", "0", "none", "–", "0s", "paused since 2026-03-01 10:00:00Z", "1"}, row(t, page, "specview_default"))
+	require.Equal(t, []string{"scheduler", "0", "0", "0", "0", "0", "0", "–", "–", "0s", "no", "0"}, row(t, page, "scheduler"), "no heartbeats: not a service's queue")
+	require.Contains(t, page, "No waits recorded in the last 60 minutes")
 
 	_, err = b.db.Pool.Exec(ctx, `INSERT INTO river_leader (elected_at, expires_at, leader_id) VALUES (now(), now() + interval '15 seconds', 'scheduler-7')`)
 	require.NoError(t, err)
@@ -496,6 +498,65 @@ func TestConsoleOverview(t *testing.T) {
 		return strings.Contains(b.get(t, "/console/"), `River leader: <span class="value">scheduler-7</span>.`)
 	})
 	require.Regexp(t, `Read at \d\d:\d\d:\d\d UTC`, b.get(t, "/console/"))
+}
+
+// TestConsoleOverviewWaits: the waits the workers recorded
+// (job_wait_stats) per queue and tier over the last 5 and 60 minutes, with
+// a chart of each minute's p99; the workers of the live heartbeats; the
+// jobs lent to a priority queue now.
+func TestConsoleOverviewWaits(t *testing.T) {
+	t.Parallel()
+	b := setupConsole(t)
+	ctx := context.Background()
+	// Heartbeats: two live processes serve analysis_priority, one
+	// analysis_default (another's expired).
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO fair_share_slots (client_id, queue, slots, expires_at) VALUES
+		('w1', 'analysis_priority', 4, now() + interval '15 seconds'), ('w2', 'analysis_priority', 2, now() + interval '15 seconds'),
+		('w1', 'analysis_default', 3, now() + interval '15 seconds'), ('w3', 'analysis_default', 5, now() - interval '1 second')`)
+	require.NoError(t, err)
+	// Lent to analysis_priority: two waiting, one running; and a paid job.
+	lent := `{"tierq:tier": "free", "tierq:lent_from": "analysis_default", "tierq:lent_priority": 4}`
+	for _, state := range []string{"available", "available", "running"} {
+		testdb.InsertRaw(t, b.db, testdb.RawJob{Kind: jobs.KindAnalysis, Queue: "analysis_priority", State: state, Metadata: lent})
+	}
+	testdb.InsertRaw(t, b.db, testdb.RawJob{Kind: jobs.KindAnalysis, Queue: "analysis_priority", Metadata: `{"tierq:tier": "pro"}`})
+	// Recorded waits, minutes before this one: bucket (0-based) → count.
+	for _, w := range []struct {
+		ago         int
+		queue, tier string
+		bucket, n   int
+	}{
+		{1, "analysis_default", "pro", 40, 100},      // (8s, 10s]
+		{10, "analysis_default", "pro", 30, 100},     // (800ms, 1s]
+		{2, "analysis_priority", "enterprise", 0, 4}, // up to 1ms
+		{30, "analysis_default", "free", 60, 3},      // (800s, 1000s]
+		{61, "analysis_default", "free", 81, 50},     // over an hour ago: not read
+	} {
+		var counts waitstats.Histogram
+		counts[w.bucket] = int64(w.n)
+		_, err := b.db.Pool.Exec(ctx, `INSERT INTO job_wait_stats (minute, queue, tier, counts)
+			VALUES (date_trunc('minute', now()) - make_interval(mins => $1), $2, $3, $4)`,
+			w.ago, w.queue, w.tier, counts[:])
+		require.NoError(t, err)
+	}
+
+	page := b.get(t, "/console/")
+	require.Equal(t, []string{"analysis_priority", "3", "0", "0", "0", "0", "1", "6 in 2", "1 running, 2 waiting", "0s", "no", "0"}, row(t, page, "analysis_priority"))
+	require.Equal(t, []string{"3 in 1", "–"}, row(t, page, "analysis_default")[7:9])
+	require.Equal(t, [][]string{
+		{"analysis_priority", "enterprise", "4", "0.5ms", "0.99ms", "4", "0.5ms", "0.99ms", "p99 per minute over the last 60 minutes, highest 0.99ms top 0.99ms"},
+		{"analysis_default", "pro", "100", "9s", "9.98s", "200", "1s", "9.96s", "p99 per minute over the last 60 minutes, highest 9.98s top 9.98s"},
+		{"analysis_default", "free", "0", "–", "–", "3", "15m0s", "16m38s", "p99 per minute over the last 60 minutes, highest 16m38s top 16m38s"},
+	}, tableRows(t, page, "Waits from the due time"), "the last cell: the chart's title and the top of its scale")
+	// The charts: one stroke per minute that started jobs, scaled to the
+	// row's highest minute (its y at 1.0, the top; 0 at 23.0).
+	charts := regexp.MustCompile(`(?s)<svg class="chart".*?</svg>`).FindAllString(page, -1)
+	require.Len(t, charts, 3)
+	require.Contains(t, charts[1], `aria-label="p99 per minute, highest 9.98s"`)
+	lines := regexp.MustCompile(`points="\d+,([\d.]+) \d+,([\d.]+)"`).FindAllStringSubmatch(charts[1], -1)
+	require.Len(t, lines, 2, charts[1])
+	require.Equal(t, []string{"20.8", "20.8"}, lines[0][1:], "10 minutes ago: 998ms")
+	require.Equal(t, []string{"1.0", "1.0"}, lines[1][1:], "a minute ago: 9.98s, the top")
 }
 
 // hostile is a value a producer, a worker or an operator could write:
@@ -995,4 +1056,46 @@ func TestConsoleSubscriptions(t *testing.T) {
 	page = b.get(t, "/console/subscriptions?after=v_147")
 	require.Len(t, tableRows(t, page, "By user id"), 12)
 	require.NotContains(t, page, "Next page")
+}
+
+func TestConsoleWaitChart(t *testing.T) {
+	t.Parallel()
+	var ser waitstats.Series
+	for _, m := range []struct {
+		i   int
+		p99 time.Duration
+	}{{0, time.Second}, {1, 2 * time.Second}, {2, 4 * time.Second}, {10, 4 * time.Second}, {59, 2 * time.Second}} {
+		ser.Minutes[m.i].Jobs, ser.Minutes[m.i].P99 = 1, m.p99
+	}
+	lines, top := api.WaitChart(&ser)
+	require.Equal(t, []string{"1,17.5 3,12.0 5,1.0", "20,1.0 22,1.0", "118,12.0 120,12.0"}, lines)
+	require.Equal(t, 4*time.Second, top)
+
+	lines, top = api.WaitChart(&waitstats.Series{})
+	require.Empty(t, lines)
+	require.Zero(t, top)
+}
+
+func TestConsoleFormatWait(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		give time.Duration
+		want string
+	}{
+		{0, "0ms"},
+		{500 * time.Microsecond, "0.5ms"},
+		{12500 * time.Microsecond, "12.5ms"},
+		{911_111_111, "911ms"},
+		{time.Second, "1s"},
+		{9980 * time.Millisecond, "9.98s"},
+		{42_500 * time.Millisecond, "42.5s"},
+		{980 * time.Second, "16m20s"},
+		{100_000 * time.Second, "27h46m"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, api.FormatWait(tt.give))
+		})
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tierq/tierq/service"
+	"github.com/tierq/tierq/waitstats"
 )
 
 // SetNowFunc replaces the clock of s's readyz migration cache; call it
@@ -27,3 +28,13 @@ func ConsoleQueueSQL() map[string]string {
 		"tenant jobs": tenantJobsSQL(true), "tenant jobs by key": tenantJobsSQL(false),
 	}
 }
+
+// WaitChart is the overview's chart of ser: its polylines' points and the
+// top of its scale.
+func WaitChart(ser *waitstats.Series) (lines []string, top time.Duration) {
+	c := newWaitChart(ser)
+	return c.Lines, c.Max
+}
+
+// FormatWait is how the overview writes a recorded wait.
+func FormatWait(d time.Duration) string { return formatWait(d) }

@@ -15,6 +15,7 @@ import (
 	"github.com/tierq/tierq/internal/db"
 	"github.com/tierq/tierq/internal/queuestats"
 	"github.com/tierq/tierq/metrics"
+	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/service"
 )
 
@@ -83,8 +84,10 @@ func (m *Metrics) Escalation(from, to, actorKind string) {
 // oldest waiting job, dead-letter depth and whether a River leader held a
 // lease recently from PostgreSQL at most once per cacheFor, with indexed
 // queries (see queuestats.Summaries, whose oldest wait reads every waiting
-// job of a queue through its indexes, dlq.PendingDepth and
-// queuestats.RecentLeader, which reads river_leader's one row).
+// job of a queue through its indexes, dlq.PendingDepth,
+// queuestats.RecentLeader, which reads river_leader's one row, and, for the
+// console's overview alone, queuestats.LentNow, the priority queues'
+// available and running jobs through River's index).
 type dbCollector struct {
 	q        db.Querier
 	services *service.Registry
@@ -139,6 +142,7 @@ type dbSnapshot struct {
 	depth       dlq.Depth
 	leader      string
 	unfetchable map[string]int
+	lent        map[string]queuestats.Lent // per priority queue holding lent jobs
 }
 
 // current is the last read, or a new one when it is cacheFor old.
@@ -180,6 +184,10 @@ func (c *dbCollector) read() *dbSnapshot {
 	}
 	if snap.unfetchable, err = queuestats.Unfetchable(ctx, c.q); err != nil {
 		c.logger.WarnContext(ctx, "metrics: read unfetchable jobs", slog.String("error", err.Error()))
+		return &dbSnapshot{err: err}
+	}
+	if snap.lent, err = queuestats.LentNow(ctx, c.q, c.services.QueuesOf(routing.Priority)); err != nil {
+		c.logger.WarnContext(ctx, "metrics: read lent jobs", slog.String("error", err.Error()))
 		return &dbSnapshot{err: err}
 	}
 	return &snap

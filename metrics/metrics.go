@@ -36,6 +36,13 @@ type Jobs struct {
 
 	wait  *prometheus.HistogramVec
 	total *prometheus.CounterVec
+	waits WaitObserver // nil: none
+}
+
+// WaitObserver is told every job's wait, as tierq_job_wait_seconds
+// observes it (waitstats.Recorder records them for the operator console).
+type WaitObserver interface {
+	ObserveWait(queue, tier string, wait time.Duration)
 }
 
 var (
@@ -60,10 +67,21 @@ func NewJobs(reg prometheus.Registerer) *Jobs {
 	return j
 }
 
+// WithWaits has j tell w every job's wait too, and returns j. Call it
+// before the client starts.
+func (j *Jobs) WithWaits(w WaitObserver) *Jobs {
+	j.waits = w
+	return j
+}
+
 // WorkBegin observes the job's wait.
 func (j *Jobs) WorkBegin(_ context.Context, job *rivertype.JobRow) error {
 	due := jobmetasql.DueAt(job.ScheduledAt, job.Metadata)
-	j.wait.WithLabelValues(tierLabel(job.Metadata, job.EncodedArgs), job.Queue).Observe(max(time.Since(due).Seconds(), 0))
+	wait, tier := max(time.Since(due), 0), tierLabel(job.Metadata, job.EncodedArgs)
+	j.wait.WithLabelValues(tier, job.Queue).Observe(wait.Seconds())
+	if j.waits != nil {
+		j.waits.ObserveWait(job.Queue, tier, wait)
+	}
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ func TestJobsHookCountsOutcomesAndWaits(t *testing.T) {
 	ctx := context.Background()
 
 	reg := prometheus.NewRegistry()
+	waits := &waitCounter{jobs: map[string]int{}}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, river.WorkFunc(func(_ context.Context, job *river.Job[outcomeArgs]) error {
 		switch job.Args.Do {
@@ -48,7 +50,7 @@ func TestJobsHookCountsOutcomesAndWaits(t *testing.T) {
 		Schema:  db.Schema,
 		Queues:  map[string]river.QueueConfig{"analysis_priority": {MaxWorkers: 2}},
 		Workers: workers,
-		Hooks:   []rivertype.Hook{metrics.NewJobs(reg)},
+		Hooks:   []rivertype.Hook{metrics.NewJobs(reg).WithWaits(waits)},
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 
@@ -80,6 +82,27 @@ func TestJobsHookCountsOutcomesAndWaits(t *testing.T) {
 		"tierq_job_wait_seconds_count{queue=analysis_priority,tier=pro}":           1,
 		"tierq_job_wait_seconds_count{queue=analysis_priority,tier=unknown}":       1,
 	}, promtest.Values(t, reg, "tierq_"))
+	waits.mu.Lock()
+	defer waits.mu.Unlock()
+	require.Equal(t, map[string]int{
+		"analysis_priority enterprise": 2, "analysis_priority pro": 1, "analysis_priority pro_plus": 1,
+		"analysis_priority free": 1, "analysis_priority unknown": 1,
+	}, waits.jobs, "the wait observer is told every job's wait")
+	require.False(t, waits.negative)
+}
+
+// waitCounter counts the waits it is told per queue and tier.
+type waitCounter struct {
+	mu       sync.Mutex
+	jobs     map[string]int
+	negative bool
+}
+
+func (w *waitCounter) ObserveWait(queue, tier string, wait time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.jobs[queue+" "+tier]++
+	w.negative = w.negative || wait < 0
 }
 
 func TestOutcome(t *testing.T) {

@@ -27,7 +27,7 @@ func TestUpIsIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, res.RiverApplied)
 	require.Empty(t, res.TierqApplied)
-	require.EqualValues(t, 13, res.TierqVersion) // 00001_results (a no-op since issue 30) … 00013_tenant_caps
+	require.EqualValues(t, 14, res.TierqVersion) // 00001_results (a no-op since issue 30) … 00012_tenant_limits, 00014_wait_stats (no 00013)
 
 	for _, table := range []string{"river_job", "river_leader", "dead_letter_jobs", "job_escalations", "load_test_executions"} {
 		var schema string

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
@@ -186,6 +187,14 @@ func TestRunServesAnotherService(t *testing.T) {
 	require.Contains(t, out.String(), `level=WARN msg="JobTimeout no longer bounds tierq's jobs: every kind made with service.WorkerKind has its own timeout`)
 	require.Contains(t, out.String(), "job_timeout=30s kind_timeouts=map[send_mail:1m0s]")
 	require.Contains(t, out.String(), "worker stopped")
+
+	// The jobs' waits, recorded for the console (flushed at the stop at the
+	// latest): one per job, by queue and tier.
+	rows, err := db.Pool.Query(ctx, `SELECT queue || ' ' || tier || ' ' || (SELECT sum(c) FROM unnest(counts) AS c) FROM job_wait_stats ORDER BY queue`)
+	require.NoError(t, err)
+	recorded, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"mail_priority pro 1", "mail_scheduled free 1"}, recorded)
 }
 
 // TestRunRefusesOtherServices: the services Config.NewServices builds must

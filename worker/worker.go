@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -40,6 +41,7 @@ import (
 	"github.com/tierq/tierq/metrics"
 	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/service"
+	"github.com/tierq/tierq/waitstats"
 )
 
 // Deployment is a worker deployment made from a Config by New: the Config
@@ -217,8 +219,10 @@ func Run(ctx context.Context, cfg Config) error {
 // the services NewServices builds must be Registry's, by name, with the
 // same queues and kinds for Config.Service: see RiverConfig),
 // and runs the River client RiverConfig makes of them, with tierq's job
-// metrics (served at /metrics on Config.MetricsAddr when set) and fair
-// share (NewAdmitter). On the first signal River stops fetching and lets
+// metrics (served at /metrics on Config.MetricsAddr when set), the jobs'
+// waits recorded for the operator console (waitstats.Recorder, flushed to
+// job_wait_stats every 10 s and at the stop) and fair share
+// (NewAdmitter). On the first signal River stops fetching and lets
 // running jobs finish for up to Config.SoftStopTimeout, then cancels them
 // (River retries them), and Run returns nil; a second signal kills the
 // process at once.
@@ -253,8 +257,11 @@ func (w *Deployment) Run(ctx context.Context) error {
 		started = append(started, slog.Int(q.Name, q.Workers))
 	}
 	registry := metrics.NewRegistry()
-	var admitter *fairshare.Admitter
-	var repairer *pauserepair.Repairer
+	var (
+		admitter *fairshare.Admitter
+		repairer *pauserepair.Repairer
+		waits    *waitstats.Recorder
+	)
 	return process.Run(ctx, process.Spec{
 		Name:            "worker",
 		Logger:          logger,
@@ -289,16 +296,17 @@ func (w *Deployment) Run(ctx context.Context) error {
 			if repairer, err = pauserepair.New(pool, pauserepair.Config{Queues: w.QueueNames(), Logger: logger}); err != nil {
 				return nil, fmt.Errorf("worker: %w", err)
 			}
-			return process.NewClient(pool, riverConfig, metrics.NewJobs(registry), admitter.Hook(), repairer.Hook())
+			if waits, err = waitstats.NewRecorder(pool, &waitstats.Config{Logger: logger}); err != nil {
+				return nil, fmt.Errorf("worker: %w", err)
+			}
+			return process.NewClient(pool, riverConfig, metrics.NewJobs(registry).WithWaits(waits), admitter.Hook(), repairer.Hook())
 		},
 		Background: func(ctx context.Context, _ *pgxpool.Pool, _ *river.Client[pgx.Tx]) {
-			repaired := make(chan struct{})
-			go func() {
-				defer close(repaired)
-				_ = repairer.Run(ctx) // returns nil when ctx ends; it logs its failed rounds
-			}()
+			var wg sync.WaitGroup
+			wg.Go(func() { _ = repairer.Run(ctx) }) // returns nil when ctx ends; it logs its failed rounds
+			wg.Go(func() { waits.Run(ctx) })
 			admitter.Run(ctx)
-			<-repaired
+			wg.Wait()
 		},
 		MetricsAddr: cfg.MetricsAddr,
 		Metrics:     registry,
