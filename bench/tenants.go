@@ -438,7 +438,7 @@ func (o *passObserver) most() int {
 // statement has (its loose scan of the tenants with held work): how
 // passTimer tells a pass from the worker's other statements. The tenants
 // scenario's test fails if no pass is timed.
-const passMarker = "held_levels(tenant, level) AS ("
+const passMarker = "held_all(tenant, level, tier) AS ("
 
 // passTimer is a pgx query tracer that records when each execution of the
 // pass statement over queue started and how long it took, from its send to
