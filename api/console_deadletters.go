@@ -156,18 +156,19 @@ type deadLetterData struct {
 	DuplicateOf int64
 }
 
-// consoleID is the path's {id}, or 0 after answering 400.
-func (s *Server) consoleID(w http.ResponseWriter, r *http.Request) int64 {
+// consoleID is the path's {id}, a positive integer, or 0 after answering
+// 400 saying what it names ("A dead-letter id", "A job id").
+func (s *Server) consoleID(w http.ResponseWriter, r *http.Request, what string) int64 {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
-		s.consoleError(w, r, http.StatusBadRequest, "A dead-letter id is a positive integer.")
+		s.consoleError(w, r, http.StatusBadRequest, what+" is a positive integer.")
 		return 0
 	}
 	return id
 }
 
 func (s *Server) consoleDeadLetter(w http.ResponseWriter, r *http.Request) {
-	id := s.consoleID(w, r)
+	id := s.consoleID(w, r, "A dead-letter id")
 	if id == 0 {
 		return
 	}
@@ -197,7 +198,7 @@ func consoleActor(r *http.Request) string {
 }
 
 func (s *Server) consoleReplay(w http.ResponseWriter, r *http.Request) {
-	id := s.consoleID(w, r)
+	id := s.consoleID(w, r, "A dead-letter id")
 	if id == 0 {
 		return
 	}
@@ -230,7 +231,7 @@ func (s *Server) consoleReplay(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) consolePurge(w http.ResponseWriter, r *http.Request) {
-	id := s.consoleID(w, r)
+	id := s.consoleID(w, r, "A dead-letter id")
 	if id == 0 {
 		return
 	}

@@ -56,18 +56,8 @@ type jobStory struct {
 // queuedJobStates are the states in which escalation.Escalate moves a job.
 var queuedJobStates = []string{riverschema.StateAvailable, riverschema.StateScheduled, riverschema.StateRetryable, riverschema.StatePending}
 
-// consoleJobID is the path's {id} as a job id, or 0 after answering 400.
-func (s *Server) consoleJobID(w http.ResponseWriter, r *http.Request) int64 {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
-		s.consoleError(w, r, http.StatusBadRequest, "A job id is a positive integer.")
-		return 0
-	}
-	return id
-}
-
 func (s *Server) consoleJob(w http.ResponseWriter, r *http.Request) {
-	id := s.consoleJobID(w, r)
+	id := s.consoleID(w, r, "A job id")
 	if id == 0 {
 		return
 	}
@@ -138,7 +128,7 @@ func (j *jobStory) tellMetadata(metadata []byte) {
 }
 
 func (s *Server) consoleEscalate(w http.ResponseWriter, r *http.Request) {
-	id := s.consoleJobID(w, r)
+	id := s.consoleID(w, r, "A job id")
 	if id == 0 {
 		return
 	}
