@@ -34,8 +34,10 @@ type jobStory struct {
 	// InRiver is whether River still has the job (else it is a dead letter,
 	// DeadLetterID).
 	InRiver bool
-	// Held: fair share holds the job back (pending with jobmeta.HeldAt).
-	Held bool
+	// Held: fair share holds the job back (pending with jobmeta.HeldAt);
+	// CapHeld: because its tenant is at its concurrency cap
+	// (jobmeta.CapHeldAt beside it), not for its turn.
+	Held, CapHeld bool
 	// LentFrom is the queue fair share lent the job from.
 	LentFrom string
 	// OriginalQueue and OriginalPriority are where it was inserted.
@@ -114,6 +116,7 @@ func (s *Server) tellJob(story *jobStory, row *rivertype.JobRow) {
 	story.tellMetadata(row.Metadata)
 	story.Held = row.State == rivertype.JobStatePending && gjson.GetBytes(row.Metadata, gjson.Escape(jobmeta.HeldAt)).Exists() &&
 		gjson.ParseBytes(row.Metadata).IsObject()
+	story.CapHeld = story.Held && gjson.GetBytes(row.Metadata, gjson.Escape(jobmeta.CapHeldAt)).Exists()
 	_, _, inService := s.cfg.Registry.ForQueue(row.Queue)
 	story.Escalatable = inService && slices.Contains(queuedJobStates, string(row.State))
 }

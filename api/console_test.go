@@ -907,6 +907,12 @@ func TestConsoleJob(t *testing.T) {
 	}
 	require.Contains(t, page, `<a href="/console/queues/analysis_default?tenant=acme">acme</a>`)
 	require.Contains(t, page, `<a href="/riverui/jobs/`+strconv.FormatInt(held, 10)+`">`)
+
+	// A job held by its tenant's concurrency cap says so.
+	capped := b.insertJob(t, "analysis_default", "held", "acme", `{"target": "/srv/c"}`)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE river_job SET metadata = metadata || jsonb_build_object('tierq:cap_held_at', now(), 'tierq:capped', 'analyzer') WHERE id = $1`, capped)
+	require.NoError(t, err)
+	require.Contains(t, plain(b.get(t, "/console/jobs/"+strconv.FormatInt(capped, 10))), "Stateheld: its tenant is at its concurrency cap (River's state: pending)")
 	require.Contains(t, page, `<form method="post" action="`+path+`/escalate" class="action">`)
 
 	// Escalated by alice, with her reason: the queue, the priority, the
