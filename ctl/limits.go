@@ -38,8 +38,8 @@ tenant's override beats its tier's default, whatever its tier: 0 is no limit
 for that tenant; an unset field inherits the tier's. 0 is no limit.
 
 Daily quotas are enforced (POST /v1/jobs answers 429 past one, producer.Insert
-returns a *limits.QuotaError); caps and rates are configured and stored, not
-enforced yet (docs/fairness.md, "Limits").`,
+returns a *limits.QuotaError); caps and rates hold the jobs beyond them
+(docs/fairness.md, "Limits").`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(*cobra.Command, []string) error {
 			return &UsageError{errors.New("limits needs a subcommand: list, show, set or unset")}
@@ -309,7 +309,7 @@ Prints the tenant's limits as they are then.`,
 		},
 	}
 	cmd.Flags().IntVar(&maxRunning, "max-running", 0, "most jobs of the tenant running at once, across the service's queues (0: no cap)")
-	cmd.Flags().StringVar(&rate, "rate", "", "jobs of the tenant started per second, minute or hour: 10/s, 100/m, 1000/h (0: no limit; not enforced yet)")
+	cmd.Flags().StringVar(&rate, "rate", "", "jobs of the tenant started per second, minute or hour: 10/s, 100/m, 1000/h (0: no limit)")
 	cmd.Flags().Int64Var(&dailyQuota, "daily-quota", 0, "most jobs of the tenant inserted per UTC day (0: no quota)")
 	return cmd
 }

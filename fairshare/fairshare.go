@@ -419,6 +419,12 @@ func (h *hook) WorkBegin(_ context.Context, job *rivertype.JobRow) error {
 	if q.held.Load() || (q.cfg.Fair && saturated) {
 		q.signal()
 	}
+	if bytes.Contains(job.Metadata, ratedKey) {
+		// A job charged against its tenant's rate started: the tenant has
+		// no job waiting to start any more, and its next may be admitted if
+		// it has a token, in any queue of the service.
+		h.wakeAll()
+	}
 	if h.lend != nil && job.Queue == h.lend.cfg.From && saturated {
 		h.lend.signal() // free work waits: perhaps a paid worker is idle
 	}
@@ -442,13 +448,7 @@ func (h *hook) WorkEnd(_ context.Context, job *rivertype.JobRow, err error) erro
 		// queue's loop is woken, whether or not its last pass here saw
 		// held work: another replica may have run the passes since.
 		h.capped.finish(job.ID)
-		for _, other := range h.queues {
-			other.signal()
-			select {
-			case other.capEnd <- struct{}{}:
-			default:
-			}
-		}
+		h.wakeAll()
 	}
 	if h.lend != nil && job.Queue == h.lend.cfg.Queue {
 		h.lend.finish(job.ID) // a paid worker is free: lend it, or keep it for paid work
@@ -456,9 +456,27 @@ func (h *hook) WorkEnd(_ context.Context, job *rivertype.JobRow, err error) erro
 	return err
 }
 
+// wakeAll wakes every queue's loop, ending a rest (passRest): a job
+// counted against its tenant's limits started or ended, and the tenant may
+// have room in any queue of its service, whether or not the last pass here
+// saw held work (another replica may have run the passes since).
+func (h *hook) wakeAll() {
+	for _, other := range h.queues {
+		other.signal()
+		select {
+		case other.capEnd <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // cappedKey is how jobmeta.Capped appears in a job's metadata: the job
-// counts against its tenant's concurrency cap.
-var cappedKey = []byte(`"` + jobmeta.Capped + `"`)
+// counts against its tenant's concurrency cap. ratedKey: jobmeta.Rated, it
+// was charged against its tenant's rate limit.
+var (
+	cappedKey = []byte(`"` + jobmeta.Capped + `"`)
+	ratedKey  = []byte(`"` + jobmeta.Rated + `"`)
+)
 
 // cappedFinished is the jobs counted against a concurrency cap that this
 // process finished in the last finishedFor, whose completion River may not
@@ -522,6 +540,15 @@ type Pass struct {
 	// concurrency cap (package limits): none of their held jobs could be
 	// admitted. They count in HeldTenants, not in Tenants.
 	AtCap int
+	// RateLimited counts the tenants with held jobs that are under their
+	// cap (or have none) but may start no job now by their rate limit: no
+	// token left, or a job admitted and not started yet. They count in
+	// HeldTenants, not in Tenants.
+	RateLimited int
+	// RateWait, when above 0, is how long until the next token of the
+	// soonest tenant that lacks only a token: the queue's loop runs a pass
+	// then.
+	RateWait time.Duration
 	// Lone is true when one tenant alone (or none) was active and nothing
 	// was held: nothing needs holding, and the next passes only look for
 	// a newcomer. Checked is true for such a look or check (no pass ran).
@@ -595,11 +622,12 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 		notified int
 		lone     *string
 		now      time.Time
+		rateWait *float64
 	)
 	began := time.Now()
 	locked, err := a.locked(ctx, q.name, true, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, passSQL, q.name, q.cfg.Workers, q.cfg.Fair, q.localKinds(), q.every && q.cfg.Workers > 0).Scan(
-			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded, &p.AtCap)
+			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded, &p.AtCap, &p.RateLimited, &rateWait)
 	}, a.hook.capped.setting(time.Now()))
 	if err != nil {
 		return Pass{}, fmt.Errorf("fair share pass over %s: %w", q.name, err)
@@ -609,6 +637,11 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 		return p, nil
 	}
 	q.took = time.Since(began)
+	if rateWait != nil {
+		// At least a millisecond: the bucket's refill is computed from the
+		// database's clock, and a pass a hair early finds no token.
+		p.RateWait = max(time.Duration(*rateWait*float64(time.Second)), 0) + time.Millisecond
+	}
 	p.Lone = p.Tenants <= 1 && p.Held == 0 && p.HeldTenants == 0
 	q.lone, q.loneName, q.watermark = p.Lone, lone, now.Add(-loneMargin)
 	if a.cfg.Observer != nil {
@@ -745,6 +778,17 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 	q.signal() // a first pass at start: held work left by a stopped process
 	ticks, first := 0, true
 	misses := 0 // lock misses in a row
+	// rate fires when the soonest rate-limited tenant's next token is due
+	// (Pass.RateWait); nil channel while none waits for one.
+	var (
+		rateTimer *time.Timer
+		rate      <-chan time.Time
+	)
+	defer func() {
+		if rateTimer != nil {
+			rateTimer.Stop()
+		}
+	}()
 	for {
 		kind := look
 		if first { // nothing known yet
@@ -754,6 +798,8 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 		case <-ctx.Done():
 			return
 		case <-q.wake:
+		case <-rate:
+			rate = nil
 		case <-tick.C:
 			if !offsetDone {
 				tick.Reset(a.cfg.Tick)
@@ -787,6 +833,16 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 		default:
 			misses = 0
 		}
+		if err == nil && p.Ran && !p.Checked {
+			rate = nil
+			if rateTimer != nil {
+				rateTimer.Stop()
+			}
+			if p.RateWait > 0 {
+				rateTimer = time.NewTimer(p.RateWait)
+				rate = rateTimer.C
+			}
+		}
 		wait := a.cfg.PassInterval << min(misses, maxMissBackoff)
 		if p.Checked {
 			wait = max(wait, loneCheckInterval)
@@ -805,8 +861,11 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 				return
 			case <-time.After(wait):
 			case <-q.capEnd:
-				// A capped job ended: its tenant's next job should start
-				// within milliseconds, not after a rest.
+				// A limited job started or ended: its tenant's next job
+				// should start within milliseconds, not after a rest.
+			case <-rate:
+				rate = nil // a token is due: pass now
+				q.signal()
 			}
 		}
 	}
