@@ -374,7 +374,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Admitter, error) {
 		a.names = append(a.names, name)
 	}
 	slices.Sort(a.names)
-	a.hook = &hook{queues: a.queues, capped: &cappedFinished{}}
+	a.hook = &hook{queues: a.queues, capped: &cappedFinished{}, refill: newRefill()}
 	if c.Lend != nil {
 		a.lend = &lendState{cfg: *c.Lend, wake: make(chan struct{}, 1)}
 		a.hook.lend = a.lend
@@ -396,6 +396,7 @@ type hook struct {
 	queues map[string]*queueState
 	lend   *lendState
 	capped *cappedFinished
+	refill *refill
 }
 
 var (
@@ -423,6 +424,7 @@ func (h *hook) WorkBegin(_ context.Context, job *rivertype.JobRow) error {
 		// A job charged against its tenant's rate started: the tenant has
 		// no job waiting to start any more, and its next may be admitted if
 		// it has a token, in any queue of the service.
+		h.refill.add(job.Queue, job.Metadata)
 		h.wakeAll()
 	}
 	if h.lend != nil && job.Queue == h.lend.cfg.From && saturated {
@@ -448,6 +450,7 @@ func (h *hook) WorkEnd(_ context.Context, job *rivertype.JobRow, err error) erro
 		// queue's loop is woken, whether or not its last pass here saw
 		// held work: another replica may have run the passes since.
 		h.capped.finish(job.ID)
+		h.refill.add(job.Queue, job.Metadata)
 		h.wakeAll()
 	}
 	if h.lend != nil && job.Queue == h.lend.cfg.Queue {
@@ -728,7 +731,7 @@ func (a *Admitter) locked(ctx context.Context, key string, generic bool, pass fu
 // heartbeat. It returns when every loop has stopped, after deleting the
 // process's heartbeat rows.
 func (a *Admitter) Run(ctx context.Context) {
-	done := make(chan struct{}, len(a.names))
+	done := make(chan struct{}, len(a.names)+2)
 	for i, name := range a.names {
 		go func() {
 			defer func() { done <- struct{}{} }()
@@ -741,6 +744,10 @@ func (a *Admitter) Run(ctx context.Context) {
 			a.lendLoop(ctx)
 		}()
 	}
+	go func() {
+		defer func() { done <- struct{}{} }()
+		a.refillLoop(ctx)
+	}()
 	a.heartbeat(ctx)
 	for range a.names {
 		<-done
@@ -748,6 +755,7 @@ func (a *Admitter) Run(ctx context.Context) {
 	if a.lend != nil {
 		<-done
 	}
+	<-done // the refill loop
 	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := a.pool.Exec(leaveCtx, leaveSQL, a.cfg.ClientID); err != nil {
