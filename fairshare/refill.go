@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tierq/tierq/internal/db"
 	"github.com/tierq/tierq/internal/jobmetasql"
 	"github.com/tierq/tierq/internal/riverschema"
 	"github.com/tierq/tierq/jobmeta"
@@ -106,8 +107,8 @@ func (a *Admitter) Refill(ctx context.Context, metadata, queues []string) (int, 
 // refillSQL admits, for each (metadata $1[i], queue $2[i]), the tenant's
 // best job held by a limit (the service's queues in their order: priority,
 // default, scheduled; then River's fetch order), due, of a kind a live
-// heartbeat of its queue fetches, in a queue where the tenant has no job
-// available; SKIP LOCKED, as a pass. The triggers re-check the limits.
+// heartbeat of its queue fetches, in a queue not paused where the tenant
+// has no job available; SKIP LOCKED, as a pass. The triggers re-check the limits.
 // River's insert notification goes to each queue that gained a job.
 var refillSQL = `
 WITH e AS (
@@ -134,7 +135,8 @@ pick AS (
             ORDER BY j.priority, j.scheduled_at, j.id
             LIMIT 1
         ) AS h
-        WHERE NOT EXISTS (SELECT 1 FROM ` + riverschema.JobTable + ` AS a
+        WHERE NOT ` + db.PausedSQL("q.name") + `
+          AND NOT EXISTS (SELECT 1 FROM ` + riverschema.JobTable + ` AS a
                           WHERE a.state = '` + riverschema.StateAvailable + `' AND a.metadata ? '` + jobmeta.Capped + `'
                             AND ` + tenantSQL("a") + ` = e.tenant AND a.queue = q.name)
         ORDER BY q.pos

@@ -65,6 +65,17 @@ func TestRefill(t *testing.T) {
 		n, err = b.admitter.Refill(ctx, []string{string(meta)}, []string{"fair_default"})
 		require.NoError(t, err)
 		require.Equal(t, 0, n)
+
+		// A paused queue gets none: the job in line starts, ends, and the
+		// priority queue is paused.
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `
+			UPDATE river_job SET state = 'running', attempted_at = now(), attempt = 1
+			WHERE state = 'available' RETURNING id, metadata`).Scan(&id, &meta))
+		require.NoError(t, end.WorkEnd(ctx, &rivertype.JobRow{ID: id, Queue: queue, Metadata: meta}, nil))
+		b.exec(t, `INSERT INTO river_queue (name, created_at, metadata, paused_at, updated_at) VALUES ($1, now(), '{}', now(), now())`, queue)
+		n, err = b.admitter.Refill(ctx, []string{string(meta)}, []string{queue})
+		require.NoError(t, err)
+		require.Equal(t, 0, n)
 	})
 
 	t.Run("Rate", func(t *testing.T) {
