@@ -59,6 +59,12 @@
 // it (a tenant at its cap is not active, and closes no worse priority), and
 // counts the capped jobs its process has finished as ended before River
 // writes their completion; the end of a capped job wakes every queue's loop.
+// Rate limits (migration 00015) work the same way: a rate-limited tenant
+// has room for one job when it has a token and no job waiting to start;
+// the start of a rated job wakes every queue's loop, and a pass reports when
+// the next token is due (Pass.RateWait). Besides the passes, the refill
+// (Refill) admits a limited tenant's next job the moment its job ends or
+// starts in this process.
 package fairshare
 
 import (
