@@ -31,7 +31,9 @@ func setupRates(t *testing.T) *capsBundle {
 		"fair_default": {Workers: 5, Fair: true},
 	}})
 	require.NoError(t, err)
-	return &capsBundle{&bundle{db: db, admitter: a}}
+	b := &capsBundle{&bundle{db: db, admitter: a}}
+	b.beat(t) // a job waits to start only where a live worker fetches it
+	return b
 }
 
 func TestPassWithRates(t *testing.T) {

@@ -81,7 +81,6 @@ func TestRefill(t *testing.T) {
 	t.Run("Rate", func(t *testing.T) {
 		t.Parallel()
 		b := setupRates(t) // pro tenants: 2 a minute
-		b.beat(t)
 		b.insertTier(t, queue, "pro", "p", 1, 3)
 		require.Equal(t, map[string]int{"p/available": 1, "p/pending": 2}, b.counts(t))
 		var meta []byte

@@ -188,17 +188,16 @@ room AS (
 // available in one of the queues of the expression queues (text[]) that a
 // worker can fetch, a job admitted and not started yet: a rate-limited
 // tenant has at most one (migration 00015's trigger, whose rule this is). A
-// job of a kind that no live heartbeat of its queue fetches never starts and
-// does not count; with no live heartbeat every kind counts.
+// job counts only when a live heartbeat of its queue has workers for its
+// kind: one in a queue no worker serves, or of a kind none fetches, would
+// never start, and counted it would hold the tenant's other work for ever.
 func rateWaitingSQL(tenant, queues string) string {
 	return `EXISTS (SELECT 1 FROM ` + riverschema.JobTable + ` AS j
                WHERE j.state = '` + riverschema.StateAvailable + `' AND j.metadata ? '` + jobmeta.Capped + `'
                  AND ` + tenantSQL("j") + ` = ` + tenant + ` AND j.queue = ANY (` + queues + `)
-                 AND NOT (EXISTS (SELECT 1 FROM fair_share_slots AS s
-                                  WHERE s.queue = j.queue AND s.expires_at > now() AND s.slots > 0)
-                          AND NOT EXISTS (SELECT 1 FROM fair_share_slots AS s
-                                          WHERE s.queue = j.queue AND s.expires_at > now() AND s.slots > 0
-                                            AND (s.kinds IS NULL OR j.kind = ANY (s.kinds)))))`
+                 AND EXISTS (SELECT 1 FROM fair_share_slots AS s
+                             WHERE s.queue = j.queue AND s.expires_at > now() AND s.slots > 0
+                               AND (s.kinds IS NULL OR j.kind = ANY (s.kinds))))`
 }
 
 // Rows are joined to river_job by id through id = ANY(ARRAY(…)), which the

@@ -23,6 +23,11 @@ func setupRates(t *testing.T) *capBundle {
 		INSERT INTO tierq_services (name, base_queue, queues, kinds, recorded_by)
 		VALUES ('mailer', 'mailer', '{mailer_priority,mailer_default,mailer_scheduled}', '[]', 'test')`)
 	require.NoError(t, err)
+	// Live workers of every kind in each of the service's queues.
+	_, err = db.Pool.Exec(t.Context(), `
+		INSERT INTO fair_share_slots (client_id, queue, slots, heartbeat_at, expires_at)
+		SELECT 'w', q, 2, now(), now() + interval '1 hour' FROM unnest('{mailer_priority,mailer_default,mailer_scheduled}'::text[]) AS q`)
+	require.NoError(t, err)
 	perHour := limits.Rate{Count: 3, Per: time.Hour}
 	require.NoError(t, limits.Record(t.Context(), db.Pool, limits.Config{Services: map[string]limits.Tiers{
 		"mailer": {tiers.Free: {Rate: perHour}, tiers.ProPlus: {MaxRunning: 2, Rate: perHour}},
@@ -151,13 +156,24 @@ func TestRateTrigger(t *testing.T) {
 		t.Parallel()
 		b := setupRates(t)
 		// The workers of mailer_default fetch kind mail only.
-		b.exec(t, `INSERT INTO fair_share_slots (client_id, queue, slots, heartbeat_at, expires_at, kinds)
-			VALUES ('w1', 'mailer_default', 4, now(), now() + interval '1 hour', '{mail}')`)
+		b.exec(t, `UPDATE fair_share_slots SET kinds = '{mail}' WHERE queue = 'mailer_default'`)
 		b.exec(t, `INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
 			VALUES ('unknown_kind', '{}', 'mailer_default', 2, 'available', 25, '{"tierq:tier": "free", "tierq:tenant": "u1"}')`)
 		b.insert(t, b.db.Pool, "mailer_default", "free", "u1", 2)
 		// The unknown kind took a token but blocks nothing: the next job of
 		// kind mail is let through too, and the one after waits.
+		require.Equal(t, map[string]int{"available": 2, "pending": 1, "rate_held": 1}, b.rateStates(t, "u1"))
+	})
+
+	t.Run("AQueueNoWorkerServesDoesNotBlockTheTenant", func(t *testing.T) {
+		t.Parallel()
+		b := setupRates(t)
+		// No live worker serves mailer_scheduled (its heartbeat expired):
+		// the job there would never start, and does not hold u1's jobs in
+		// the default queue back.
+		b.exec(t, `UPDATE fair_share_slots SET expires_at = now() - interval '1 second' WHERE queue = 'mailer_scheduled'`)
+		b.insert(t, b.db.Pool, "mailer_scheduled", "free", "u1", 1)
+		b.insert(t, b.db.Pool, "mailer_default", "free", "u1", 2)
 		require.Equal(t, map[string]int{"available": 2, "pending": 1, "rate_held": 1}, b.rateStates(t, "u1"))
 	})
 

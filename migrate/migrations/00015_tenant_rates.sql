@@ -29,10 +29,12 @@
 --      waiting; no lock: held (step 5).
 --   4. Looks for another available job of the tenant counted against its
 --      limits (tierq:capped) in the service's queues, through
---      river_job_tierq_capped_idx, that a worker can fetch: not of a kind
---      every live heartbeat of its queue says it does not fetch
---      (fair_share_slots.kinds, migration 00009; with no live heartbeat
---      every kind counts). One found: held. Otherwise takes a token from
+--      river_job_tierq_capped_idx, that a worker can fetch: a live
+--      heartbeat of its queue (fair_share_slots, with kinds: migration
+--      00009) has workers for its kind. A job in a queue no live worker
+--      serves, or of a kind none fetches, would never start and does not
+--      count (it took its token: the bucket still bounds admissions). One
+--      found: held. Otherwise takes a token from
 --      the tenant's bucket (tenant_rate_buckets: the tokens left at the time
 --      at, refilled at count per interval up to count, from the statement's
 --      clock, clock_timestamp(), never backwards): the row is marked
@@ -114,11 +116,9 @@ BEGIN
                      THEN coalesce(j.metadata->>'tierq:tenant', '')
                      ELSE left(j.metadata->>'tierq:tenant', 200) || '#md5:' || md5(j.metadata->>'tierq:tenant') END) = tkey
            AND j.queue = ANY (svc_q) AND j.id <> NEW.id
-           AND NOT (EXISTS (SELECT 1 FROM fair_share_slots AS s
-                             WHERE s.queue = j.queue AND s.expires_at > now() AND s.slots > 0)
-                    AND NOT EXISTS (SELECT 1 FROM fair_share_slots AS s
-                                     WHERE s.queue = j.queue AND s.expires_at > now() AND s.slots > 0
-                                       AND (s.kinds IS NULL OR j.kind = ANY (s.kinds))))
+           AND EXISTS (SELECT 1 FROM fair_share_slots AS s
+                        WHERE s.queue = j.queue AND s.expires_at > now() AND s.slots > 0
+                          AND (s.kinds IS NULL OR j.kind = ANY (s.kinds)))
          LIMIT 1;
         IF NOT FOUND THEN
             t := clock_timestamp();
