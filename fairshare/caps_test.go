@@ -36,7 +36,9 @@ func setupCaps(t *testing.T) *capsBundle {
 		"fair_default": {Workers: 5, Fair: true},
 	}})
 	require.NoError(t, err)
-	return &capsBundle{&bundle{db: db, admitter: a}}
+	b := &capsBundle{&bundle{db: db, admitter: a}}
+	b.beat(t) // live workers of every kind: the passes' view of what starts
+	return b
 }
 
 // insertTier inserts n available jobs of tenant and tier at priority into

@@ -129,9 +129,7 @@ pick AS (
             WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = q.name AND ` + tenantSQL("j") + ` = e.tenant
               AND (j.metadata ? '` + jobmeta.CapHeldAt + `' OR j.metadata ? '` + jobmeta.RateHeldAt + `')
               AND j.scheduled_at <= now()
-              AND EXISTS (SELECT 1 FROM fair_share_slots AS s
-                          WHERE s.queue = j.queue AND s.expires_at > now() AND s.slots > 0
-                            AND (s.kinds IS NULL OR j.kind = ANY (s.kinds)))
+              AND ` + startableSQL("j") + `
             ORDER BY j.priority, j.scheduled_at, j.id
             LIMIT 1
         ) AS h

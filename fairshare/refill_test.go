@@ -27,7 +27,6 @@ func TestRefill(t *testing.T) {
 	t.Run("Cap", func(t *testing.T) {
 		t.Parallel()
 		b := setupCaps(t) // pro tenants capped at 1
-		b.beat(t)
 		// p's one job runs in the default queue; three wait held by the
 		// cap in the priority queue, beside a job of p held by fair share
 		// for its turn (held_at alone), which the refill leaves alone.

@@ -127,7 +127,8 @@ const finishedJobsSetting = "tierq.finished_jobs"
 //     tenant_limits, else its tier's default in tier_limits; 0 is none),
 //     how many more of its jobs may be made available now, the least of:
 //     the cap less its jobs counted against it (marked jobmeta.Capped,
-//     available or running in any queue of the service, through
+//     running, or available unless of a kind no live worker of its queue
+//     fetches (unfetchableSQL), in any queue of the service, through
 //     river_job_tierq_capped_idx), never below 0 (cap_room); and for a
 //     rate, 1 when it has a token in its bucket (tenant_rate_buckets,
 //     refilled to now) and no job available and not started yet that a
@@ -147,7 +148,8 @@ svc AS (
 ),
 room AS (
     SELECT h.tenant, k.cap_room, k.rate_room, least(k.cap_room, k.rate_room) AS room,
-           CASE WHEN k.rate_room = 0 AND NOT r.waiting THEN (1 - r.tokens) * extract(epoch FROM c.per)::float8 / c.rc END AS rate_wait
+           CASE WHEN k.rate_room = 0 AND NOT r.waiting AND k.cap_room > 0
+                THEN greatest(0, extract(epoch FROM r.at - clock_timestamp()))::float8 + (1 - r.tokens) * extract(epoch FROM c.per)::float8 / c.rc END AS rate_wait
     FROM ` + held + ` AS h
     CROSS JOIN svc
     CROSS JOIN LATERAL (
@@ -161,6 +163,7 @@ room AS (
     ) AS c
     LEFT JOIN LATERAL (
         SELECT ` + rateWaitingSQL("h.tenant", "svc.queues") + ` AS waiting,
+               (SELECT b.at FROM tenant_rate_buckets AS b WHERE b.service = svc.name AND b.tenant = h.tenant) AS at,
                coalesce((SELECT least(c.rc::float8, b.tokens + c.rc * greatest(0, extract(epoch FROM clock_timestamp() - b.at))::float8
                                                               / extract(epoch FROM c.per)::float8)
                          FROM tenant_rate_buckets AS b WHERE b.service = svc.name AND b.tenant = h.tenant), c.rc::float8) AS tokens
@@ -173,13 +176,14 @@ room AS (
                                                                    AND j.metadata ? '` + jobmeta.Capped + `'
                                                                    AND ` + tenantSQL("j") + ` = h.tenant AND j.queue = ANY (svc.queues)
                                                                    AND NOT (j.state = '` + riverschema.StateRunning + `' AND j.id = ANY ((SELECT ids FROM finished)::bigint[]))
+                                                                   AND NOT ` + unfetchableSQL("j") + `
                                                                  LIMIT c.n) AS x))::int
                     ELSE ` + itoa(unlimited) + ` END AS cap_room,
                CASE WHEN r.tokens IS NULL THEN ` + itoa(unlimited) + `
                     WHEN r.waiting OR r.tokens < 1 THEN 0
                     ELSE 1 END AS rate_room
     ) AS k
-    WHERE c.n > 0 OR (c.rc > 0 AND c.per IS NOT NULL)
+    WHERE (c.n > 0 OR (c.rc > 0 AND c.per IS NOT NULL)) AND h.tenant <> ''
 )`
 }
 
@@ -195,9 +199,33 @@ func rateWaitingSQL(tenant, queues string) string {
 	return `EXISTS (SELECT 1 FROM ` + riverschema.JobTable + ` AS j
                WHERE j.state = '` + riverschema.StateAvailable + `' AND j.metadata ? '` + jobmeta.Capped + `'
                  AND ` + tenantSQL("j") + ` = ` + tenant + ` AND j.queue = ANY (` + queues + `)
-                 AND EXISTS (SELECT 1 FROM fair_share_slots AS s
-                             WHERE s.queue = j.queue AND s.expires_at > now() AND s.slots > 0
-                               AND (s.kinds IS NULL OR j.kind = ANY (s.kinds))))`
+                 AND NOT ` + unfetchableSQL("j") + `)`
+}
+
+// startableSQL is an SQL condition: a live heartbeat of the queue of the
+// river_job row aliased alias has workers that fetch its kind
+// (fair_share_slots), so that, available, it would start. The refill
+// admits only such jobs.
+func startableSQL(alias string) string {
+	return `EXISTS (SELECT 1 FROM fair_share_slots AS s
+                WHERE s.queue = ` + alias + `.queue AND s.expires_at > now() AND s.slots > 0
+                  AND (s.kinds IS NULL OR ` + alias + `.kind = ANY (s.kinds)))`
+}
+
+// unfetchableSQL is an SQL condition: the river_job row aliased alias is of
+// a kind that no worker of its queue fetches, while the queue has live
+// workers (their heartbeats say which kinds they fetch). Such a job never
+// starts; available, it does not count against its tenant's cap nor as its
+// rate-limited job waiting to start (migration 00015's triggers apply the
+// same rule): counted, it held the tenant's work in every queue of the
+// service for ever. A queue with no live worker at all (a restart, a scale
+// to zero) counts its jobs: they start when workers come, and the limits
+// err on the safe side meanwhile. A running job is never unfetchable.
+func unfetchableSQL(alias string) string {
+	return `(` + alias + `.state = '` + riverschema.StateAvailable + `'
+         AND EXISTS (SELECT 1 FROM fair_share_slots AS s
+                     WHERE s.queue = ` + alias + `.queue AND s.expires_at > now() AND s.slots > 0)
+         AND NOT ` + startableSQL(alias) + `)`
 }
 
 // Rows are joined to river_job by id through id = ANY(ARRAY(…)), which the
@@ -485,12 +513,15 @@ admitted AS (
             ` + jobmetasql.KeptDueSQL(jobmetasql.DueAtSQL("j"), admittedAtSQL) + `)
     FROM turns AS t
     WHERE j.id = t.id AND j.id = ANY(ARRAY(SELECT id FROM turns))
-    RETURNING j.id
+    RETURNING j.id, j.state
 ),
-` + notifiedCTE("admitted") + `
+admitted_available AS (
+    SELECT id FROM admitted WHERE state = '` + riverschema.StateAvailable + `'
+),
+` + notifiedCTE("admitted_available") + `
 SELECT coalesce((SELECT ok FROM lock), false),
        (SELECT count(*) FROM pushed)::int,
-       (SELECT count(*) FROM admitted)::int,
+       (SELECT count(*) FROM admitted_available)::int,
        (SELECT count(*) FROM tenants)::int,
        (SELECT count(*) FROM held_all)::int,
        (SELECT c FROM cap),

@@ -31,6 +31,12 @@ func setupCapsB(t testing.TB) *capBundle {
 		INSERT INTO tierq_services (name, base_queue, queues, kinds, recorded_by)
 		VALUES ('mailer', 'mailer', '{mailer_priority,mailer_default,mailer_scheduled}', '[]', 'test')`)
 	require.NoError(t, err)
+	// Live workers of every kind in each of the service's queues: an
+	// available job counts against a cap only where one fetches it.
+	_, err = db.Pool.Exec(context.Background(), `
+		INSERT INTO fair_share_slots (client_id, queue, slots, heartbeat_at, expires_at)
+		SELECT 'w', q, 2, now(), now() + interval '1 hour' FROM unnest('{mailer_priority,mailer_default,mailer_scheduled}'::text[]) AS q`)
+	require.NoError(t, err)
 	require.NoError(t, limits.Record(t.Context(), db.Pool, limits.Config{Services: map[string]limits.Tiers{
 		"mailer": {tiers.Free: {MaxRunning: 1}, tiers.ProPlus: {MaxRunning: 3}, tiers.Enterprise: {MaxRunning: 1000}},
 	}}, []string{"mailer"}, "scheduler"))
@@ -121,6 +127,41 @@ func TestCapTrigger(t *testing.T) {
 		require.Equal(t, 5, b.db.Count(t, `SELECT count(*) FROM river_job WHERE queue = 'other_default' AND state = 'available'`))
 		require.Equal(t, map[string]int{"available": 1, "pending": 1, "cap_held": 1}, b.states(t, "u_bad"))
 		require.Equal(t, 0, b.db.Count(t, `SELECT count(*) FROM river_job WHERE metadata ? 'tierq:capped' AND metadata->>'tierq:tenant' <> 'u_bad'`))
+	})
+
+	t.Run("AJobOfAKindNoWorkerFetchesDoesNotCount", func(t *testing.T) {
+		t.Parallel()
+		b := setupCaps(t)
+		// mailer_default's workers fetch kind mail only: u1's job of
+		// another kind would never start, and holds nothing back.
+		b.exec(t, `UPDATE fair_share_slots SET kinds = '{mail}' WHERE queue = 'mailer_default'`)
+		b.exec(t, `INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
+			VALUES ('unknown_kind', '{}', 'mailer_default', 2, 'available', 25, '{"tierq:tier": "free", "tierq:tenant": "u1"}')`)
+		b.insert(t, b.db.Pool, "mailer_default", "free", "u1", 2)
+		require.Equal(t, map[string]int{"available": 2, "pending": 1, "cap_held": 1}, b.states(t, "u1"))
+
+		// No live worker serves mailer_scheduled at all (a restart, a
+		// scale to zero): u2's job there counts, since it starts when
+		// workers come (the cap errs on the safe side).
+		b.exec(t, `UPDATE fair_share_slots SET expires_at = now() - interval '1 second' WHERE queue = 'mailer_scheduled'`)
+		b.insert(t, b.db.Pool, "mailer_scheduled", "free", "u2", 1)
+		b.insert(t, b.db.Pool, "mailer_default", "free", "u2", 1)
+		require.Equal(t, map[string]int{"available": 1, "pending": 1, "cap_held": 1}, b.states(t, "u2"))
+	})
+
+	t.Run("ARefusedAdmissionKeepsItsPlace", func(t *testing.T) {
+		t.Parallel()
+		b := setupCaps(t)
+		ids := b.insert(t, b.db.Pool, "mailer_default", "free", "u1", 3)
+		var before string
+		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT scheduled_at::text || ' ' || (metadata->>'tierq:held_at') FROM river_job WHERE id = $1`, ids[1]).Scan(&before))
+		// An admission at the cap, as a pass's: the job is held again with
+		// its scheduled_at and its hold's start as they were.
+		b.exec(t, `UPDATE river_job SET state = 'available', scheduled_at = now() + interval '1 second',
+			metadata = metadata - 'tierq:held_at' - 'tierq:cap_held_at' WHERE id = $1`, ids[1])
+		var after string
+		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT scheduled_at::text || ' ' || (metadata->>'tierq:held_at') FROM river_job WHERE id = $1 AND state = 'pending'`, ids[1]).Scan(&after))
+		require.Equal(t, before, after)
 	})
 
 	t.Run("OverrideBeatsTierDefault", func(t *testing.T) {

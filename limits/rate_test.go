@@ -165,16 +165,16 @@ func TestRateTrigger(t *testing.T) {
 		require.Equal(t, map[string]int{"available": 2, "pending": 1, "rate_held": 1}, b.rateStates(t, "u1"))
 	})
 
-	t.Run("AQueueNoWorkerServesDoesNotBlockTheTenant", func(t *testing.T) {
+	t.Run("AJobInAQueueWithoutWorkersWaitsToStart", func(t *testing.T) {
 		t.Parallel()
 		b := setupRates(t)
-		// No live worker serves mailer_scheduled (its heartbeat expired):
-		// the job there would never start, and does not hold u1's jobs in
-		// the default queue back.
+		// No live worker serves mailer_scheduled (a restart, a scale to
+		// zero): the job there starts when workers come, and counts as
+		// waiting meanwhile (starts never bunch beyond the rule).
 		b.exec(t, `UPDATE fair_share_slots SET expires_at = now() - interval '1 second' WHERE queue = 'mailer_scheduled'`)
 		b.insert(t, b.db.Pool, "mailer_scheduled", "free", "u1", 1)
 		b.insert(t, b.db.Pool, "mailer_default", "free", "u1", 2)
-		require.Equal(t, map[string]int{"available": 2, "pending": 1, "rate_held": 1}, b.rateStates(t, "u1"))
+		require.Equal(t, map[string]int{"available": 1, "pending": 2, "rate_held": 2}, b.rateStates(t, "u1"))
 	})
 
 	t.Run("OverridesAndTiers", func(t *testing.T) {

@@ -29,19 +29,23 @@
 --      waiting; no lock: held (step 5).
 --   4. Looks for another available job of the tenant counted against its
 --      limits (tierq:capped) in the service's queues, through
---      river_job_tierq_capped_idx, that a worker can fetch: a live
---      heartbeat of its queue (fair_share_slots, with kinds: migration
---      00009) has workers for its kind. A job in a queue no live worker
---      serves, or of a kind none fetches, would never start and does not
---      count (it took its token: the bucket still bounds admissions). One
---      found: held. Otherwise takes a token from
+--      river_job_tierq_capped_idx, unless it is of a kind no worker of its
+--      queue fetches while the queue has live workers (their heartbeats,
+--      fair_share_slots, with kinds: migration 00009): such a job never
+--      starts, and counted it would hold the tenant back for ever. A queue
+--      with no live worker at all (a restart, a scale to zero) counts its
+--      jobs: they start when workers come. One found: held. Otherwise takes a token from
 --      the tenant's bucket (tenant_rate_buckets: the tokens left at the time
 --      at, refilled at count per interval up to count, from the statement's
 --      clock, clock_timestamp(), never backwards): the row is marked
 --      tierq:capped (the service) and tierq:rated, and goes on. No token:
 --      held.
 --   5. Held: River state pending with tierq:held_at and tierq:rate_held_at
---      (held by a rate), tierq:capped. Fair share's pass admits it when the
+--      (held by a rate), tierq:capped. A held job that an admission made
+--      available and the rate refused keeps its place: its scheduled_at,
+--      due time and tierq:held_at are put back (both triggers), so that
+--      refused admissions never send a tenant's best held job to the back
+--      of its line. Fair share's pass admits it when the
 --      tenant has a token and no job waiting to start (package fairshare),
 --      waking when the next token is due and when a rated job starts.
 --
@@ -50,6 +54,14 @@
 -- A bucket whose tenant has been idle for longer than its interval is full
 -- again, and its row is only rewritten at the next charge; rows of tenants
 -- that no longer exist are small and left (one per tenant ever limited).
+
+--
+-- The cap's trigger function (tierq_tenant_cap, migration 00013) is
+-- replaced here by one that (a) does not count an available job of a kind
+-- no worker of its queue fetches while the queue has live workers, by the
+-- same rule as step 4 (counted, a capped tenant's job of an unknown kind
+-- held its work in every queue of the service for ever), and (b) puts a
+-- refused admission's place back, as step 5. Down puts 00013's back.
 
 -- +goose Up
 CREATE TABLE IF NOT EXISTS tenant_rate_buckets (
@@ -61,6 +73,84 @@ CREATE TABLE IF NOT EXISTS tenant_rate_buckets (
 ) WITH (fillfactor = 70);
 
 CREATE INDEX IF NOT EXISTS tenant_limits_rated_idx ON tenant_limits (service, tenant) WHERE rate_count > 0;
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION tierq_tenant_cap() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_tenant text;
+    v_tier   text;
+    svc      text;
+    svc_q    text[];
+    cap      integer;
+    used     integer;
+    tkey     text;
+    finished bigint[];
+    v_held   jsonb;
+BEGIN
+    PERFORM FROM (SELECT FROM tier_limits WHERE max_running > 0
+                  UNION ALL SELECT FROM tenant_limits WHERE max_running > 0) AS c LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN NEW; -- no cap anywhere: the default
+    END IF;
+    v_tenant := NEW.metadata->>'tierq:tenant';
+    v_tier := NEW.metadata->>'tierq:tier';
+    IF jsonb_typeof(NEW.metadata) <> 'object' OR v_tenant IS NULL OR v_tenant = '' THEN
+        RETURN NEW;
+    END IF;
+    IF v_tier IS NULL OR v_tier NOT IN ('free', 'pro', 'pro_plus', 'enterprise') THEN
+        v_tier := 'free';
+    END IF;
+    SELECT s.name, s.queues INTO svc, svc_q FROM tierq_services AS s WHERE NEW.queue = ANY (s.queues) LIMIT 1;
+    IF svc IS NULL THEN
+        RETURN NEW;
+    END IF;
+    cap := coalesce((SELECT o.max_running FROM tenant_limits AS o WHERE o.service = svc AND o.tenant = v_tenant),
+                    (SELECT l.max_running FROM tier_limits AS l WHERE l.service = svc AND l.tier = v_tier), 0);
+    IF cap = 0 THEN
+        RETURN NEW;
+    END IF;
+
+    IF pg_try_advisory_xact_lock(hashtext('tierq_tenant_cap'), hashtext(current_schema() || '.' || svc || '/' || v_tenant)) THEN
+        tkey := CASE WHEN octet_length(v_tenant) <= 200 THEN v_tenant
+                     ELSE left(v_tenant, 200) || '#md5:' || md5(v_tenant) END;
+        finished := coalesce(string_to_array(nullif(current_setting('tierq.finished_jobs', true), ''), ',')::bigint[], '{}');
+        SELECT count(*) INTO used FROM (
+            SELECT 1 FROM river_job AS j
+             WHERE j.state IN ('available', 'running') AND j.metadata ? 'tierq:capped'
+               AND (CASE WHEN octet_length(coalesce(j.metadata->>'tierq:tenant', '')) <= 200
+                         THEN coalesce(j.metadata->>'tierq:tenant', '')
+                         ELSE left(j.metadata->>'tierq:tenant', 200) || '#md5:' || md5(j.metadata->>'tierq:tenant') END) = tkey
+               AND j.queue = ANY (svc_q)
+               AND j.id <> NEW.id AND NOT (j.state = 'running' AND j.id = ANY (finished))
+               AND NOT (j.state = 'available'
+                    AND EXISTS (SELECT 1 FROM fair_share_slots AS s
+                                WHERE s.queue = j.queue AND s.expires_at > now() AND s.slots > 0)
+                    AND NOT EXISTS (SELECT 1 FROM fair_share_slots AS s
+                                    WHERE s.queue = j.queue AND s.expires_at > now() AND s.slots > 0
+                                      AND (s.kinds IS NULL OR j.kind = ANY (s.kinds))))
+             LIMIT cap) AS x;
+        IF used < cap THEN
+            NEW.metadata := (NEW.metadata - 'tierq:held_at' - 'tierq:cap_held_at') || jsonb_build_object('tierq:capped', svc);
+            RETURN NEW;
+        END IF;
+    END IF;
+
+    IF TG_OP = 'UPDATE' AND OLD.state = 'pending' AND OLD.metadata ? 'tierq:held_at' THEN
+        -- Held again (an admission the limit refused): the job keeps its
+        -- place among the tenant's held jobs and its hold's start.
+        NEW.scheduled_at := OLD.scheduled_at;
+        v_held := OLD.metadata->'tierq:held_at';
+        NEW.metadata := (NEW.metadata - 'tierq:due_at' - 'tierq:moved_at')
+                        || jsonb_strip_nulls(jsonb_build_object('tierq:due_at', OLD.metadata->'tierq:due_at',
+                                                                'tierq:moved_at', OLD.metadata->'tierq:moved_at'));
+    END IF;
+    NEW.state := 'pending';
+    NEW.metadata := NEW.metadata || jsonb_build_object('tierq:held_at', coalesce(v_held, to_jsonb(now())), 'tierq:cap_held_at', now(), 'tierq:capped', svc);
+    RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
 
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION tierq_tenant_rate() RETURNS trigger
@@ -76,6 +166,7 @@ DECLARE
     b_tokens double precision;
     b_at     timestamptz;
     t        timestamptz;
+    v_held   jsonb;
 BEGIN
     PERFORM FROM (SELECT FROM tier_limits WHERE rate_count > 0
                   UNION ALL SELECT FROM tenant_limits WHERE rate_count > 0) AS r LIMIT 1;
@@ -116,9 +207,12 @@ BEGIN
                      THEN coalesce(j.metadata->>'tierq:tenant', '')
                      ELSE left(j.metadata->>'tierq:tenant', 200) || '#md5:' || md5(j.metadata->>'tierq:tenant') END) = tkey
            AND j.queue = ANY (svc_q) AND j.id <> NEW.id
-           AND EXISTS (SELECT 1 FROM fair_share_slots AS s
-                        WHERE s.queue = j.queue AND s.expires_at > now() AND s.slots > 0
-                          AND (s.kinds IS NULL OR j.kind = ANY (s.kinds)))
+           AND NOT (j.state = 'available'
+                    AND EXISTS (SELECT 1 FROM fair_share_slots AS s
+                                WHERE s.queue = j.queue AND s.expires_at > now() AND s.slots > 0)
+                    AND NOT EXISTS (SELECT 1 FROM fair_share_slots AS s
+                                    WHERE s.queue = j.queue AND s.expires_at > now() AND s.slots > 0
+                                      AND (s.kinds IS NULL OR j.kind = ANY (s.kinds))))
          LIMIT 1;
         IF NOT FOUND THEN
             t := clock_timestamp();
@@ -140,8 +234,17 @@ BEGIN
         END IF;
     END IF;
 
+    IF TG_OP = 'UPDATE' AND OLD.state = 'pending' AND OLD.metadata ? 'tierq:held_at' THEN
+        -- Held again (an admission the limit refused): the job keeps its
+        -- place among the tenant's held jobs and its hold's start.
+        NEW.scheduled_at := OLD.scheduled_at;
+        v_held := OLD.metadata->'tierq:held_at';
+        NEW.metadata := (NEW.metadata - 'tierq:due_at' - 'tierq:moved_at')
+                        || jsonb_strip_nulls(jsonb_build_object('tierq:due_at', OLD.metadata->'tierq:due_at',
+                                                                'tierq:moved_at', OLD.metadata->'tierq:moved_at'));
+    END IF;
     NEW.state := 'pending';
-    NEW.metadata := NEW.metadata || jsonb_build_object('tierq:held_at', now(), 'tierq:rate_held_at', now(),
+    NEW.metadata := NEW.metadata || jsonb_build_object('tierq:held_at', coalesce(v_held, to_jsonb(now())), 'tierq:rate_held_at', now(),
                                                        'tierq:capped', svc, 'tierq:rated', svc);
     RETURN NEW;
 END
@@ -152,6 +255,7 @@ $$;
 DO $$
 BEGIN
     EXECUTE format('ALTER FUNCTION tierq_tenant_rate() SET search_path = %I, pg_catalog', current_schema());
+    EXECUTE format('ALTER FUNCTION tierq_tenant_cap() SET search_path = %I, pg_catalog', current_schema());
 END
 $$;
 -- +goose StatementEnd
@@ -168,3 +272,73 @@ DROP TRIGGER IF EXISTS tierq_tenant_rate ON river_job;
 DROP FUNCTION IF EXISTS tierq_tenant_rate();
 DROP INDEX IF EXISTS tenant_limits_rated_idx;
 DROP TABLE IF EXISTS tenant_rate_buckets;
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION tierq_tenant_cap() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_tenant text;
+    v_tier   text;
+    svc      text;
+    svc_q    text[];
+    cap      integer;
+    used     integer;
+    tkey     text;
+    finished bigint[];
+BEGIN
+    PERFORM FROM (SELECT FROM tier_limits WHERE max_running > 0
+                  UNION ALL SELECT FROM tenant_limits WHERE max_running > 0) AS c LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN NEW; -- no cap anywhere: the default
+    END IF;
+    v_tenant := NEW.metadata->>'tierq:tenant';
+    v_tier := NEW.metadata->>'tierq:tier';
+    IF jsonb_typeof(NEW.metadata) <> 'object' OR v_tenant IS NULL OR v_tenant = '' THEN
+        RETURN NEW;
+    END IF;
+    IF v_tier IS NULL OR v_tier NOT IN ('free', 'pro', 'pro_plus', 'enterprise') THEN
+        v_tier := 'free';
+    END IF;
+    SELECT s.name, s.queues INTO svc, svc_q FROM tierq_services AS s WHERE NEW.queue = ANY (s.queues) LIMIT 1;
+    IF svc IS NULL THEN
+        RETURN NEW;
+    END IF;
+    cap := coalesce((SELECT o.max_running FROM tenant_limits AS o WHERE o.service = svc AND o.tenant = v_tenant),
+                    (SELECT l.max_running FROM tier_limits AS l WHERE l.service = svc AND l.tier = v_tier), 0);
+    IF cap = 0 THEN
+        RETURN NEW;
+    END IF;
+
+    IF pg_try_advisory_xact_lock(hashtext('tierq_tenant_cap'), hashtext(current_schema() || '.' || svc || '/' || v_tenant)) THEN
+        tkey := CASE WHEN octet_length(v_tenant) <= 200 THEN v_tenant
+                     ELSE left(v_tenant, 200) || '#md5:' || md5(v_tenant) END;
+        finished := coalesce(string_to_array(nullif(current_setting('tierq.finished_jobs', true), ''), ',')::bigint[], '{}');
+        SELECT count(*) INTO used FROM (
+            SELECT 1 FROM river_job AS j
+             WHERE j.state IN ('available', 'running') AND j.metadata ? 'tierq:capped'
+               AND (CASE WHEN octet_length(coalesce(j.metadata->>'tierq:tenant', '')) <= 200
+                         THEN coalesce(j.metadata->>'tierq:tenant', '')
+                         ELSE left(j.metadata->>'tierq:tenant', 200) || '#md5:' || md5(j.metadata->>'tierq:tenant') END) = tkey
+               AND j.queue = ANY (svc_q)
+               AND j.id <> NEW.id AND NOT (j.state = 'running' AND j.id = ANY (finished))
+             LIMIT cap) AS x;
+        IF used < cap THEN
+            NEW.metadata := (NEW.metadata - 'tierq:held_at' - 'tierq:cap_held_at') || jsonb_build_object('tierq:capped', svc);
+            RETURN NEW;
+        END IF;
+    END IF;
+
+    NEW.state := 'pending';
+    NEW.metadata := NEW.metadata || jsonb_build_object('tierq:held_at', now(), 'tierq:cap_held_at', now(), 'tierq:capped', svc);
+    RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION tierq_tenant_cap() SET search_path = %I, pg_catalog', current_schema());
+END
+$$;
+-- +goose StatementEnd
