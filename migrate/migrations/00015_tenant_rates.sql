@@ -8,8 +8,9 @@
 -- available (River's fetch starts available jobs and nothing can refuse
 -- that), with one rule that ties the start to it: a rate-limited tenant has
 -- at most one job available and not started yet. So the starts in any
--- interval are at most the tokens taken in it plus the one job admitted
--- before it: within one of the limit once the bucket's burst is spent.
+-- stretch of time are at most the tokens taken in it plus the one job
+-- admitted before it: within one of the limit per interval while the
+-- tenant's work waits (its bucket empty), plus the burst after it idled.
 --
 -- tierq_tenant_rate(), BEFORE INSERT OR UPDATE OF state ON river_job, for a
 -- row becoming available whose metadata has a tenant; it runs after
