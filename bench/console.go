@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"time"
@@ -50,6 +52,11 @@ type ConsolePage struct {
 	MedianMs float64 `json:"median_ms"`
 	MaxMs    float64 `json:"max_ms"`
 	Bytes    int     `json:"bytes"`
+	// Failures counts the requests not answered 200 (their times count
+	// too); Error is the first one's answer. A page that failed misses its
+	// target whatever its time.
+	Failures int    `json:"failures,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
 
 // consoleTargetMs is every page's target (issue 34).
@@ -216,11 +223,17 @@ func Console(ctx context.Context, opts Options) (ConsoleResult, error) {
 		var times []float64
 		for range res.Requests {
 			ms, n, err := consoleGet(ctx, client, base+p.Path)
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
 			if err != nil {
-				return res, fmt.Errorf("console page %s: %w", p.Name, err)
+				if p.Failures++; p.Error == "" {
+					p.Error = err.Error()
+				}
+			} else {
+				p.Bytes = n
 			}
 			times = append(times, ms)
-			p.Bytes = n
 			opts.progress().Add(1)
 		}
 		p.MedianMs, p.MaxMs = round(median(times), 1), round(slices.Max(times), 1)
@@ -231,7 +244,7 @@ func Console(ctx context.Context, opts Options) (ConsoleResult, error) {
 
 // consoleGet requests url as an operator and returns how long the answer
 // took to its last byte, in ms, and its size; an answer other than 200 is
-// an error.
+// an error, with its time.
 func consoleGet(ctx context.Context, client *http.Client, url string) (float64, int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -241,16 +254,16 @@ func consoleGet(ctx context.Context, client *http.Client, url string) (float64, 
 	start := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return float64(time.Since(start).Microseconds()) / 1000, 0, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	elapsed := float64(time.Since(start).Microseconds()) / 1000
 	if err != nil {
-		return 0, 0, err
+		return elapsed, 0, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("GET %s: %s: %.300s", url, resp.Status, body)
+		return elapsed, 0, fmt.Errorf("%s: %s", resp.Status, consoleProblem(body))
 	}
 	return elapsed, len(body), nil
 }
@@ -292,4 +305,15 @@ func startConsoleAPI(ctx context.Context, e *env, opts Options) (string, func(),
 		pool.Close()
 	}
 	return "http://" + ln.Addr().String(), stop, nil
+}
+
+// consoleProblemRE finds the message of the console's error page.
+var consoleProblemRE = regexp.MustCompile(`<p class="error" role="alert">([^<]*)</p>`)
+
+// consoleProblem is the message of an error page, or its first bytes.
+func consoleProblem(body []byte) string {
+	if m := consoleProblemRE.FindSubmatch(body); m != nil {
+		return html.UnescapeString(string(m[1]))
+	}
+	return fmt.Sprintf("%.200s", body)
 }

@@ -104,6 +104,9 @@ func Run(ctx context.Context, scenario string, opts Options, r *Report) error {
 		// Every page within 300 ms (issue 34), by its median.
 		for _, p := range res.Pages {
 			r.atMost("console", p.Name+"_ms", p.MedianMs, consoleTargetMs)
+			if p.Failures > 0 {
+				r.Targets[len(r.Targets)-1].Met = false
+			}
 		}
 	case "insert":
 		res, err := Insert(ctx, opts)
@@ -306,7 +309,11 @@ func (r Report) Rows() []Row {
 	}
 	if c := r.Console; c != nil {
 		for _, p := range c.Pages {
-			add("console", p.Name+"_ms", p.MedianMs, fmt.Sprintf(" ms (max %g ms; GET %s)", p.MaxMs, p.Path))
+			note := ""
+			if p.Failures > 0 {
+				note = fmt.Sprintf("; %d of %d FAILED: %s", p.Failures, c.Requests, p.Error)
+			}
+			add("console", p.Name+"_ms", p.MedianMs, fmt.Sprintf(" ms (max %g ms; GET %s%s)", p.MaxMs, p.Path, note))
 		}
 	}
 	if in := r.Insert; in != nil {
