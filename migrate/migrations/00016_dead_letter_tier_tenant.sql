@@ -22,9 +22,10 @@
 --           filter by tenant compares the same key of the tenant asked for.
 --
 -- Adding a stored generated column rewrites dead_letter_jobs under an
--- ACCESS EXCLUSIVE lock: the drain and the listings wait for it (about a
--- second per 100,000 dead letters measured here). The indexes are built in
--- the same transaction. The statements are idempotent (IF NOT EXISTS), as
+-- ACCESS EXCLUSIVE lock: the drain and the listings wait for it (measured
+-- here: 3.1 s for 100,000 dead letters, and 0.8 s for the two indexes, on
+-- 2 cores shared with other work). The indexes are built in the same
+-- transaction. The statements are idempotent (IF NOT EXISTS), as
 -- the earlier migrations since 00010 are, so that a schema whose version
 -- record was lost is migrated again without failing.
 
