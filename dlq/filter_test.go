@@ -125,7 +125,8 @@ func TestFilterByTierAndTenant(t *testing.T) {
 // (1% enterprise), the newest-first page of a tenant or a rare tier reads
 // its index
 // (dead_letter_jobs_tenant_id_idx, dead_letter_jobs_tier_id_idx), never
-// the whole table; a tenant id longer than 200 bytes too, by its key.
+// the whole table; a tenant id longer than 200 bytes too, by its key. The
+// plans are written to $TIERQ_EXPLAIN when set.
 func TestFilterPlans(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -163,6 +164,9 @@ func TestFilterPlans(t *testing.T) {
 					require.Contains(t, plan, tt.index, plan)
 				}
 				require.NotContains(t, plan, "Seq Scan", plan)
+				if page.BeforeID == 0 {
+					testdb.WriteExplain(t, db, "dlq-list-"+strings.ReplaceAll(tt.name, " ", "-")+".txt", sql, args...)
+				}
 			}
 		})
 	}
