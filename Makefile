@@ -5,7 +5,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := .tierq/bin
 
-.PHONY: run test fuzz chaos build lint bench bench-routing pg-stop
+.PHONY: run test fuzz chaos build lint bench bench-routing screenshots pg-stop
 
 ## run: migrate, start both workers, the scheduler and the API, run the demo and a mix of real analyses, watch the queues (Ctrl-C stops everything)
 run:
@@ -51,6 +51,13 @@ bench:
 ## bench-routing: SelectQueue ns/op and allocations
 bench-routing:
 	$(GO) test -run '^$$' -bench SelectQueue -benchmem ./routing/
+
+## screenshots: regenerate the screenshots in docs/img (River UI's riverui-*.png, the operator console's console-*.png) from the headless-Chromium tests that take them (api/browser_test.go, api/console_browser_test.go), against real PostgreSQL
+screenshots:
+	@scripts/chromium.sh
+	@eval "$$(scripts/pg.sh test)" && \
+	  { TIERQ_SCREENSHOT_DIR=$(CURDIR)/docs/img $(GO) test -count=1 -run '^(TestBrowserRiverUI|TestBrowserConsole|TestBrowserConsolePages)$$' ./api/; status=$$?; \
+	    if [ "$${TIERQ_PG_STARTED:-}" = 1 ]; then scripts/pg.sh stop; fi; exit $$status; }
 
 ## pg-stop: stop the throwaway PostgreSQL cluster, if one was started
 pg-stop:

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tierq/tierq/dlq"
 	"github.com/tierq/tierq/jobmeta"
+	"github.com/tierq/tierq/tiers"
 )
 
 // consoleDeadLetterPage is the list's page size.
@@ -31,19 +32,20 @@ const (
 
 // deadLetterFilter is the list's filter as the form gives it.
 type deadLetterFilter struct {
-	Queue, Kind, Error, State string
+	Queue, Kind, Tier, Tenant, Error, State string
 }
 
 func readDeadLetterFilter(q url.Values) deadLetterFilter {
 	return deadLetterFilter{
 		Queue: strings.TrimSpace(q.Get("queue")), Kind: strings.TrimSpace(q.Get("kind")),
+		Tier: strings.TrimSpace(q.Get("tier")), Tenant: q.Get("tenant"),
 		Error: q.Get("error"), State: q.Get("state"),
 	}
 }
 
 // dlq is the filter as dlq.Filter, or a message saying what is wrong.
 func (f deadLetterFilter) dlq() (dlq.Filter, string) {
-	out := dlq.Filter{Queue: f.Queue, Kind: f.Kind, ErrorContains: f.Error}
+	out := dlq.Filter{Queue: f.Queue, Kind: f.Kind, Tier: f.Tier, Tenant: f.Tenant, ErrorContains: f.Error}
 	switch f.State {
 	case dlStateAny:
 	case dlStatePending:
@@ -59,10 +61,21 @@ func (f deadLetterFilter) dlq() (dlq.Filter, string) {
 	return out, ""
 }
 
+// filterTiers are the tier filter's choices: the tiers, and "unknown".
+func filterTiers() []string {
+	var out []string
+	for _, t := range tiers.All() {
+		out = append(out, t.String())
+	}
+	return append(out, dlq.UnknownTier)
+}
+
 // query is the filter as URL query parameters (without empty ones).
 func (f deadLetterFilter) query() url.Values {
 	q := url.Values{}
-	for k, v := range map[string]string{"queue": f.Queue, "kind": f.Kind, "error": f.Error, "state": f.State} {
+	for k, v := range map[string]string{
+		"queue": f.Queue, "kind": f.Kind, "tier": f.Tier, "tenant": f.Tenant, "error": f.Error, "state": f.State,
+	} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -76,9 +89,14 @@ type deadLetterRow struct {
 	Tenant, Tier string
 }
 
+// newDeadLetterRow reads d's tier as the tier filter does: its metadata's,
+// else its args' (jobmeta.TierOf).
 func newDeadLetterRow(d dlq.DeadLetter) deadLetterRow {
-	info := jobmeta.Read(d.Metadata)
-	return deadLetterRow{DeadLetter: d, Tenant: info.Tenant, Tier: info.Tier}
+	row := deadLetterRow{DeadLetter: d, Tenant: jobmeta.Read(d.Metadata).Tenant}
+	if t, ok := jobmeta.TierOf(d.Metadata, d.Args); ok {
+		row.Tier = t.String()
+	}
+	return row
 }
 
 func (s *Server) consoleDeadLetters(w http.ResponseWriter, r *http.Request) {
@@ -92,7 +110,8 @@ func (s *Server) consoleDeadLetters(w http.ResponseWriter, r *http.Request) {
 		ReplayURL string // the bulk replay's confirmation of the filter
 		Purged    string // the id of a dead letter just purged
 		Newest    string // the first page's URL
-	}{Filter: form, FirstPage: q.Get("before") == ""}
+		Tiers     []string
+	}{Filter: form, FirstPage: q.Get("before") == "", Tiers: filterTiers()}
 	// Only an id is echoed: a crafted link cannot make the page say
 	// anything else was purged.
 	if n, err := strconv.ParseInt(q.Get("purged"), 10, 64); err == nil && n > 0 {

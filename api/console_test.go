@@ -291,9 +291,10 @@ func TestConsoleDeadLetters(t *testing.T) {
 	require.Equal(t, id3, found[10], "job 3 is the oldest")
 	require.Equal(t, "specview", r[2])
 	require.Equal(t, "specview_priority", r[3])
-	require.Equal(t, "attempt 2 of job 3", r[5])
-	require.Equal(t, "2/2", r[6])
-	require.Equal(t, "no", r[8])
+	require.Equal(t, "pro", r[4], "seed.Discarded's args name the tier")
+	require.Equal(t, "attempt 2 of job 3", r[6])
+	require.Equal(t, "2/2", r[7])
+	require.Equal(t, "no", r[9])
 
 	// Filters.
 	require.Equal(t, b.deadLetterIDs(t, "queue = 'analysis_default'"), firstCells(b.get(t, "/console/dead-letters?queue=analysis_default")))
@@ -338,7 +339,7 @@ func TestConsoleDeadLetters(t *testing.T) {
 	page = b.get(t, "/console/dead-letters/"+id3)
 	require.Contains(t, page, `by <span class="value">alice</span> as job <a href="/riverui/jobs/`+strconv.FormatInt(jobID, 10)+`">`)
 	require.Contains(t, page, "Replay again")
-	require.Equal(t, "yes", map[bool]string{true: "yes"}[strings.Contains(row(t, b.get(t, "/console/dead-letters?state=replayed"), id3)[8], "by alice")])
+	require.Equal(t, "yes", map[bool]string{true: "yes"}[strings.Contains(row(t, b.get(t, "/console/dead-letters?state=replayed"), id3)[9], "by alice")])
 	require.Equal(t, []string{id3}, firstCells(b.get(t, "/console/dead-letters?state=replayed")))
 	require.Len(t, firstCells(b.get(t, "/console/dead-letters?state=pending&kind=specview")), 29)
 

@@ -22,7 +22,7 @@ const defaultPageSize = 50
 
 func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := dlq.Filter{Queue: q.Get("queue"), Kind: q.Get("kind")}
+	f := dlq.Filter{Queue: q.Get("queue"), Kind: q.Get("kind"), Tier: q.Get("tier"), Tenant: q.Get("tenant")}
 	page := dlq.Page{Limit: defaultPageSize}
 	if v := q.Get("since"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -85,15 +85,19 @@ func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, d)
 }
 
-// ReplayRequest is the body of both replay endpoints; Queue, Kind, All and
-// Limit apply to the bulk one only.
+// ReplayRequest is the body of both replay endpoints; Queue, Kind, Tier,
+// Tenant, All and Limit apply to the bulk one only.
 type ReplayRequest struct {
 	Actor   string `json:"actor"`
 	ToQueue string `json:"to_queue,omitempty"`
 	Force   bool   `json:"force,omitempty"`
 	Queue   string `json:"queue,omitempty"`
 	Kind    string `json:"kind,omitempty"`
-	// All must be true to replay without a queue or kind filter.
+	// Tier and Tenant filter as GET /v1/dead-letters's parameters do.
+	Tier   string `json:"tier,omitempty"`
+	Tenant string `json:"tenant,omitempty"`
+	// All must be true to replay without a queue, kind, tier or tenant
+	// filter.
 	All bool `json:"all,omitempty"`
 	// Limit is the most one request replays (default and maximum
 	// maxBulkReplay); the answer's "more" says whether to call again.
@@ -113,8 +117,8 @@ func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	if req.Queue != "" || req.Kind != "" || req.All || req.Limit != 0 {
-		writeError(w, http.StatusBadRequest, "queue, kind, all and limit are for the bulk replay (POST /v1/dead-letters/replay), not one dead letter")
+	if req.Queue != "" || req.Kind != "" || req.Tier != "" || req.Tenant != "" || req.All || req.Limit != 0 {
+		writeError(w, http.StatusBadRequest, "queue, kind, tier, tenant, all and limit are for the bulk replay (POST /v1/dead-letters/replay), not one dead letter")
 		return
 	}
 	outcomes, err := dlq.Replay(r.Context(), s.client, s.pool, s.cfg.Registry.Queues(), []int64{id},
@@ -142,8 +146,9 @@ func (s *Server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	if !req.All && req.Queue == "" && req.Kind == "" {
-		writeError(w, http.StatusBadRequest, `give a queue or kind filter, or "all": true to replay every dead letter`)
+	f := dlq.Filter{Queue: req.Queue, Kind: req.Kind, Tier: req.Tier, Tenant: req.Tenant}
+	if !req.All && f == (dlq.Filter{}) {
+		writeError(w, http.StatusBadRequest, `give a queue, kind, tier or tenant filter, or "all": true to replay every dead letter`)
 		return
 	}
 	if req.Limit == 0 {
@@ -153,7 +158,7 @@ func (s *Server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "limit must be 1 to %d", maxBulkReplay)
 		return
 	}
-	res, err := dlq.ReplayAll(r.Context(), s.client, s.pool, s.cfg.Registry.Queues(), dlq.Filter{Queue: req.Queue, Kind: req.Kind},
+	res, err := dlq.ReplayAll(r.Context(), s.client, s.pool, s.cfg.Registry.Queues(), f,
 		dlq.ReplayOptions{ToQueue: req.ToQueue, Force: req.Force, Actor: req.Actor, Limit: req.Limit}, bulkReplayBatch, nil)
 	if err != nil {
 		s.writeErr(w, r, err)

@@ -160,6 +160,8 @@ func FuzzDeadLetterQuery(f *testing.F) {
 	f.Add("queue=%00")
 	f.Add("kind=%FF&queue=a%C3")
 	f.Add("since=-1h&pending=maybe&limit=0")
+	f.Add("tier=pro&tenant=acme")
+	f.Add("tier=gold&tenant=%00")
 	fuzzQuery(f, "/v1/dead-letters")
 }
 

@@ -157,35 +157,38 @@ func (o Options) withDefaults() (Options, error) {
 
 // sizes are the dimensions of the scenarios.
 type sizes struct {
-	stream, idle  time.Duration // isolation: stream length, idle count
-	warmup        time.Duration // a started client's time to settle before measuring
-	backlog       int
-	drainJobs     int // throughput: jobs drained per variant
-	adr           time.Duration
-	sweepSmall    int // sweeps: rows in river_job, and repetitions
-	sweepLarge    int
-	sweepReps     int
-	dlqRows       int
-	insertOne     int // insert: jobs one by one, and batched
-	insertBatched int
-	fairFlood     int           // fairness: tenant a's flood
-	fairStream    time.Duration // the small tenants' streams
-	fairBacklog   int           // jobs per backlogged tenant; tenant a alone has five times as many
-	fairWarm      time.Duration // the throughput window starts this long after the worker
-	fairWindow    time.Duration
-	snooze        time.Duration // the comparator's snooze, ± snoozeJitter
-	snoozeJitter  time.Duration
-	lendBacklog   int           // lending: free jobs queued per phase
-	lendWarm      time.Duration // the drain window starts this long after the worker
-	lendWindow    time.Duration
-	lendStream    time.Duration // the paid trickle's length
-	realBacklog   int           // realistic: free jobs queued per phase
-	realStream    time.Duration // the paid trickle's length
-	scaleProcs    []int         // scaleout: the numbers of worker processes
-	scaleIdle     time.Duration // the idle count
-	scaleStream   time.Duration // the paid stream's length
-	scaleWarm     time.Duration // a phase starts measuring this long after its jobs are queued
-	scaleWindow   time.Duration // the throughput window
+	stream, idle time.Duration // isolation: stream length, idle count
+	warmup       time.Duration // a started client's time to settle before measuring
+	backlog      int
+	drainJobs    int // throughput: jobs drained per variant
+	adr          time.Duration
+	sweepSmall   int // sweeps: rows in river_job, and repetitions
+	sweepLarge   int
+	sweepReps    int
+	dlqRows      int
+	// console: river_job rows, dead letters, tenants besides the big one,
+	// requests per page
+	consoleJobs, consoleDeadLetters, consoleTenants, consoleRequests int
+	insertOne                                                        int // insert: jobs one by one, and batched
+	insertBatched                                                    int
+	fairFlood                                                        int           // fairness: tenant a's flood
+	fairStream                                                       time.Duration // the small tenants' streams
+	fairBacklog                                                      int           // jobs per backlogged tenant; tenant a alone has five times as many
+	fairWarm                                                         time.Duration // the throughput window starts this long after the worker
+	fairWindow                                                       time.Duration
+	snooze                                                           time.Duration // the comparator's snooze, ± snoozeJitter
+	snoozeJitter                                                     time.Duration
+	lendBacklog                                                      int           // lending: free jobs queued per phase
+	lendWarm                                                         time.Duration // the drain window starts this long after the worker
+	lendWindow                                                       time.Duration
+	lendStream                                                       time.Duration // the paid trickle's length
+	realBacklog                                                      int           // realistic: free jobs queued per phase
+	realStream                                                       time.Duration // the paid trickle's length
+	scaleProcs                                                       []int         // scaleout: the numbers of worker processes
+	scaleIdle                                                        time.Duration // the idle count
+	scaleStream                                                      time.Duration // the paid stream's length
+	scaleWarm                                                        time.Duration // a phase starts measuring this long after its jobs are queued
+	scaleWindow                                                      time.Duration // the throughput window
 }
 
 func (o Options) sizes() sizes {
@@ -200,7 +203,8 @@ func (o Options) sizes() sizes {
 			snooze: time.Second, snoozeJitter: 500 * time.Millisecond,
 			lendBacklog: 400, lendWarm: 300 * time.Millisecond, lendWindow: time.Second, lendStream: time.Second,
 			realBacklog: 200, realStream: time.Second,
-			scaleProcs: []int{1, 2}, scaleIdle: time.Second, scaleStream: time.Second, scaleWarm: 300 * time.Millisecond, scaleWindow: time.Second}
+			scaleProcs: []int{1, 2}, scaleIdle: time.Second, scaleStream: time.Second, scaleWarm: 300 * time.Millisecond, scaleWindow: time.Second,
+			consoleJobs: 2_000, consoleDeadLetters: 300, consoleTenants: 20, consoleRequests: 2}
 	case o.Quick:
 		return sizes{stream: 8 * time.Second, idle: 5 * time.Second, warmup: time.Second, backlog: 50_000, drainJobs: 50_000, adr: 5 * time.Second,
 			sweepSmall: 10_000, sweepLarge: 1_000_000, sweepReps: 5, dlqRows: 20_000, insertOne: 2_000, insertBatched: 20_000,
@@ -208,7 +212,8 @@ func (o Options) sizes() sizes {
 			snooze: 30 * time.Second, snoozeJitter: 10 * time.Second,
 			lendBacklog: 3_000, lendWarm: time.Second, lendWindow: 10 * time.Second, lendStream: 10 * time.Second,
 			realBacklog: 5_000, realStream: 15 * time.Second,
-			scaleProcs: []int{1, 2, 4, 8}, scaleIdle: 2 * time.Second, scaleStream: 5 * time.Second, scaleWarm: time.Second, scaleWindow: 4 * time.Second}
+			scaleProcs: []int{1, 2, 4, 8}, scaleIdle: 2 * time.Second, scaleStream: 5 * time.Second, scaleWarm: time.Second, scaleWindow: 4 * time.Second,
+			consoleJobs: 100_000, consoleDeadLetters: 10_000, consoleTenants: 1_000, consoleRequests: 5}
 	}
 	return sizes{stream: 30 * time.Second, idle: 10 * time.Second, warmup: time.Second, backlog: 50_000, drainJobs: 150_000, adr: 10 * time.Second,
 		sweepSmall: 10_000, sweepLarge: 1_000_000, sweepReps: 10, dlqRows: 100_000, insertOne: 5_000, insertBatched: 100_000,
@@ -216,7 +221,8 @@ func (o Options) sizes() sizes {
 		snooze: 30 * time.Second, snoozeJitter: 10 * time.Second,
 		lendBacklog: 6_000, lendWarm: 2 * time.Second, lendWindow: 20 * time.Second, lendStream: 20 * time.Second,
 		realBacklog: 5_000, realStream: 30 * time.Second,
-		scaleProcs: []int{1, 2, 4, 8}, scaleIdle: 4 * time.Second, scaleStream: 15 * time.Second, scaleWarm: 2 * time.Second, scaleWindow: 8 * time.Second}
+		scaleProcs: []int{1, 2, 4, 8}, scaleIdle: 4 * time.Second, scaleStream: 15 * time.Second, scaleWarm: 2 * time.Second, scaleWindow: 8 * time.Second,
+		consoleJobs: 1_000_000, consoleDeadLetters: 100_000, consoleTenants: 10_000, consoleRequests: 7}
 }
 
 // Progress is told about each stage of a scenario.

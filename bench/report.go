@@ -24,6 +24,7 @@ type Report struct {
 	Scaleout   *ScaleoutResult   `json:"scaleout,omitempty"`
 	Tenants    *TenantsResult    `json:"tenants,omitempty"`
 	Traffic    *TrafficResult    `json:"traffic,omitempty"`
+	Console    *ConsoleResult    `json:"console,omitempty"`
 	// Targets lists every target checked, met or not.
 	Targets []Target `json:"targets"`
 }
@@ -94,6 +95,19 @@ func Run(ctx context.Context, scenario string, opts Options, r *Report) error {
 		}
 		r.DLQ = &res
 		r.atLeast("dlq", "drain_rows_per_s", res.DrainRowsPerS, 20_000)
+	case "console":
+		res, err := Console(ctx, opts)
+		if err != nil {
+			return err
+		}
+		r.Console = &res
+		// Every page within 300 ms (issue 34), by its median.
+		for _, p := range res.Pages {
+			r.atMost("console", p.Name+"_ms", p.MedianMs, consoleTargetMs)
+			if p.Failures > 0 {
+				r.Targets[len(r.Targets)-1].Met = false
+			}
+		}
 	case "insert":
 		res, err := Insert(ctx, opts)
 		if err != nil {
@@ -292,6 +306,15 @@ func (r Report) Rows() []Row {
 	if d := r.DLQ; d != nil {
 		add("dlq", "drain_rows_per_s", d.DrainRowsPerS, "")
 		add("dlq", "replay_rows_per_s", d.ReplayRowsPerS, "")
+	}
+	if c := r.Console; c != nil {
+		for _, p := range c.Pages {
+			note := ""
+			if p.Failures > 0 {
+				note = fmt.Sprintf("; %d of %d FAILED: %s", p.Failures, c.Requests, p.Error)
+			}
+			add("console", p.Name+"_ms", p.MedianMs, fmt.Sprintf(" ms (max %g ms; GET %s%s)", p.MaxMs, p.Path, note))
+		}
 	}
 	if in := r.Insert; in != nil {
 		add("insert", "raw_one_per_s", in.RawOnePerS, "")

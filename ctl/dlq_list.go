@@ -26,7 +26,8 @@ func (a *app) dlqListCommand() *cobra.Command {
 		Short: "List dead letters, newest first",
 		Example: `  tierctl dlq list
   tierctl dlq list --queue analysis_default --since 24h --pending
-  tierctl dlq list --kind specview --limit 200 --json`,
+  tierctl dlq list --kind specview --limit 200 --json
+  tierctl dlq list --tier pro --tenant acme`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -78,6 +79,8 @@ func (a *app) dlqListCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&filter.Queue, "queue", "", "only this original queue")
 	cmd.Flags().StringVar(&filter.Kind, "kind", "", "only this job kind")
+	cmd.Flags().StringVar(&filter.Tier, "tier", "", "only this tier (free, pro, pro_plus, enterprise, or unknown: none)")
+	cmd.Flags().StringVar(&filter.Tenant, "tenant", "", "only this tenant id")
 	cmd.Flags().StringVar(&since, "since", "", "only rows moved in this long ago (e.g. 90m, 24h, 7d)")
 	cmd.Flags().BoolVar(&filter.Pending, "pending", false, "only rows not replayed yet")
 	cmd.Flags().IntVar(&limit, "limit", 50, fmt.Sprintf("most rows to show (1-%d)", dlq.MaxListLimit))

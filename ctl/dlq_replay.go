@@ -25,7 +25,7 @@ func (a *app) dlqReplayCommand() *cobra.Command {
 		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use:   "replay ID... | --all [--queue Q] [--kind K]",
+		Use:   "replay ID... | --all [--queue Q] [--kind K] [--tier T] [--tenant ID]",
 		Short: "Insert a dead letter's job again, with fresh attempts, and mark it replayed",
 		Long: `Insert a new River job with the dead letter's kind, args, tags and max
 attempts, with fresh attempts, into its original queue (or --to-queue, which
@@ -35,7 +35,7 @@ the dead letter replayed (when, by whom, the new job's id) in the same
 transaction. A dead letter that was replayed before is refused unless
 --force. With IDs, each is reported and the command exits 1 if any was not
 replayed. With --all, every dead letter not replayed yet that matches
---queue and --kind is replayed in batches, with a progress bar.`,
+--queue, --kind, --tier and --tenant is replayed in batches, with a progress bar.`,
 		Example: `  tierctl dlq replay 42 43
   tierctl dlq replay 42 --to-queue analysis_priority --actor alice
   tierctl dlq replay --all --queue analysis_default --kind analysis`,
@@ -58,8 +58,8 @@ replayed. With --all, every dead letter not replayed yet that matches
 				return &UsageError{errors.New("give dead-letter IDs or --all, not both")}
 			case !all && len(args) == 0:
 				return &UsageError{errors.New("give one or more dead-letter IDs, or --all")}
-			case !all && (filter.Queue != "" || filter.Kind != ""):
-				return &UsageError{errors.New("--queue and --kind select rows for --all; with IDs, leave them out")}
+			case !all && filter != (dlq.Filter{}):
+				return &UsageError{errors.New("--queue, --kind, --tier and --tenant select rows for --all; with IDs, leave them out")}
 			case !all && len(args) > dlq.MaxReplayIDs:
 				return &UsageError{fmt.Errorf("at most %d IDs at once; use --all with filters for more", dlq.MaxReplayIDs)}
 			case all:
@@ -142,9 +142,11 @@ replayed. With --all, every dead letter not replayed yet that matches
 			return err
 		},
 	}
-	cmd.Flags().BoolVar(&all, "all", false, "replay every dead letter not replayed yet (narrowed by --queue and --kind)")
+	cmd.Flags().BoolVar(&all, "all", false, "replay every dead letter not replayed yet (narrowed by --queue, --kind, --tier and --tenant)")
 	cmd.Flags().StringVar(&filter.Queue, "queue", "", "with --all: only dead letters from this queue")
 	cmd.Flags().StringVar(&filter.Kind, "kind", "", "with --all: only this job kind")
+	cmd.Flags().StringVar(&filter.Tier, "tier", "", "with --all: only this tier (free, pro, pro_plus, enterprise, or unknown)")
+	cmd.Flags().StringVar(&filter.Tenant, "tenant", "", "with --all: only this tenant id")
 	cmd.Flags().StringVar(&opts.ToQueue, "to-queue", "", "insert into this queue of the same service instead of the original one")
 	cmd.Flags().BoolVar(&opts.Force, "force", false, "replay dead letters that were replayed before, again (never while a live job holds the same unique key)")
 	cmd.Flags().StringVar(&opts.Actor, "actor", "", "who replays, recorded in replayed_by (default: $USER)")

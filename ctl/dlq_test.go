@@ -174,3 +174,52 @@ func TestDrainKilledMidRunLosesNothing(t *testing.T) {
 	require.Equal(t, n, db.Count(t, `SELECT count(*) FROM dead_letter_jobs`))
 	require.Zero(t, db.Count(t, `SELECT count(*) FROM river_job`))
 }
+
+// TestDeadLetterTierAndTenantFlags: dlq list --tier and --tenant list the
+// dead letters of that tier and tenant, newest first; dlq replay --all
+// with them replays exactly those; a tier tierq does not know is a usage
+// error (exit 2), and the filters go with --all only.
+func TestDeadLetterTierAndTenantFlags(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	environ := append(dbEnv(t, db), "USER=alice")
+	for _, j := range []struct{ kind, metadata string }{
+		{"pro_acme", `{"tierq:tier": "pro", "tierq:tenant": "acme"}`},
+		{"free_acme", `{"tierq:tier": "free", "tierq:tenant": "acme"}`},
+		{"pro_beta", `{"tierq:tier": "pro", "tierq:tenant": "beta"}`},
+	} {
+		testdb.InsertRaw(t, db, testdb.RawJob{State: "discarded", Queue: "analysis_default", Kind: j.kind, Metadata: j.metadata})
+	}
+	out, err := runTierctl(t, environ, "dlq", "drain")
+	require.NoError(t, err, out)
+
+	kinds := func(args ...string) []string {
+		t.Helper()
+		out, err := runTierctl(t, environ, append([]string{"dlq", "list", "--json"}, args...)...)
+		require.NoError(t, err, out)
+		var rows []dlq.DeadLetter
+		require.NoError(t, json.Unmarshal([]byte(out), &rows))
+		kinds := []string{}
+		for _, d := range rows {
+			kinds = append(kinds, d.Kind)
+		}
+		return kinds
+	}
+	require.Equal(t, []string{"pro_beta", "pro_acme"}, kinds("--tier", "pro"))
+	require.Equal(t, []string{"free_acme", "pro_acme"}, kinds("--tenant", "acme"))
+	require.Equal(t, []string{"pro_acme"}, kinds("--tier", "pro", "--tenant", "acme"))
+	require.Equal(t, []string{}, kinds("--tier", "unknown"))
+
+	out, err = runTierctl(t, environ, "dlq", "list", "--tier", "gold")
+	require.Equal(t, 2, ExitCode(err), out)
+	require.EqualError(t, err, "invalid dead-letter request: the tier is one of free, pro, pro_plus, enterprise or unknown")
+	out, err = runTierctl(t, environ, "dlq", "replay", "1", "--tenant", "acme")
+	require.Equal(t, 2, ExitCode(err), out)
+	require.EqualError(t, err, "--queue, --kind, --tier and --tenant select rows for --all; with IDs, leave them out")
+
+	out, err = runTierctl(t, environ, "dlq", "replay", "--all", "--tenant", "acme", "--tier", "free")
+	require.NoError(t, err, out)
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM river_job`))
+	require.Equal(t, 1, db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'free_acme'`))
+	require.Equal(t, []string{"pro_acme"}, kinds("--tenant", "acme", "--pending"))
+}

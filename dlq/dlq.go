@@ -5,14 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/jobmetasql"
 )
 
 var (
@@ -81,6 +84,16 @@ type Filter struct {
 	Pending bool
 	// Replayed keeps only rows replayed already (not with Pending).
 	Replayed bool
+	// Tier keeps rows of this tier: "free", "pro", "pro_plus",
+	// "enterprise", or "unknown" for a job that names none ("": any). A
+	// row's tier is its metadata's, else its args' (jobmeta.TierOf), in
+	// the column dead_letter_jobs.tier (migration 00016).
+	Tier string
+	// Tenant keeps rows of this tenant id, compared by fair share's tenant
+	// key (jobmetasql.TenantKeySQL: an id longer than 200 bytes matches by
+	// its first 200 characters and its md5), at most MaxTenantFilterLen
+	// bytes ("": any).
+	Tenant string
 	// ErrorContains keeps rows one of whose attempts' errors contains it,
 	// ignoring case (at most maxErrorTextLen bytes; "": any). No index
 	// serves it: it reads the rows the other conditions leave.
@@ -89,6 +102,17 @@ type Filter struct {
 
 // maxErrorTextLen bounds Filter.ErrorContains.
 const maxErrorTextLen = 1000
+
+// MaxTenantFilterLen bounds Filter.Tenant, in bytes: far above the 200
+// bytes tierq's producers allow, so that a row written by hand with a
+// longer tenant id can still be found by it.
+const MaxTenantFilterLen = 64 << 10
+
+// filterTiers are the values Filter.Tier takes: the four tiers, and "unknown".
+var filterTiers = []string{"free", "pro", "pro_plus", "enterprise", UnknownTier}
+
+// UnknownTier is the tier of a dead letter whose job names none.
+const UnknownTier = "unknown"
 
 // Validate reports what is wrong with the filter, as an ErrInvalid.
 func (f Filter) Validate() error {
@@ -101,6 +125,14 @@ func (f Filter) Validate() error {
 	}
 	if f.Pending && f.Replayed {
 		problems = append(problems, "pending and replayed exclude each other")
+	}
+	if f.Tier != "" && !slices.Contains(filterTiers, f.Tier) {
+		problems = append(problems, "the tier is one of free, pro, pro_plus, enterprise or unknown")
+	}
+	if len(f.Tenant) > MaxTenantFilterLen {
+		problems = append(problems, fmt.Sprintf("the tenant is at most %d bytes", MaxTenantFilterLen))
+	} else if !utf8.ValidString(f.Tenant) || strings.IndexByte(f.Tenant, 0) >= 0 {
+		problems = append(problems, "the tenant must be UTF-8 without NUL")
 	}
 	if len(f.ErrorContains) > maxErrorTextLen {
 		problems = append(problems, fmt.Sprintf("the error text is at most %d bytes", maxErrorTextLen))
@@ -128,6 +160,12 @@ func (f Filter) where(args []any) (string, []any) {
 	}
 	if f.Kind != "" {
 		add("kind = $?", f.Kind)
+	}
+	if f.Tier != "" {
+		add("tier = $?", f.Tier)
+	}
+	if f.Tenant != "" {
+		add("tenant = "+jobmetasql.TenantKeyOfSQL("$?::text"), f.Tenant)
 	}
 	if f.Since > 0 {
 		add("moved_at >= now() - make_interval(secs => $?)", f.Since.Seconds())
@@ -159,6 +197,20 @@ type Page struct {
 	Limit int
 }
 
+// listSQL is List's statement and its arguments. Every filter but the
+// error text has an index on (its column, id) that serves the order and
+// the cursor: queue, kind, tier, tenant.
+func listSQL(f Filter, page Page) (string, []any) {
+	where, args := f.where(nil)
+	if page.BeforeID > 0 {
+		args = append(args, page.BeforeID)
+		where += " AND id < $" + strconv.Itoa(len(args))
+	}
+	args = append(args, page.Limit)
+	return `SELECT ` + columns + ` FROM dead_letter_jobs WHERE ` + where +
+		` ORDER BY id DESC LIMIT $` + strconv.Itoa(len(args)), args
+}
+
 // List returns the dead letters matching f, newest (highest id) first.
 func List(ctx context.Context, q db.Querier, f Filter, page Page) ([]DeadLetter, error) {
 	if err := f.Validate(); err != nil {
@@ -167,14 +219,7 @@ func List(ctx context.Context, q db.Querier, f Filter, page Page) ([]DeadLetter,
 	if page.Limit < 1 || page.Limit > MaxListLimit || page.BeforeID < 0 {
 		return nil, fmt.Errorf("%w: limit must be 1..%d and the cursor not negative", ErrInvalid, MaxListLimit)
 	}
-	where, args := f.where(nil)
-	if page.BeforeID > 0 {
-		args = append(args, page.BeforeID)
-		where += " AND id < $" + strconv.Itoa(len(args))
-	}
-	args = append(args, page.Limit)
-	sql := `SELECT ` + columns + ` FROM dead_letter_jobs WHERE ` + where +
-		` ORDER BY id DESC LIMIT $` + strconv.Itoa(len(args))
+	sql, args := listSQL(f, page)
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)

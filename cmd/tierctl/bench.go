@@ -28,7 +28,7 @@ import (
 )
 
 // benchScenarios are tierctl bench's scenarios, in the order "all" runs them.
-var benchScenarios = []string{"isolation", "throughput", "sweeps", "dlq", "insert", "fairness", "lending", "realistic", "scaleout", "tenants", "traffic"}
+var benchScenarios = []string{"isolation", "throughput", "sweeps", "dlq", "insert", "fairness", "lending", "realistic", "scaleout", "tenants", "traffic", "console"}
 
 func (a *app) benchCommand() *cobra.Command {
 	var (
@@ -70,6 +70,10 @@ Scenarios:
               Zipf sizes, odd tenant ids, retries, failures, snoozes, bad args,
               unfetchable rows; fair share on and off alternated, then a worker
               and the leading scheduler killed midway; every job accounted for
+  console     every page of the operator console (/console/) over HTTP, against
+              the API served in this process, beside 1M jobs (a fifth held by
+              fair share) and 100k dead letters: each page's median of 7
+              requests, target 300 ms (--quick: 100k jobs, 10k dead letters)
 
 Each prints a table with every target met or not; --json adds one JSON object
 as the last line. See docs/benchmarks.md.`,

@@ -232,7 +232,14 @@ func TierSQL(alias string) string {
 // exact expression (migration 00009): a statement that compares it, with
 // HeldSQL and the queue, reads that index.
 func TenantKeySQL(alias string) string {
-	t := alias + `.` + riverschema.JobMetadata + `->>'` + jobmeta.Tenant + `'`
+	return TenantKeyOfSQL(alias + `.` + riverschema.JobMetadata + `->>'` + jobmeta.Tenant + `'`)
+}
+
+// TenantKeyOfSQL is TenantKeySQL's key of the tenant id the SQL text
+// expression t gives (NULL: no tenant): how a statement keys a tenant it
+// is asked for, a parameter such as "$1::text", to compare it with the key
+// of a row (dead_letter_jobs.tenant is that key, migration 00016).
+func TenantKeyOfSQL(t string) string {
 	n := strconv.Itoa(jobmeta.MaxTenantBytes)
 	return `(CASE WHEN octet_length(coalesce(` + t + `, '')) <= ` + n + `
              THEN coalesce(` + t + `, '')
