@@ -28,7 +28,7 @@ import (
 )
 
 // benchScenarios are tierctl bench's scenarios, in the order "all" runs them.
-var benchScenarios = []string{"isolation", "throughput", "sweeps", "dlq", "insert", "fairness", "lending", "realistic", "scaleout", "tenants", "traffic"}
+var benchScenarios = []string{"isolation", "throughput", "sweeps", "dlq", "insert", "fairness", "lending", "realistic", "scaleout", "tenants", "traffic", "limits"}
 
 func (a *app) benchCommand() *cobra.Command {
 	var (
@@ -70,6 +70,11 @@ Scenarios:
               Zipf sizes, odd tenant ids, retries, failures, snoozes, bad args,
               unfetchable rows; fair share on and off alternated, then a worker
               and the leading scheduler killed midway; every job accounted for
+  limits      per-tenant limits: a cap of 2 never exceeded across two worker
+              processes (this binary, re-executed), a capped tenant's next
+              start after its job ends, jobs started per second under a rate
+              limit, throughput with caps against none and against the cap
+              trigger disabled, and a per-process snooze cap as comparator
 
 Each prints a table with every target met or not; --json adds one JSON object
 as the last line. See docs/benchmarks.md.`,
@@ -195,7 +200,7 @@ as the last line. See docs/benchmarks.md.`,
 const benchWorkerUse = "bench-worker"
 
 // benchWorkerCommand is the worker process tierctl bench scaleout starts,
-// up to 8 at a time: one worker deployment of the reference app, exactly as
+// up to 8 at a time, and tierctl bench limits two: one worker deployment of the reference app, exactly as
 // cmd/worker runs it (refapp.RunWorker: worker.Run), configured by the
 // environment alone (the bench sets DATABASE_URL, DATABASE_SCHEMA,
 // WORKER_SERVICE, LOAD_TEST_WORKLOAD=true, …). Hidden: it is the bench's,
@@ -203,7 +208,7 @@ const benchWorkerUse = "bench-worker"
 func (a *app) benchWorkerCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:    benchWorkerUse,
-		Short:  "Run one worker deployment of the reference app (tierctl bench scaleout's worker process)",
+		Short:  "Run one worker deployment of the reference app (tierctl bench scaleout's and limits' worker process)",
 		Hidden: true,
 		Args:   usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
