@@ -103,6 +103,11 @@ type LimitsResult struct {
 	ReactionP50Ms         float64 `json:"reaction_p50_ms"`
 	ReactionP99Ms         float64 `json:"reaction_p99_ms"`
 	ReactionMaxMs         float64 `json:"reaction_max_ms"`
+	// ReactionAdmitP50Ms and ReactionAdmitP99Ms are the part of each gap
+	// until fair share's pass admitted the job (its scheduled_at, the
+	// pass's clock); the rest is River's fetch of the admitted job.
+	ReactionAdmitP50Ms float64 `json:"reaction_admit_p50_ms"`
+	ReactionAdmitP99Ms float64 `json:"reaction_admit_p99_ms"`
 
 	// Rate accuracy. RateTenants are each tenant's limit and starts;
 	// RateMaxOver the most starts in any interval of a tenant's limit over
@@ -207,8 +212,8 @@ func (o Options) limitsSizes() limitsSizes {
 		return limitsSizes{exactTenants: 10, exactJobs: 8, exactWorkers: 10, reactTenants: 2, reactJobs: 10,
 			rateWindow: time.Second, warm: 300 * time.Millisecond, window: time.Second, snooze: time.Second, snoozeJitter: 500 * time.Millisecond}
 	case o.Quick:
-		return limitsSizes{exactTenants: 50, exactJobs: 40, exactWorkers: 50, reactTenants: 4, reactJobs: 40,
-			rateWindow: 3 * time.Second, warm: time.Second, window: 3 * time.Second, snooze: 30 * time.Second, snoozeJitter: 10 * time.Second}
+		return limitsSizes{exactTenants: 50, exactJobs: 20, exactWorkers: 50, reactTenants: 4, reactJobs: 20,
+			rateWindow: 2 * time.Second, warm: time.Second, window: 2 * time.Second, snooze: 30 * time.Second, snoozeJitter: 10 * time.Second}
 	}
 	return limitsSizes{exactTenants: 50, exactJobs: 200, exactWorkers: 50, reactTenants: 4, reactJobs: 200,
 		rateWindow: 10 * time.Second, warm: 2 * time.Second, window: 8 * time.Second, snooze: 30 * time.Second, snoozeJitter: 10 * time.Second}
@@ -273,6 +278,7 @@ func Limits(ctx context.Context, opts Options) (LimitsResult, error) {
 	}
 	var (
 		exactRates, p50s, p99s []float64
+		admitP50s, admitP99s   []float64
 		rateMax                = map[string]int{}
 		rateMeans              = map[string][]float64{}
 	)
@@ -290,6 +296,7 @@ func Limits(ctx context.Context, opts Options) (LimitsResult, error) {
 		res.ExactJobs, res.ExactRanTwice = pr.jobs, max(res.ExactRanTwice, pr.ranTwice)
 		exactRates = append(exactRates, pr.jobsPerS)
 		p50s, p99s = append(p50s, percentile(pr.reaction, 50)), append(p99s, percentile(pr.reaction, 99))
+		admitP50s, admitP99s = append(admitP50s, percentile(pr.admit, 50)), append(admitP99s, percentile(pr.admit, 99))
 		res.ReactionSamples = len(pr.reaction)
 		if len(pr.reaction) > 0 {
 			res.ReactionMaxMs = max(res.ReactionMaxMs, round(pr.reaction[len(pr.reaction)-1], 2))
@@ -319,6 +326,7 @@ func Limits(ctx context.Context, opts Options) (LimitsResult, error) {
 	res.ExactPass = res.MaxRunningPerTenant <= limitsCap && res.ExactJobs == sz.exactTenants*sz.exactJobs && res.ExactRanTwice == 0
 	res.ExactJobsPerS = round(median(exactRates), 1)
 	res.ReactionP50Ms, res.ReactionP99Ms = orZero(p50s, 2), orZero(p99s, 2)
+	res.ReactionAdmitP50Ms, res.ReactionAdmitP99Ms = orZero(admitP50s, 2), orZero(admitP99s, 2)
 	for i, rt := range res.RateTenants {
 		rt.MaxStarts = rateMax[rt.Tenant]
 		rt.MeanPerS = round(median(rateMeans[rt.Tenant]), 2)
@@ -390,7 +398,7 @@ func conserveBacklog(workers int, sz limitsSizes) int {
 type limitsProcessRun struct {
 	maxRunning, jobs, ranTwice int
 	jobsPerS                   float64
-	reaction                   []float64 // ms, sorted
+	reaction, admit            []float64 // ms, sorted
 	rates                      []RateTenant
 }
 
@@ -464,7 +472,7 @@ func (e *env) limitsProcesses(ctx context.Context, sz limitsSizes, stage func(st
 	if execs, err = e.tenantRuns(ctx); err != nil {
 		return r, err
 	}
-	r.reaction = reactionGaps(execs, limitsCap)
+	r.reaction, r.admit = reactionGaps(execs, limitsCap)
 
 	stage("rate accuracy")
 	if err := e.clearJobs(ctx); err != nil {
@@ -799,12 +807,15 @@ type tenantRun struct {
 	tenant     string
 	start, end time.Time
 	done       bool
+	// scheduled is the job's scheduled_at: for a job fair share's pass
+	// admitted, when it was admitted (the pass sets it to its now()).
+	scheduled time.Time
 }
 
 // tenantRuns reads every recorded execution with its job's tenant.
 func (e *env) tenantRuns(ctx context.Context) ([]tenantRun, error) {
 	rows, err := e.Pool.Query(ctx, `
-		SELECT x.job_id, coalesce(j.metadata->>'`+jobmeta.Tenant+`', ''), x.started_at, x.completed_at
+		SELECT x.job_id, coalesce(j.metadata->>'`+jobmeta.Tenant+`', ''), x.started_at, x.completed_at, j.scheduled_at
 		FROM load_test_executions AS x JOIN `+riverschema.JobTable+` AS j ON j.id = x.job_id`)
 	if err != nil {
 		return nil, fmt.Errorf("read executions: %w", err)
@@ -813,7 +824,7 @@ func (e *env) tenantRuns(ctx context.Context) ([]tenantRun, error) {
 	for rows.Next() {
 		var x tenantRun
 		var end *time.Time
-		if err := rows.Scan(&x.jobID, &x.tenant, &x.start, &end); err != nil {
+		if err := rows.Scan(&x.jobID, &x.tenant, &x.start, &end, &x.scheduled); err != nil {
 			return nil, fmt.Errorf("read executions: %w", err)
 		}
 		if end != nil {
@@ -862,26 +873,29 @@ func maxRunning(execs []tenantRun) map[string]int {
 
 // reactionGaps pairs, per tenant, each start beyond the tenant's first cap
 // with the end that made room for it (the i-th start, in time order, with
-// the (i − cap)-th end), and returns the gaps in ms, sorted.
-func reactionGaps(execs []tenantRun, limit int) []float64 {
-	starts, ends := map[string][]time.Time{}, map[string][]time.Time{}
+// the (i − cap)-th end), and returns the gaps in ms, sorted, and the part
+// of each until the job was admitted (its scheduled_at: the pass's), also
+// sorted.
+func reactionGaps(execs []tenantRun, limit int) (gaps, admit []float64) {
+	starts, ends := map[string][]tenantRun{}, map[string][]time.Time{}
 	for _, x := range execs {
-		starts[x.tenant] = append(starts[x.tenant], x.start)
+		starts[x.tenant] = append(starts[x.tenant], x)
 		if x.done {
 			ends[x.tenant] = append(ends[x.tenant], x.end)
 		}
 	}
-	var gaps []float64
 	for tenant, ss := range starts {
 		es := ends[tenant]
-		slices.SortFunc(ss, time.Time.Compare)
+		slices.SortFunc(ss, func(a, b tenantRun) int { return a.start.Compare(b.start) })
 		slices.SortFunc(es, time.Time.Compare)
 		for i := limit; i < len(ss) && i-limit < len(es); i++ {
-			gaps = append(gaps, float64(ss[i].Sub(es[i-limit]).Microseconds())/1000)
+			gaps = append(gaps, float64(ss[i].start.Sub(es[i-limit]).Microseconds())/1000)
+			admit = append(admit, float64(ss[i].scheduled.Sub(es[i-limit]).Microseconds())/1000)
 		}
 	}
 	slices.Sort(gaps)
-	return gaps
+	slices.Sort(admit)
+	return gaps, admit
 }
 
 // idleGaps are the stretches of [from, to) in which none of execs (one
