@@ -105,9 +105,14 @@ type LimitsResult struct {
 	ReactionMaxMs         float64 `json:"reaction_max_ms"`
 	// ReactionAdmitP50Ms and ReactionAdmitP99Ms are the part of each gap
 	// until fair share's pass admitted the job (its scheduled_at, the
-	// pass's clock); the rest is River's fetch of the admitted job.
+	// start of the pass's transaction), ReactionFetchP50Ms and
+	// ReactionFetchP99Ms until River's fetch took it (attempted_at, the
+	// start of the fetch's); the rest is the worker process starting the
+	// job (its execution recorded: the job's first statement).
 	ReactionAdmitP50Ms float64 `json:"reaction_admit_p50_ms"`
 	ReactionAdmitP99Ms float64 `json:"reaction_admit_p99_ms"`
+	ReactionFetchP50Ms float64 `json:"reaction_fetch_p50_ms"`
+	ReactionFetchP99Ms float64 `json:"reaction_fetch_p99_ms"`
 
 	// Rate accuracy. RateTenants are each tenant's limit and starts;
 	// RateMaxOver the most starts in any interval of a tenant's limit over
@@ -279,6 +284,7 @@ func Limits(ctx context.Context, opts Options) (LimitsResult, error) {
 	var (
 		exactRates, p50s, p99s []float64
 		admitP50s, admitP99s   []float64
+		fetchP50s, fetchP99s   []float64
 		rateMax                = map[string]int{}
 		rateMeans              = map[string][]float64{}
 	)
@@ -297,6 +303,7 @@ func Limits(ctx context.Context, opts Options) (LimitsResult, error) {
 		exactRates = append(exactRates, pr.jobsPerS)
 		p50s, p99s = append(p50s, percentile(pr.reaction, 50)), append(p99s, percentile(pr.reaction, 99))
 		admitP50s, admitP99s = append(admitP50s, percentile(pr.admit, 50)), append(admitP99s, percentile(pr.admit, 99))
+		fetchP50s, fetchP99s = append(fetchP50s, percentile(pr.fetch, 50)), append(fetchP99s, percentile(pr.fetch, 99))
 		res.ReactionSamples = len(pr.reaction)
 		if len(pr.reaction) > 0 {
 			res.ReactionMaxMs = max(res.ReactionMaxMs, round(pr.reaction[len(pr.reaction)-1], 2))
@@ -327,6 +334,7 @@ func Limits(ctx context.Context, opts Options) (LimitsResult, error) {
 	res.ExactJobsPerS = round(median(exactRates), 1)
 	res.ReactionP50Ms, res.ReactionP99Ms = orZero(p50s, 2), orZero(p99s, 2)
 	res.ReactionAdmitP50Ms, res.ReactionAdmitP99Ms = orZero(admitP50s, 2), orZero(admitP99s, 2)
+	res.ReactionFetchP50Ms, res.ReactionFetchP99Ms = orZero(fetchP50s, 2), orZero(fetchP99s, 2)
 	for i, rt := range res.RateTenants {
 		rt.MaxStarts = rateMax[rt.Tenant]
 		rt.MeanPerS = round(median(rateMeans[rt.Tenant]), 2)
@@ -398,7 +406,7 @@ func conserveBacklog(workers int, sz limitsSizes) int {
 type limitsProcessRun struct {
 	maxRunning, jobs, ranTwice int
 	jobsPerS                   float64
-	reaction, admit            []float64 // ms, sorted
+	reaction, admit, fetch     []float64 // ms, sorted
 	rates                      []RateTenant
 }
 
@@ -472,7 +480,7 @@ func (e *env) limitsProcesses(ctx context.Context, sz limitsSizes, stage func(st
 	if execs, err = e.tenantRuns(ctx); err != nil {
 		return r, err
 	}
-	r.reaction, r.admit = reactionGaps(execs, limitsCap)
+	r.reaction, r.admit, r.fetch = reactionGaps(execs, limitsCap)
 
 	stage("rate accuracy")
 	if err := e.clearJobs(ctx); err != nil {
@@ -809,13 +817,16 @@ type tenantRun struct {
 	done       bool
 	// scheduled is the job's scheduled_at: for a job fair share's pass
 	// admitted, when it was admitted (the pass sets it to its now()).
-	scheduled time.Time
+	// attempted is River's attempted_at: when its fetch took the job (the
+	// fetch's now()).
+	scheduled, attempted time.Time
 }
 
 // tenantRuns reads every recorded execution with its job's tenant.
 func (e *env) tenantRuns(ctx context.Context) ([]tenantRun, error) {
 	rows, err := e.Pool.Query(ctx, `
-		SELECT x.job_id, coalesce(j.metadata->>'`+jobmeta.Tenant+`', ''), x.started_at, x.completed_at, j.scheduled_at
+		SELECT x.job_id, coalesce(j.metadata->>'`+jobmeta.Tenant+`', ''), x.started_at, x.completed_at, j.scheduled_at,
+		       coalesce(j.attempted_at, x.started_at)
 		FROM load_test_executions AS x JOIN `+riverschema.JobTable+` AS j ON j.id = x.job_id`)
 	if err != nil {
 		return nil, fmt.Errorf("read executions: %w", err)
@@ -824,7 +835,7 @@ func (e *env) tenantRuns(ctx context.Context) ([]tenantRun, error) {
 	for rows.Next() {
 		var x tenantRun
 		var end *time.Time
-		if err := rows.Scan(&x.jobID, &x.tenant, &x.start, &end, &x.scheduled); err != nil {
+		if err := rows.Scan(&x.jobID, &x.tenant, &x.start, &end, &x.scheduled, &x.attempted); err != nil {
 			return nil, fmt.Errorf("read executions: %w", err)
 		}
 		if end != nil {
@@ -873,10 +884,10 @@ func maxRunning(execs []tenantRun) map[string]int {
 
 // reactionGaps pairs, per tenant, each start beyond the tenant's first cap
 // with the end that made room for it (the i-th start, in time order, with
-// the (i − cap)-th end), and returns the gaps in ms, sorted, and the part
-// of each until the job was admitted (its scheduled_at: the pass's), also
-// sorted.
-func reactionGaps(execs []tenantRun, limit int) (gaps, admit []float64) {
+// the (i − cap)-th end), and returns the gaps in ms and, for each, the
+// time from the end until the job was admitted (its scheduled_at: the
+// pass's) and until River's fetch took it (attempted_at), each sorted.
+func reactionGaps(execs []tenantRun, limit int) (gaps, admit, fetch []float64) {
 	starts, ends := map[string][]tenantRun{}, map[string][]time.Time{}
 	for _, x := range execs {
 		starts[x.tenant] = append(starts[x.tenant], x)
@@ -884,18 +895,22 @@ func reactionGaps(execs []tenantRun, limit int) (gaps, admit []float64) {
 			ends[x.tenant] = append(ends[x.tenant], x.end)
 		}
 	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	for tenant, ss := range starts {
 		es := ends[tenant]
 		slices.SortFunc(ss, func(a, b tenantRun) int { return a.start.Compare(b.start) })
 		slices.SortFunc(es, time.Time.Compare)
 		for i := limit; i < len(ss) && i-limit < len(es); i++ {
-			gaps = append(gaps, float64(ss[i].start.Sub(es[i-limit]).Microseconds())/1000)
-			admit = append(admit, float64(ss[i].scheduled.Sub(es[i-limit]).Microseconds())/1000)
+			end := es[i-limit]
+			gaps = append(gaps, ms(ss[i].start.Sub(end)))
+			admit = append(admit, ms(ss[i].scheduled.Sub(end)))
+			fetch = append(fetch, ms(ss[i].attempted.Sub(end)))
 		}
 	}
 	slices.Sort(gaps)
 	slices.Sort(admit)
-	return gaps, admit
+	slices.Sort(fetch)
+	return gaps, admit, fetch
 }
 
 // idleGaps are the stretches of [from, to) in which none of execs (one

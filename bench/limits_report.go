@@ -37,7 +37,8 @@ func (l *LimitsResult) rows(add func(scenario, measure string, v float64, unit s
 	add("limits", "reaction_p50_ms", l.ReactionP50Ms, fmt.Sprintf(" ms (a capped tenant's end to its next start, workers free: %d tenants capped at %d, %d gaps)",
 		l.ReactionTenants, l.ExactCap, l.ReactionSamples))
 	add("limits", "reaction_p99_ms", l.ReactionP99Ms, fmt.Sprintf(" ms (max %g ms)", l.ReactionMaxMs))
-	add("limits", "reaction_admit_p50_ms", l.ReactionAdmitP50Ms, fmt.Sprintf(" ms (of the gap, until the pass admitted the job; p99 %g ms; the rest is River's fetch)", l.ReactionAdmitP99Ms))
+	add("limits", "reaction_admit_p50_ms", l.ReactionAdmitP50Ms, fmt.Sprintf(" ms (of the gap, until the pass admitted the job: its scheduled_at; p99 %g ms)", l.ReactionAdmitP99Ms))
+	add("limits", "reaction_fetch_p50_ms", l.ReactionFetchP50Ms, fmt.Sprintf(" ms (until River's fetch took it: attempted_at; p99 %g ms; the rest, the worker starting it)", l.ReactionFetchP99Ms))
 	add("limits", "rate_max_over", float64(l.RateMaxOver), fmt.Sprintf(" (most starts in any 1 s over the tenant's limit; tier %s, override %s, %gs window)",
 		l.RateDefault, l.RateOverride, l.RateWindowSeconds))
 	for _, t := range l.RateTenants {

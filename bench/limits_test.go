@@ -63,6 +63,7 @@ func TestLimitsKeepsTheCap(t *testing.T) {
 	require.GreaterOrEqual(t, l.ReactionP50Ms, 0.0, "no start before the end that made room for it")
 	require.GreaterOrEqual(t, l.ReactionP99Ms, l.ReactionP50Ms)
 	require.GreaterOrEqual(t, l.ReactionAdmitP99Ms, l.ReactionAdmitP50Ms)
+	require.GreaterOrEqual(t, l.ReactionFetchP99Ms, l.ReactionFetchP50Ms)
 
 	require.Equal(t, "20/s", l.RateDefault)
 	require.Equal(t, "10/s", l.RateOverride)
