@@ -178,6 +178,8 @@ type LimitsVariant struct {
 	// throughout. Snoozes are the comparator's snoozes in the run.
 	UncappedLeft int     `json:"uncapped_left"`
 	Snoozes      float64 `json:"snoozes"`
+	// JobsPerSRuns are each run's JobsPerS, in run order.
+	JobsPerSRuns []float64 `json:"jobs_per_s_runs"`
 }
 
 // limitsVariantRun is one run of one variant.
@@ -379,6 +381,7 @@ func summarizeVariant(runs []limitsVariantRun) LimitsVariant {
 	v.UncappedLeft = math.MaxInt
 	for _, r := range runs {
 		jobs, capped, uncapped = append(jobs, r.jobsPerS), append(capped, r.cappedPerS), append(uncapped, r.uncappedPerS)
+		v.JobsPerSRuns = append(v.JobsPerSRuns, r.jobsPerS)
 		p50, p99, idle = append(p50, r.waitP50), append(p99, r.waitP99), append(idle, r.idleShare)
 		snoozes = append(snoozes, r.snoozes)
 		v.CappedMaxRunning = max(v.CappedMaxRunning, r.maxRunning)

@@ -46,8 +46,8 @@ func (l *LimitsResult) rows(add func(scenario, measure string, v float64, unit s
 	}
 	for _, name := range limitsVariants {
 		v := l.Variants[name]
-		add("limits", name+"_jobs_per_s", v.JobsPerS, fmt.Sprintf(" (%d capped tenants %g/s, %d uncapped %g/s; %d workers, %gs window)",
-			l.ConserveCapped, v.CappedJobsPerS, l.ConserveUncapped, v.UncappedJobsPerS, l.ConserveWorkers, l.WindowSeconds))
+		add("limits", name+"_jobs_per_s", v.JobsPerS, fmt.Sprintf(" (%d capped tenants %g/s, %d uncapped %g/s; %d workers, %gs window; per run %v)",
+			l.ConserveCapped, v.CappedJobsPerS, l.ConserveUncapped, v.UncappedJobsPerS, l.ConserveWorkers, l.WindowSeconds, v.JobsPerSRuns))
 		add("limits", name+"_capped_wait_p99_ms", v.CappedWaitP99Ms, fmt.Sprintf(
 			" ms (capped tenants' stretches without a job running: p50 %g ms, idle share %g; max running %d; uncapped left ≥ %d; snoozes %g)",
 			v.CappedWaitP50Ms, v.CappedIdleShare, v.CappedMaxRunning, v.UncappedLeft, v.Snoozes))

@@ -77,6 +77,7 @@ func TestLimitsKeepsTheCap(t *testing.T) {
 	require.Len(t, l.Variants, 4)
 	for name, v := range l.Variants {
 		require.Positive(t, v.JobsPerS, name)
+		require.Equal(t, []float64{v.JobsPerS}, v.JobsPerSRuns, name)
 		require.Positive(t, v.UncappedJobsPerS, name)
 		require.Positive(t, v.UncappedLeft, "%s: the uncapped tenants had work throughout", name)
 		require.GreaterOrEqual(t, v.CappedWaitP99Ms, v.CappedWaitP50Ms, name)
