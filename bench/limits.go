@@ -220,7 +220,7 @@ func (o Options) limitsSizes() limitsSizes {
 			rateWindow: time.Second, warm: 300 * time.Millisecond, window: time.Second, snooze: time.Second, snoozeJitter: 500 * time.Millisecond}
 	case o.Quick:
 		return limitsSizes{exactTenants: 50, exactJobs: 20, exactWorkers: 50, reactTenants: 4, reactJobs: 20,
-			rateWindow: 2 * time.Second, warm: time.Second, window: 2 * time.Second, snooze: 30 * time.Second, snoozeJitter: 10 * time.Second}
+			rateWindow: 2 * time.Second, warm: 500 * time.Millisecond, window: 1500 * time.Millisecond, snooze: 30 * time.Second, snoozeJitter: 10 * time.Second}
 	}
 	return limitsSizes{exactTenants: 50, exactJobs: 200, exactWorkers: 50, reactTenants: 4, reactJobs: 200,
 		rateWindow: 10 * time.Second, warm: 2 * time.Second, window: 8 * time.Second, snooze: 30 * time.Second, snoozeJitter: 10 * time.Second}
