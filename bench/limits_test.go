@@ -78,7 +78,8 @@ func TestLimitsKeepsTheCap(t *testing.T) {
 	for name, v := range l.Variants {
 		require.Positive(t, v.JobsPerS, name)
 		require.Equal(t, []float64{v.JobsPerS}, v.JobsPerSRuns, name)
-		require.Positive(t, v.UncappedJobsPerS, name)
+		require.GreaterOrEqual(t, v.UncappedJobsPerS, 0.0, name)
+		require.InDelta(t, v.JobsPerS, v.CappedJobsPerS+v.UncappedJobsPerS, 0.11, "%s: the tenants' jobs add up", name)
 		require.Positive(t, v.UncappedLeft, "%s: the uncapped tenants had work throughout", name)
 		require.GreaterOrEqual(t, v.CappedWaitP99Ms, v.CappedWaitP50Ms, name)
 	}
