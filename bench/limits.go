@@ -93,6 +93,11 @@ type LimitsResult struct {
 	MaxRunningPerTenant     int     `json:"max_running_per_tenant"`
 	MaxRunningPerTenantRuns []int   `json:"max_running_per_tenant_runs"`
 	ExactPass               bool    `json:"exact_pass"`
+	// ExactAtCapShare is the share of the time the tenants had a job
+	// running in which they had ExactCap running (over every tenant; the
+	// median of runs): near 1, the cap, not the workers or fair share,
+	// bounded them, and MaxRunningPerTenant measured it.
+	ExactAtCapShare float64 `json:"exact_at_cap_share"`
 
 	// Reaction: the time from one of a capped tenant's jobs ending to its
 	// next starting, with workers free (ReactionSamples gaps of the last
@@ -285,6 +290,7 @@ func Limits(ctx context.Context, opts Options) (LimitsResult, error) {
 	}
 	var (
 		exactRates, p50s, p99s []float64
+		atCapShares            []float64
 		admitP50s, admitP99s   []float64
 		fetchP50s, fetchP99s   []float64
 		rateMax                = map[string]int{}
@@ -303,6 +309,7 @@ func Limits(ctx context.Context, opts Options) (LimitsResult, error) {
 		res.MaxRunningPerTenant = max(res.MaxRunningPerTenant, pr.maxRunning)
 		res.ExactJobs, res.ExactRanTwice = pr.jobs, max(res.ExactRanTwice, pr.ranTwice)
 		exactRates = append(exactRates, pr.jobsPerS)
+		atCapShares = append(atCapShares, pr.atCapShare)
 		p50s, p99s = append(p50s, percentile(pr.reaction, 50)), append(p99s, percentile(pr.reaction, 99))
 		admitP50s, admitP99s = append(admitP50s, percentile(pr.admit, 50)), append(admitP99s, percentile(pr.admit, 99))
 		fetchP50s, fetchP99s = append(fetchP50s, percentile(pr.fetch, 50)), append(fetchP99s, percentile(pr.fetch, 99))
@@ -334,6 +341,7 @@ func Limits(ctx context.Context, opts Options) (LimitsResult, error) {
 	}
 	res.ExactPass = res.MaxRunningPerTenant <= limitsCap && res.ExactJobs == sz.exactTenants*sz.exactJobs && res.ExactRanTwice == 0
 	res.ExactJobsPerS = round(median(exactRates), 1)
+	res.ExactAtCapShare = orZero(atCapShares, 3)
 	res.ReactionP50Ms, res.ReactionP99Ms = orZero(p50s, 2), orZero(p99s, 2)
 	res.ReactionAdmitP50Ms, res.ReactionAdmitP99Ms = orZero(admitP50s, 2), orZero(admitP99s, 2)
 	res.ReactionFetchP50Ms, res.ReactionFetchP99Ms = orZero(fetchP50s, 2), orZero(fetchP99s, 2)
@@ -408,7 +416,7 @@ func conserveBacklog(workers int, sz limitsSizes) int {
 // limitsProcessRun is what one run measured through the worker processes.
 type limitsProcessRun struct {
 	maxRunning, jobs, ranTwice int
-	jobsPerS                   float64
+	jobsPerS, atCapShare       float64
 	reaction, admit, fetch     []float64 // ms, sorted
 	rates                      []RateTenant
 }
@@ -458,6 +466,7 @@ func (e *env) limitsProcesses(ctx context.Context, sz limitsSizes, stage func(st
 	for _, m := range maxRunning(execs) {
 		r.maxRunning = max(r.maxRunning, m)
 	}
+	r.atCapShare = atLevelShare(execs, limitsCap)
 	byJob := map[int64]int{}
 	for _, x := range execs {
 		byJob[x.jobID]++
@@ -883,6 +892,47 @@ func maxRunning(execs []tenantRun) map[string]int {
 		out[tenant] = most
 	}
 	return out
+}
+
+// atLevelShare is, over every tenant of execs (all done), the time it had
+// level or more executions running over the time it had at least one.
+func atLevelShare(execs []tenantRun, level int) float64 {
+	type event struct {
+		at    time.Time
+		delta int
+	}
+	events := map[string][]event{}
+	for _, x := range execs {
+		if x.done {
+			events[x.tenant] = append(events[x.tenant], event{x.start, 1}, event{x.end, -1})
+		}
+	}
+	var busy, atLevel time.Duration
+	for _, evs := range events {
+		slices.SortFunc(evs, func(a, b event) int {
+			if c := a.at.Compare(b.at); c != 0 {
+				return c
+			}
+			return a.delta - b.delta
+		})
+		running := 0
+		for i, ev := range evs {
+			if i > 0 {
+				d := ev.at.Sub(evs[i-1].at)
+				if running >= 1 {
+					busy += d
+				}
+				if running >= level {
+					atLevel += d
+				}
+			}
+			running += ev.delta
+		}
+	}
+	if busy == 0 {
+		return 0
+	}
+	return atLevel.Seconds() / busy.Seconds()
 }
 
 // reactionGaps pairs, per tenant, each start beyond the tenant's first cap

@@ -38,6 +38,7 @@ func (l *LimitsResult) rows(add func(scenario, measure string, v float64, unit s
 	add("limits", "max_running_per_tenant", float64(l.MaxRunningPerTenant), fmt.Sprintf(
 		" (%s: cap %d; %d tenants × %d jobs of %d ms, %d workers in 2 processes; %d jobs ran, %d twice; %g jobs/s; per run %v)",
 		verdict, l.ExactCap, l.ExactTenants, l.ExactJobsPerTenant, l.JobMs, l.ExactWorkers, l.ExactJobs, l.ExactRanTwice, l.ExactJobsPerS, l.MaxRunningPerTenantRuns))
+	add("limits", "exact_at_cap_share", l.ExactAtCapShare, fmt.Sprintf(" (of the time a tenant had a job running, the share it had %d: the cap was what bounded it)", l.ExactCap))
 	add("limits", "reaction_p50_ms", l.ReactionP50Ms, fmt.Sprintf(" ms (a capped tenant's end to its next start, workers free: %d tenants capped at %d, %d gaps)",
 		l.ReactionTenants, l.ExactCap, l.ReactionSamples))
 	add("limits", "reaction_p99_ms", l.ReactionP99Ms, fmt.Sprintf(" ms (max %g ms)", l.ReactionMaxMs))

@@ -57,6 +57,8 @@ func TestLimitsKeepsTheCap(t *testing.T) {
 	require.GreaterOrEqual(t, l.MaxRunningPerTenant, 1)
 	require.Equal(t, []int{l.MaxRunningPerTenant}, l.MaxRunningPerTenantRuns)
 	require.True(t, l.ExactPass)
+	require.GreaterOrEqual(t, l.ExactAtCapShare, 0.0)
+	require.LessOrEqual(t, l.ExactAtCapShare, 1.0)
 
 	require.Equal(t, 2, l.ReactionTenants)
 	require.Equal(t, 16, l.ReactionSamples, "2 tenants × (10 jobs − the first 2)")
