@@ -102,7 +102,9 @@ type Options struct {
 	// started" log line, and stops it with SIGTERM. tierctl bench passes
 	// itself (its hidden bench-worker command, the reference app's worker).
 	//
-	// Required by the scaleout scenario; the others do not use it.
+	// Required by the scaleout and limits scenarios; the others do not use
+	// it. The limits scenario adds <NAME>_QUEUE_PRIORITY_WORKERS and
+	// DATABASE_MAX_CONNS of its own.
 	WorkerCommand func(environ []string) *exec.Cmd
 
 	// AppCommand is how the traffic scenario starts one process of

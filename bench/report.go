@@ -25,6 +25,7 @@ type Report struct {
 	Tenants    *TenantsResult    `json:"tenants,omitempty"`
 	Traffic    *TrafficResult    `json:"traffic,omitempty"`
 	Console    *ConsoleResult    `json:"console,omitempty"`
+	Limits     *LimitsResult     `json:"limits,omitempty"`
 	// Targets lists every target checked, met or not.
 	Targets []Target `json:"targets"`
 }
@@ -195,6 +196,13 @@ func Run(ctx context.Context, scenario string, opts Options, r *Report) error {
 		for _, c := range res.Checks {
 			r.Targets = append(r.Targets, Target{Scenario: "traffic", Name: "check " + c.Name, Value: float64(c.Violations), Goal: "0 violations", Met: c.Met})
 		}
+	case "limits":
+		res, err := Limits(ctx, opts)
+		if err != nil {
+			return err
+		}
+		r.Limits = &res
+		r.addLimitsTargets(res)
 	default:
 		return fmt.Errorf("unknown scenario %q", scenario)
 	}
@@ -423,6 +431,9 @@ func (r Report) Rows() []Row {
 		for _, c := range tr.Checks {
 			add("traffic", "check "+c.Name, float64(c.Violations), " violations ("+c.Detail+")")
 		}
+	}
+	if l := r.Limits; l != nil {
+		l.rows(add)
 	}
 	return rows
 }

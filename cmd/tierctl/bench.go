@@ -28,7 +28,7 @@ import (
 )
 
 // benchScenarios are tierctl bench's scenarios, in the order "all" runs them.
-var benchScenarios = []string{"isolation", "throughput", "sweeps", "dlq", "insert", "fairness", "lending", "realistic", "scaleout", "tenants", "traffic", "console"}
+var benchScenarios = []string{"isolation", "throughput", "sweeps", "dlq", "insert", "fairness", "lending", "realistic", "scaleout", "tenants", "traffic", "console", "limits"}
 
 func (a *app) benchCommand() *cobra.Command {
 	var (
@@ -74,6 +74,11 @@ Scenarios:
               the API served in this process, beside 1M jobs (a fifth held by
               fair share) and 100k dead letters: each page's median of 7
               requests, target 300 ms (--quick: 100k jobs, 10k dead letters)
+  limits      per-tenant limits: a cap of 2 never exceeded across two worker
+              processes (this binary, re-executed), a capped tenant's next
+              start after its job ends, jobs started per second under a rate
+              limit, throughput with caps against none and against the cap
+              trigger disabled, and a per-process snooze cap as comparator
 
 Each prints a table with every target met or not; --json adds one JSON object
 as the last line. See docs/benchmarks.md.`,
@@ -199,7 +204,7 @@ as the last line. See docs/benchmarks.md.`,
 const benchWorkerUse = "bench-worker"
 
 // benchWorkerCommand is the worker process tierctl bench scaleout starts,
-// up to 8 at a time: one worker deployment of the reference app, exactly as
+// up to 8 at a time, and tierctl bench limits two: one worker deployment of the reference app, exactly as
 // cmd/worker runs it (refapp.RunWorker: worker.Run), configured by the
 // environment alone (the bench sets DATABASE_URL, DATABASE_SCHEMA,
 // WORKER_SERVICE, LOAD_TEST_WORKLOAD=true, …). Hidden: it is the bench's,
@@ -207,7 +212,7 @@ const benchWorkerUse = "bench-worker"
 func (a *app) benchWorkerCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:    benchWorkerUse,
-		Short:  "Run one worker deployment of the reference app (tierctl bench scaleout's worker process)",
+		Short:  "Run one worker deployment of the reference app (tierctl bench scaleout's and limits' worker process)",
 		Hidden: true,
 		Args:   usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {

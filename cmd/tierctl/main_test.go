@@ -108,6 +108,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{name: "bench bad set", args: []string{"bench", "isolation", "--set", "QUEUE_PRIORITY_FETCH_COOLDOWN"}, want: "--set wants NAME=value"},
 		{name: "bench set schema", args: []string{"bench", "isolation", "--set", "DATABASE_SCHEMA=public"}, want: "only worker counts and fetch tuning"},
 		{name: "bench set service", args: []string{"bench", "isolation", "--set", "WORKER_SERVICE=specgen"}, want: "only worker counts and fetch tuning"},
+		{name: "bench limits set service", args: []string{"bench", "limits", "--quick", "--set", "WORKER_SERVICE=specgen"}, want: "only worker counts and fetch tuning"},
 		{name: "user prefix too long", args: []string{"enqueue", "--user-prefix", strings.Repeat("u", 190)},
 			want: `--user-prefix: invalid user id: 201 bytes, longer than 200 (the prefix is 190 bytes of it, then "_pro_plus_6")`},
 		{name: "user prefix control character", args: []string{"enqueue", "--user-prefix", "a\nb"}, want: "--user-prefix: invalid user id: control character U+000A at byte 1"},
@@ -136,6 +137,9 @@ func TestHelp(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Regexp(t, `(?m)^  demo\s+Flood the free queues`, out)
 	require.Regexp(t, `(?m)^  bench\s+Measure tierq`, out)
+	out, err = runTierctl(t, nil, "bench", "--help")
+	require.NoError(t, err, out)
+	require.Regexp(t, `(?m)^  limits\s+per-tenant limits: a cap of 2 never exceeded`, out)
 	out, err = runTierctl(t, nil, "enqueue", "--help")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "Insert COUNT analysis jobs for the given target directories")
