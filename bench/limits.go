@@ -127,6 +127,8 @@ type LimitsResult struct {
 	RateWindowSeconds float64      `json:"rate_window_seconds"`
 	RateTenants       []RateTenant `json:"rate_tenants"`
 	RateMaxOver       int          `json:"rate_max_over"`
+	// RateBucketExcess is the most of the tenants' BucketExcess.
+	RateBucketExcess float64 `json:"rate_bucket_excess"`
 
 	// Work conservation, comparator, cost: the variants' figures by name
 	// ("caps", "no_limits", "trigger_off", "snooze_cap").
@@ -152,10 +154,21 @@ type RateTenant struct {
 	Tenant string `json:"tenant"`
 	Limit  string `json:"limit"`
 	// MaxStarts is the most of its jobs started in any interval of its
-	// limit (1 s), the most of every run; MeanPerS its starts per second
-	// over the window (median).
+	// limit (1 s) once its bucket's burst is spent (its first Count starts
+	// left out: a token bucket whose burst is the count lets a tenant that
+	// idled start that many at once, on top of the refill), the most of
+	// every run; WithBurst the same over every start; MeanPerS its starts
+	// per second over the window (median).
 	MaxStarts int     `json:"max_starts"`
+	WithBurst int     `json:"max_starts_with_burst"`
 	MeanPerS  float64 `json:"mean_per_s"`
+	// BucketExcess is the most starts beyond what the tenant's token
+	// bucket allowed: its starts replayed through a bucket of Count
+	// tokens, full when its jobs were inserted and refilled at its rate,
+	// each start taking one; the deepest the bucket went below 0 (the
+	// most of every run). The design allows 1: the job admitted with the
+	// last token starts after the next is admitted.
+	BucketExcess float64 `json:"bucket_excess"`
 }
 
 // LimitsVariant is one variant of the work-conservation phase, medians
@@ -294,6 +307,8 @@ func Limits(ctx context.Context, opts Options) (LimitsResult, error) {
 		admitP50s, admitP99s   []float64
 		fetchP50s, fetchP99s   []float64
 		rateMax                = map[string]int{}
+		rateBurst              = map[string]int{}
+		rateExcess             = map[string]float64{}
 		rateMeans              = map[string][]float64{}
 	)
 	for run := range res.Runs {
@@ -319,6 +334,8 @@ func Limits(ctx context.Context, opts Options) (LimitsResult, error) {
 		}
 		for _, rt := range pr.rates {
 			rateMax[rt.Tenant] = max(rateMax[rt.Tenant], rt.MaxStarts)
+			rateBurst[rt.Tenant] = max(rateBurst[rt.Tenant], rt.WithBurst)
+			rateExcess[rt.Tenant] = max(rateExcess[rt.Tenant], rt.BucketExcess)
 			rateMeans[rt.Tenant] = append(rateMeans[rt.Tenant], rt.MeanPerS)
 			if run == 0 {
 				res.RateTenants = append(res.RateTenants, RateTenant{Tenant: rt.Tenant, Limit: rt.Limit})
@@ -347,6 +364,9 @@ func Limits(ctx context.Context, opts Options) (LimitsResult, error) {
 	res.ReactionFetchP50Ms, res.ReactionFetchP99Ms = orZero(fetchP50s, 2), orZero(fetchP99s, 2)
 	for i, rt := range res.RateTenants {
 		rt.MaxStarts = rateMax[rt.Tenant]
+		rt.WithBurst = rateBurst[rt.Tenant]
+		rt.BucketExcess = round(rateExcess[rt.Tenant], 2)
+		res.RateBucketExcess = max(res.RateBucketExcess, rt.BucketExcess)
 		rt.MeanPerS = round(median(rateMeans[rt.Tenant]), 2)
 		res.RateTenants[i] = rt
 		limit, err := limits.ParseRate(rt.Limit)
@@ -538,8 +558,11 @@ func (e *env) limitsProcesses(ctx context.Context, sz limitsSizes, stage func(st
 		if i >= rateTenants/2 {
 			limit = rateOverride
 		}
+		sorted := slices.SortedFunc(slices.Values(starts[tenant]), time.Time.Compare)
 		r.rates = append(r.rates, RateTenant{Tenant: tenant, Limit: limit.String(),
-			MaxStarts: maxInWindow(starts[tenant], limit.Per), MeanPerS: round(float64(len(starts[tenant]))/to.Sub(from).Seconds(), 2)})
+			MaxStarts: maxInWindow(sorted[min(limit.Count, len(sorted)):], limit.Per), WithBurst: maxInWindow(sorted, limit.Per),
+			BucketExcess: bucketExcess(sorted, from, limit),
+			MeanPerS:     round(float64(len(starts[tenant]))/to.Sub(from).Seconds(), 2)})
 	}
 	if err := e.clearJobs(ctx); err != nil {
 		return r, err
@@ -998,6 +1021,22 @@ func idleGaps(execs []tenantRun, from, to time.Time) []time.Duration {
 		gaps = append(gaps, to.Sub(busyUntil))
 	}
 	return slices.DeleteFunc(gaps, func(d time.Duration) bool { return d <= 0 })
+}
+
+// bucketExcess replays starts (sorted) through limit's token bucket, full
+// at from: each start takes a token, refilled at Count per Per up to Count.
+// It returns how far below 0 the tokens went, 0 when never.
+func bucketExcess(starts []time.Time, from time.Time, limit limits.Rate) float64 {
+	tokens, at, deepest := float64(limit.Count), from, 0.0
+	for _, s := range starts {
+		if s.After(at) {
+			tokens = min(float64(limit.Count), tokens+float64(limit.Count)*s.Sub(at).Seconds()/limit.Per.Seconds())
+			at = s
+		}
+		tokens--
+		deepest = min(deepest, tokens)
+	}
+	return -deepest
 }
 
 // maxInWindow is the most of starts (unsorted) within any interval of

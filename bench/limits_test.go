@@ -22,9 +22,10 @@ import (
 // work-conservation phase in this process. From the jobs' own execution
 // records: every job ran exactly once and no tenant ever had more than 2
 // running, nor a capped tenant of the caps variant more than 1; the
-// reaction paired every start beyond a tenant's first 2 with an end. No
-// speed, reaction time or rate is checked: that is what tierctl bench
-// limits is for (and rates are not enforced yet).
+// reaction paired every start beyond a tenant's first 2 with an end; no
+// rate-limited tenant started faster than its token bucket allows (within
+// the one job the design allows). No speed or reaction time is checked:
+// that is what tierctl bench limits is for.
 func TestLimitsKeepsTheCap(t *testing.T) {
 	db := testdb.New(t)
 	prefix := schemaPrefix(t)
@@ -72,7 +73,8 @@ func TestLimitsKeepsTheCap(t *testing.T) {
 	require.Len(t, l.RateTenants, 4)
 	for i, rt := range l.RateTenants {
 		require.Equal(t, []string{"20/s", "20/s", "10/s", "10/s"}[i], rt.Limit)
-		require.Positive(t, rt.MaxStarts, "tenant %s started jobs", rt.Tenant)
+		require.Positive(t, rt.WithBurst, "tenant %s started jobs", rt.Tenant)
+		require.LessOrEqual(t, rt.BucketExcess, 1.0, "tenant %s started faster than its bucket allows", rt.Tenant)
 	}
 
 	require.Equal(t, 10, l.ConserveWorkers, "5 priority workers in each of 2 deployments")
@@ -95,7 +97,7 @@ func TestLimitsKeepsTheCap(t *testing.T) {
 		Limits map[string]any `json:"limits"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &doc))
-	for _, k := range []string{"max_running_per_tenant", "exact_pass", "reaction_p50_ms", "reaction_p99_ms", "rate_max_over", "rate_tenants",
+	for _, k := range []string{"max_running_per_tenant", "exact_pass", "reaction_p50_ms", "reaction_p99_ms", "rate_max_over", "rate_bucket_excess", "rate_tenants",
 		"variants", "work_conserving_ratio", "no_limits_ratio", "snooze_throughput_ratio"} {
 		require.Contains(t, doc.Limits, k)
 	}
@@ -108,5 +110,6 @@ func TestLimitsKeepsTheCap(t *testing.T) {
 	require.Len(t, met, 9)
 	require.True(t, met["max_running_per_tenant"])
 	require.True(t, met["caps_capped_max_running"])
+	require.True(t, met["rate_bucket_excess"])
 	require.NotEmpty(t, r.Rows())
 }
