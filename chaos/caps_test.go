@@ -25,8 +25,8 @@ import (
 // every tier count against it, and its free jobs may run overrideCap at
 // once.
 const (
-	freeCap     = 2
-	overrideCap = 3
+	freeCap     = 3
+	overrideCap = 4
 )
 
 // capOverrideTenant is the load tenant with an override.

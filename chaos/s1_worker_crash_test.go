@@ -29,10 +29,13 @@ import (
 // queue or go back, unstarted, to their default queue.
 //
 // Concurrency caps are on (capTenants), in every service: free tenants
-// capped at 2 per service, one load tenant at 3 by an override. From the jobs' own
-// execution records, no tenant ever ran more than its cap; a killed
-// worker's jobs count as running until rescued (docs/fairness.md), which
-// cap_exceeded_by_killed would show.
+// capped at 3 per service, one load tenant at 4 by an override. From the
+// jobs' own execution records, no tenant ever ran more than its cap; a
+// killed worker's jobs count as running until rescued (docs/fairness.md),
+// which cap_exceeded_by_killed would show. The flood's free jobs run at
+// most 3 at a time per service, and a kill that cuts one short keeps its
+// place until the rescue: a cap of 2 made the settle up to 1m58s of its
+// 2-minute limit on the shared 2-core machine.
 func TestWorkerCrash(t *testing.T) {
 	s := newSystem(t, "worker-crash")
 	ctx := context.Background()
