@@ -36,8 +36,10 @@ type jobStory struct {
 	InRiver bool
 	// Held: fair share holds the job back (pending with jobmeta.HeldAt);
 	// CapHeld: because its tenant is at its concurrency cap
-	// (jobmeta.CapHeldAt beside it), not for its turn.
-	Held, CapHeld bool
+	// (jobmeta.CapHeldAt beside it), not for its turn; RateHeld: because
+	// its tenant has no token left under its rate limit, or a job waiting
+	// to start (jobmeta.RateHeldAt).
+	Held, CapHeld, RateHeld bool
 	// LentFrom is the queue fair share lent the job from.
 	LentFrom string
 	// OriginalQueue and OriginalPriority are where it was inserted.
@@ -117,6 +119,7 @@ func (s *Server) tellJob(story *jobStory, row *rivertype.JobRow) {
 	story.Held = row.State == rivertype.JobStatePending && gjson.GetBytes(row.Metadata, gjson.Escape(jobmeta.HeldAt)).Exists() &&
 		gjson.ParseBytes(row.Metadata).IsObject()
 	story.CapHeld = story.Held && gjson.GetBytes(row.Metadata, gjson.Escape(jobmeta.CapHeldAt)).Exists()
+	story.RateHeld = story.Held && !story.CapHeld && gjson.GetBytes(row.Metadata, gjson.Escape(jobmeta.RateHeldAt)).Exists()
 	_, _, inService := s.cfg.Registry.ForQueue(row.Queue)
 	story.Escalatable = inService && slices.Contains(queuedJobStates, string(row.State))
 }

@@ -913,6 +913,11 @@ func TestConsoleJob(t *testing.T) {
 	_, err = b.db.Pool.Exec(ctx, `UPDATE river_job SET metadata = metadata || jsonb_build_object('tierq:cap_held_at', now(), 'tierq:capped', 'analyzer') WHERE id = $1`, capped)
 	require.NoError(t, err)
 	require.Contains(t, plain(b.get(t, "/console/jobs/"+strconv.FormatInt(capped, 10))), "Stateheld: its tenant is at its concurrency cap (River's state: pending)")
+	// And one held by its tenant's rate limit.
+	rated := b.insertJob(t, "analysis_default", "held", "acme", `{"target": "/srv/r"}`)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE river_job SET metadata = metadata || jsonb_build_object('tierq:rate_held_at', now(), 'tierq:rated', 'analyzer') WHERE id = $1`, rated)
+	require.NoError(t, err)
+	require.Contains(t, plain(b.get(t, "/console/jobs/"+strconv.FormatInt(rated, 10))), "Stateheld: its tenant's rate limit (River's state: pending)")
 	require.Contains(t, page, `<form method="post" action="`+path+`/escalate" class="action">`)
 
 	// Escalated by alice, with her reason: the queue, the priority, the

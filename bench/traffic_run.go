@@ -30,6 +30,9 @@ func (t *trafficRunner) run(ctx context.Context, m runMode, faults *TrafficFault
 	if err := t.e.resetTraffic(ctx); err != nil {
 		return r, err
 	}
+	if err := t.e.trafficHistory(ctx, t.queues()); err != nil {
+		return r, err
+	}
 	settings := t.workerSettings(m.fairShare)
 	if err := t.startWorkers(ctx, settings); err != nil {
 		return r, err

@@ -38,8 +38,7 @@ tenant's override beats its tier's default, whatever its tier: 0 is no limit
 for that tenant; an unset field inherits the tier's. 0 is no limit.
 
 Daily quotas are enforced (POST /v1/jobs answers 429 past one, producer.Insert
-returns a *limits.QuotaError), and so are caps (a tenant's jobs beyond its cap
-wait held); rates are configured and stored, not enforced yet
+returns a *limits.QuotaError); caps and rates hold the jobs beyond them
 (docs/fairness.md, "Limits").`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(*cobra.Command, []string) error {
@@ -242,7 +241,7 @@ func (a *app) showLimits(ctx context.Context, q db.Querier, service, tenant stri
 	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "LIMIT\tAPPLIES\tTIER\tOVERRIDE\tENFORCED")
 	fmt.Fprintf(w, "max_running\t%d\t%d\t%s\tyes\n", t.Limits.MaxRunning, t.TierLimits.MaxRunning, optional(t.Override.MaxRunning))
-	fmt.Fprintf(w, "rate\t%s\t%s\t%s\tnot yet\n", t.Limits.Rate, t.TierLimits.Rate, optional(t.Override.Rate))
+	fmt.Fprintf(w, "rate\t%s\t%s\t%s\tyes\n", t.Limits.Rate, t.TierLimits.Rate, optional(t.Override.Rate))
 	fmt.Fprintf(w, "daily_quota\t%d\t%d\t%s\tyes\n", t.Limits.DailyQuota, t.TierLimits.DailyQuota, optional(t.Override.DailyQuota))
 	if err := w.Flush(); err != nil {
 		return err
@@ -318,7 +317,7 @@ Prints the tenant's limits as they are then.`,
 		},
 	}
 	cmd.Flags().IntVar(&maxRunning, "max-running", 0, "most jobs of the tenant running at once, across the service's queues (0: no cap)")
-	cmd.Flags().StringVar(&rate, "rate", "", "jobs of the tenant started per second, minute or hour: 10/s, 100/m, 1000/h (0: no limit; not enforced yet)")
+	cmd.Flags().StringVar(&rate, "rate", "", "jobs of the tenant started per second, minute or hour: 10/s, 100/m, 1000/h (0: no limit)")
 	cmd.Flags().Int64Var(&dailyQuota, "daily-quota", 0, "most jobs of the tenant inserted per UTC day (0: no quota)")
 	return cmd
 }

@@ -41,7 +41,7 @@ func TestLimitsCommands(t *testing.T) {
 	require.Equal(t, `service analyzer, tenant acme, tier pro
 LIMIT        APPLIES  TIER  OVERRIDE  ENFORCED
 max_running  0        0     -         yes
-rate         10/s     10/s  -         not yet
+rate         10/s     10/s  -         yes
 daily_quota  0        0     -         yes
 today (`+day+` UTC): 0 used, no quota; the count restarts at TIME
 jobs now: no cap, running and available jobs not counted; 0 held, 0 of them by the cap
@@ -50,7 +50,7 @@ jobs now: no cap, running and available jobs not counted; 0 held, 0 of them by t
 	require.Equal(t, `service analyzer, tenant acme, tier pro
 LIMIT        APPLIES  TIER  OVERRIDE  ENFORCED
 max_running  0        0     -         yes
-rate         100/m    10/s  100/m     not yet
+rate         100/m    10/s  100/m     yes
 daily_quota  5        0     5         yes
 today (`+day+` UTC): 0 used of 5, 5 remaining; the count restarts at TIME
 jobs now: no cap, running and available jobs not counted; 0 held, 0 of them by the cap
@@ -59,7 +59,7 @@ jobs now: no cap, running and available jobs not counted; 0 held, 0 of them by t
 	require.Equal(t, `service analyzer, tenant acme, tier free
 LIMIT        APPLIES  TIER  OVERRIDE  ENFORCED
 max_running  1        1     -         yes
-rate         100/m    0     100/m     not yet
+rate         100/m    0     100/m     yes
 daily_quota  5        100   5         yes
 today (`+day+` UTC): 0 used of 5, 5 remaining; the count restarts at TIME
 jobs now: 0 running + 0 available of its cap of 1; 0 held, 0 of them by the cap
@@ -85,7 +85,7 @@ specgen   zeta    0            -      -            TIME
 	require.Equal(t, `service analyzer, tenant acme, tier pro
 LIMIT        APPLIES  TIER  OVERRIDE  ENFORCED
 max_running  0        0     -         yes
-rate         10/s     10/s  -         not yet
+rate         10/s     10/s  -         yes
 daily_quota  5        0     5         yes
 today (`+day+` UTC): 0 used of 5, 5 remaining; the count restarts at TIME
 jobs now: no cap, running and available jobs not counted; 0 held, 0 of them by the cap

@@ -59,6 +59,12 @@
 // it (a tenant at its cap is not active, and closes no worse priority), and
 // counts the capped jobs its process has finished as ended before River
 // writes their completion; the end of a capped job wakes every queue's loop.
+// Rate limits (migration 00015) work the same way: a rate-limited tenant
+// has room for one job when it has a token and no job waiting to start;
+// the start of a rated job wakes every queue's loop, and a pass reports when
+// the next token is due (Pass.RateWait). Besides the passes, the refill
+// (Refill) admits a limited tenant's next job the moment its job ends or
+// starts in this process.
 package fairshare
 
 import (
@@ -374,7 +380,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Admitter, error) {
 		a.names = append(a.names, name)
 	}
 	slices.Sort(a.names)
-	a.hook = &hook{queues: a.queues, capped: &cappedFinished{}}
+	a.hook = &hook{queues: a.queues, capped: &cappedFinished{}, refill: newRefill()}
 	if c.Lend != nil {
 		a.lend = &lendState{cfg: *c.Lend, wake: make(chan struct{}, 1)}
 		a.hook.lend = a.lend
@@ -396,6 +402,7 @@ type hook struct {
 	queues map[string]*queueState
 	lend   *lendState
 	capped *cappedFinished
+	refill *refill
 }
 
 var (
@@ -418,6 +425,13 @@ func (h *hook) WorkBegin(_ context.Context, job *rivertype.JobRow) error {
 	saturated := running >= int64(q.cfg.Workers)
 	if q.held.Load() || (q.cfg.Fair && saturated) {
 		q.signal()
+	}
+	if bytes.Contains(job.Metadata, ratedKey) {
+		// A job charged against its tenant's rate started: the tenant has
+		// no job waiting to start any more, and its next may be admitted if
+		// it has a token, in any queue of the service.
+		h.refill.add(job.Queue, job.Metadata)
+		h.wakeAll()
 	}
 	if h.lend != nil && job.Queue == h.lend.cfg.From && saturated {
 		h.lend.signal() // free work waits: perhaps a paid worker is idle
@@ -442,13 +456,8 @@ func (h *hook) WorkEnd(_ context.Context, job *rivertype.JobRow, err error) erro
 		// queue's loop is woken, whether or not its last pass here saw
 		// held work: another replica may have run the passes since.
 		h.capped.finish(job.ID)
-		for _, other := range h.queues {
-			other.signal()
-			select {
-			case other.capEnd <- struct{}{}:
-			default:
-			}
-		}
+		h.refill.add(job.Queue, job.Metadata)
+		h.wakeAll()
 	}
 	if h.lend != nil && job.Queue == h.lend.cfg.Queue {
 		h.lend.finish(job.ID) // a paid worker is free: lend it, or keep it for paid work
@@ -456,9 +465,27 @@ func (h *hook) WorkEnd(_ context.Context, job *rivertype.JobRow, err error) erro
 	return err
 }
 
+// wakeAll wakes every queue's loop, ending a rest (passRest): a job
+// counted against its tenant's limits started or ended, and the tenant may
+// have room in any queue of its service, whether or not the last pass here
+// saw held work (another replica may have run the passes since).
+func (h *hook) wakeAll() {
+	for _, other := range h.queues {
+		other.signal()
+		select {
+		case other.capEnd <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // cappedKey is how jobmeta.Capped appears in a job's metadata: the job
-// counts against its tenant's concurrency cap.
-var cappedKey = []byte(`"` + jobmeta.Capped + `"`)
+// counts against its tenant's concurrency cap. ratedKey: jobmeta.Rated, it
+// was charged against its tenant's rate limit.
+var (
+	cappedKey = []byte(`"` + jobmeta.Capped + `"`)
+	ratedKey  = []byte(`"` + jobmeta.Rated + `"`)
+)
 
 // cappedFinished is the jobs counted against a concurrency cap that this
 // process finished in the last finishedFor, whose completion River may not
@@ -522,6 +549,15 @@ type Pass struct {
 	// concurrency cap (package limits): none of their held jobs could be
 	// admitted. They count in HeldTenants, not in Tenants.
 	AtCap int
+	// RateLimited counts the tenants with held jobs that are under their
+	// cap (or have none) but may start no job now by their rate limit: no
+	// token left, or a job admitted and not started yet. They count in
+	// HeldTenants, not in Tenants.
+	RateLimited int
+	// RateWait, when above 0, is how long until the next token of the
+	// soonest tenant that lacks only a token: the queue's loop runs a pass
+	// then.
+	RateWait time.Duration
 	// Lone is true when one tenant alone (or none) was active and nothing
 	// was held: nothing needs holding, and the next passes only look for
 	// a newcomer. Checked is true for such a look or check (no pass ran).
@@ -595,11 +631,12 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 		notified int
 		lone     *string
 		now      time.Time
+		rateWait *float64
 	)
 	began := time.Now()
 	locked, err := a.locked(ctx, q.name, true, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, passSQL, q.name, q.cfg.Workers, q.cfg.Fair, q.localKinds(), q.every && q.cfg.Workers > 0).Scan(
-			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded, &p.AtCap)
+			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded, &p.AtCap, &p.RateLimited, &rateWait)
 	}, a.hook.capped.setting(time.Now()))
 	if err != nil {
 		return Pass{}, fmt.Errorf("fair share pass over %s: %w", q.name, err)
@@ -609,6 +646,11 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 		return p, nil
 	}
 	q.took = time.Since(began)
+	if rateWait != nil {
+		// At least a millisecond: the bucket's refill is computed from the
+		// database's clock, and a pass a hair early finds no token.
+		p.RateWait = max(time.Duration(*rateWait*float64(time.Second)), 0) + time.Millisecond
+	}
 	p.Lone = p.Tenants <= 1 && p.Held == 0 && p.HeldTenants == 0
 	q.lone, q.loneName, q.watermark = p.Lone, lone, now.Add(-loneMargin)
 	if a.cfg.Observer != nil {
@@ -695,7 +737,7 @@ func (a *Admitter) locked(ctx context.Context, key string, generic bool, pass fu
 // heartbeat. It returns when every loop has stopped, after deleting the
 // process's heartbeat rows.
 func (a *Admitter) Run(ctx context.Context) {
-	done := make(chan struct{}, len(a.names))
+	done := make(chan struct{}, len(a.names)+2)
 	for i, name := range a.names {
 		go func() {
 			defer func() { done <- struct{}{} }()
@@ -708,6 +750,10 @@ func (a *Admitter) Run(ctx context.Context) {
 			a.lendLoop(ctx)
 		}()
 	}
+	go func() {
+		defer func() { done <- struct{}{} }()
+		a.refillLoop(ctx)
+	}()
 	a.heartbeat(ctx)
 	for range a.names {
 		<-done
@@ -715,6 +761,7 @@ func (a *Admitter) Run(ctx context.Context) {
 	if a.lend != nil {
 		<-done
 	}
+	<-done // the refill loop
 	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := a.pool.Exec(leaveCtx, leaveSQL, a.cfg.ClientID); err != nil {
@@ -745,6 +792,17 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 	q.signal() // a first pass at start: held work left by a stopped process
 	ticks, first := 0, true
 	misses := 0 // lock misses in a row
+	// rate fires when the soonest rate-limited tenant's next token is due
+	// (Pass.RateWait); nil channel while none waits for one.
+	var (
+		rateTimer *time.Timer
+		rate      <-chan time.Time
+	)
+	defer func() {
+		if rateTimer != nil {
+			rateTimer.Stop()
+		}
+	}()
 	for {
 		kind := look
 		if first { // nothing known yet
@@ -754,6 +812,8 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 		case <-ctx.Done():
 			return
 		case <-q.wake:
+		case <-rate:
+			rate = nil
 		case <-tick.C:
 			if !offsetDone {
 				tick.Reset(a.cfg.Tick)
@@ -787,6 +847,16 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 		default:
 			misses = 0
 		}
+		if err == nil && p.Ran && !p.Checked {
+			rate = nil
+			if rateTimer != nil {
+				rateTimer.Stop()
+			}
+			if p.RateWait > 0 {
+				rateTimer = time.NewTimer(p.RateWait)
+				rate = rateTimer.C
+			}
+		}
 		wait := a.cfg.PassInterval << min(misses, maxMissBackoff)
 		if p.Checked {
 			wait = max(wait, loneCheckInterval)
@@ -805,8 +875,11 @@ func (a *Admitter) loop(ctx context.Context, q *queueState, offset time.Duration
 				return
 			case <-time.After(wait):
 			case <-q.capEnd:
-				// A capped job ended: its tenant's next job should start
-				// within milliseconds, not after a rest.
+				// A limited job started or ended: its tenant's next job
+				// should start within milliseconds, not after a rest.
+			case <-rate:
+				rate = nil // a token is due: pass now
+				q.signal()
 			}
 		}
 	}

@@ -114,25 +114,30 @@ func stillAvailableSQL(alias string) string {
 // reads the same setting.
 const finishedJobsSetting = "tierq.finished_jobs"
 
-// roomCTEs are a pass's view of the concurrency caps (package limits,
-// migration 00013) of the tenants of CTE held (tenant, level, tier: each
-// tenant with held work, the tier of its best held job):
+// roomCTEs are a pass's view of the concurrency caps and rate limits
+// (package limits, migrations 00013 and 00015) of the tenants of CTE held
+// (tenant, level, tier: each tenant with held work, the tier of its best
+// held job):
 //
 //   - finished: the jobs this process finished whose completion River has
 //     not written yet (finishedJobsSetting); they stop counting only while
 //     still running (a snooze River wrote available counts again).
 //   - svc: the service whose queues hold queue $1 (tierq_services).
-//   - room: for each such tenant under a cap (its override in
+//   - room: for each such tenant under a cap or a rate (its override in
 //     tenant_limits, else its tier's default in tier_limits; 0 is none),
-//     how many more of its jobs may be available or running: the cap less
-//     its jobs counted against it (marked jobmeta.Capped, available or
-//     running in any queue of the service, through
-//     river_job_tierq_capped_idx), never below 0. The trigger keeps
-//     running + available at most the cap whatever a pass does; room keeps
-//     a pass from admitting jobs the trigger would only hold again, and
-//     from counting a capped tenant's held jobs as demand beyond it (a
-//     capped tenant at its cap is no active tenant, and its held jobs
-//     close no worse level).
+//     how many more of its jobs may be made available now, the least of:
+//     the cap less its jobs counted against it (marked jobmeta.Capped,
+//     available or running in any queue of the service, through
+//     river_job_tierq_capped_idx), never below 0 (cap_room); and for a
+//     rate, 1 when it has a token in its bucket (tenant_rate_buckets,
+//     refilled to now) and no job available and not started yet that a
+//     worker can fetch (rateWaitingSQL), else 0 (rate_room). rate_wait is
+//     how long until its next token, when that is all it lacks. The
+//     triggers keep the limits whatever a pass does; room keeps a pass
+//     from admitting jobs the triggers would only hold again, and from
+//     counting a limited tenant's held jobs as demand beyond it (a tenant
+//     with no room is no active tenant, and its held jobs close no worse
+//     level).
 func roomCTEs(held string) string {
 	return `finished AS (
     SELECT coalesce(string_to_array(nullif(current_setting('` + finishedJobsSetting + `', true), ''), ',')::bigint[], '{}') AS ids
@@ -141,24 +146,58 @@ svc AS (
     SELECT s.name, s.queues FROM tierq_services AS s WHERE $1 = ANY (s.queues) LIMIT 1
 ),
 room AS (
-    SELECT h.tenant,
-           greatest(0, c.n - (SELECT count(*) FROM (SELECT 1 FROM ` + riverschema.JobTable + ` AS j
-                                                  WHERE j.state IN ('` + riverschema.StateAvailable + `', '` + riverschema.StateRunning + `')
-                                                    AND j.metadata ? '` + jobmeta.Capped + `'
-                                                    AND ` + tenantSQL("j") + ` = h.tenant AND j.queue = ANY (svc.queues)
-                                                    AND NOT (j.state = '` + riverschema.StateRunning + `' AND j.id = ANY ((SELECT ids FROM finished)::bigint[]))
-                                                  LIMIT c.n) AS x))::int AS room
+    SELECT h.tenant, k.cap_room, k.rate_room, least(k.cap_room, k.rate_room) AS room,
+           CASE WHEN k.rate_room = 0 AND NOT r.waiting THEN (1 - r.tokens) * extract(epoch FROM c.per)::float8 / c.rc END AS rate_wait
     FROM ` + held + ` AS h
     CROSS JOIN svc
     CROSS JOIN LATERAL (
-        SELECT coalesce((SELECT o.max_running FROM tenant_limits AS o WHERE o.service = svc.name AND o.tenant = h.tenant),
-                        (SELECT l.max_running FROM tier_limits AS l
-                         WHERE l.service = svc.name
-                           AND l.tier = CASE WHEN h.tier IN ('pro', 'pro_plus', 'enterprise') THEN h.tier ELSE 'free' END),
-                        0) AS n
+        SELECT coalesce(o.max_running, l.max_running, 0) AS n,
+               CASE WHEN o.rate_count IS NOT NULL THEN o.rate_count ELSE coalesce(l.rate_count, 0) END AS rc,
+               CASE WHEN o.rate_count IS NOT NULL THEN o.rate_interval ELSE l.rate_interval END AS per
+        FROM (SELECT 1) AS one
+        LEFT JOIN tenant_limits AS o ON o.service = svc.name AND o.tenant = h.tenant
+        LEFT JOIN tier_limits AS l
+               ON l.service = svc.name AND l.tier = CASE WHEN h.tier IN ('pro', 'pro_plus', 'enterprise') THEN h.tier ELSE 'free' END
     ) AS c
-    WHERE c.n > 0
+    LEFT JOIN LATERAL (
+        SELECT ` + rateWaitingSQL("h.tenant", "svc.queues") + ` AS waiting,
+               coalesce((SELECT least(c.rc::float8, b.tokens + c.rc * greatest(0, extract(epoch FROM clock_timestamp() - b.at))::float8
+                                                              / extract(epoch FROM c.per)::float8)
+                         FROM tenant_rate_buckets AS b WHERE b.service = svc.name AND b.tenant = h.tenant), c.rc::float8) AS tokens
+        WHERE c.rc > 0 AND c.per IS NOT NULL
+    ) AS r ON true
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN c.n > 0
+                    THEN greatest(0, c.n - (SELECT count(*) FROM (SELECT 1 FROM ` + riverschema.JobTable + ` AS j
+                                                                 WHERE j.state IN ('` + riverschema.StateAvailable + `', '` + riverschema.StateRunning + `')
+                                                                   AND j.metadata ? '` + jobmeta.Capped + `'
+                                                                   AND ` + tenantSQL("j") + ` = h.tenant AND j.queue = ANY (svc.queues)
+                                                                   AND NOT (j.state = '` + riverschema.StateRunning + `' AND j.id = ANY ((SELECT ids FROM finished)::bigint[]))
+                                                                 LIMIT c.n) AS x))::int
+                    ELSE ` + itoa(unlimited) + ` END AS cap_room,
+               CASE WHEN r.tokens IS NULL THEN ` + itoa(unlimited) + `
+                    WHEN r.waiting OR r.tokens < 1 THEN 0
+                    ELSE 1 END AS rate_room
+    ) AS k
+    WHERE c.n > 0 OR (c.rc > 0 AND c.per IS NOT NULL)
 )`
+}
+
+// rateWaitingSQL is an SQL condition: the tenant whose key is the
+// expression tenant has a job counted against its limits (jobmeta.Capped)
+// available in one of the queues of the expression queues (text[]) that a
+// worker can fetch, a job admitted and not started yet: a rate-limited
+// tenant has at most one (migration 00015's trigger, whose rule this is). A
+// job counts only when a live heartbeat of its queue has workers for its
+// kind: one in a queue no worker serves, or of a kind none fetches, would
+// never start, and counted it would hold the tenant's other work for ever.
+func rateWaitingSQL(tenant, queues string) string {
+	return `EXISTS (SELECT 1 FROM ` + riverschema.JobTable + ` AS j
+               WHERE j.state = '` + riverschema.StateAvailable + `' AND j.metadata ? '` + jobmeta.Capped + `'
+                 AND ` + tenantSQL("j") + ` = ` + tenant + ` AND j.queue = ANY (` + queues + `)
+                 AND EXISTS (SELECT 1 FROM fair_share_slots AS s
+                             WHERE s.queue = j.queue AND s.expires_at > now() AND s.slots > 0
+                               AND (s.kinds IS NULL OR j.kind = ANY (s.kinds))))`
 }
 
 // Rows are joined to river_job by id through id = ANY(ARRAY(…)), which the
@@ -442,7 +481,7 @@ admitted AS (
     UPDATE ` + riverschema.JobTable + ` AS j
     SET state = '` + riverschema.StateAvailable + `',
         scheduled_at = ` + admittedAtSQL + `,
-        metadata = (j.metadata - '` + jobmeta.HeldAt + `' - '` + jobmeta.CapHeldAt + `') || jsonb_build_object(
+        metadata = (j.metadata - '` + jobmeta.HeldAt + `' - '` + jobmeta.CapHeldAt + `' - '` + jobmeta.RateHeldAt + `') || jsonb_build_object(
             ` + jobmetasql.KeptDueSQL(jobmetasql.DueAtSQL("j"), admittedAtSQL) + `)
     FROM turns AS t
     WHERE j.id = t.id AND j.id = ANY(ARRAY(SELECT id FROM turns))
@@ -459,7 +498,9 @@ SELECT coalesce((SELECT ok FROM lock), false),
        (SELECT CASE WHEN count(*) = 1 THEN min(tenant) END FROM tenants),
        ` + watermarkSQL + `,
        (SELECT count(*) FROM yielded)::int,
-       (SELECT count(*) FROM room WHERE room = 0)::int`
+       (SELECT count(*) FROM room WHERE cap_room = 0)::int,
+       (SELECT count(*) FROM room WHERE rate_room = 0 AND cap_room > 0)::int,
+       (SELECT min(rate_wait) FROM room)`
 
 // watermarkSQL is the database's clock as a look's watermark sees it: now,
 // or the start of the oldest transaction of another session of the

@@ -75,6 +75,16 @@ const (
 	Capped    = Prefix + "capped"
 	CapHeldAt = Prefix + "cap_held_at"
 
+	// Rated is the service whose rate limit the job was charged against
+	// (its tenant's Rate, package limits): written, beside Capped, by the
+	// database's rate trigger (migration 00015) when it takes a token for
+	// the job or holds it. RateHeldAt is set, beside HeldAt, while the job
+	// is held because its tenant had no token (or a job already waiting to
+	// start); fair share admits it when the tenant has a token, and removes
+	// both marks of a hold.
+	Rated      = Prefix + "rated"
+	RateHeldAt = Prefix + "rate_held_at"
+
 	// LentFrom is the queue a job was lent from: a free job moved into its
 	// service's priority queue to use an idle paid worker (package
 	// fairshare), with its priority there the lowest; LentPriority is the

@@ -6,13 +6,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// BenchmarkCapTrigger measures what migration 00013's trigger costs an
-// insert: 1,000 available jobs of 1,000 tenants per statement (one op),
-// into a service's queue beside 10,000 such jobs, analyzed: with the
-// trigger off; on with no cap set anywhere (the default: nocaps); on with
-// caps set for the service's free tier but not for these pro tenants
-// (uncapped); and for capped tenants (enterprise, capped at 1,000 each:
-// each row takes its tenant's lock and counts its jobs).
+// BenchmarkCapTrigger measures what migration 00013's and 00015's
+// triggers (caps and rates) cost an insert: 1,000 available jobs of 1,000
+// tenants per statement (one op), into a service's queue beside 10,000 such
+// jobs, analyzed: with both triggers off; on with no limit set anywhere
+// (the default: nocaps); on with caps set for the service's free tier but
+// not for these pro tenants (uncapped); for capped tenants (enterprise,
+// capped at 1,000 each: each row takes its tenant's lock and counts its
+// jobs); and for rate-limited tenants (pro at 1,000,000 an hour: each row
+// takes the lock, looks for a job waiting to start, and the first of each
+// tenant takes a token from its bucket).
 //
 //	go test -run '^$' -bench CapTrigger -benchtime 20x ./limits/
 func BenchmarkCapTrigger(b *testing.B) {
@@ -20,6 +23,7 @@ func BenchmarkCapTrigger(b *testing.B) {
 		name, tier, trigger, extra string
 	}{
 		{"off", "pro", "DISABLE", ""},
+		{"rated", "pro", "ENABLE", "UPDATE tier_limits SET rate_count = 1000000, rate_interval = interval '1 hour' WHERE tier = 'pro'"},
 		{"uncapped", "pro", "ENABLE", ""},
 		{"nocaps", "pro", "ENABLE", "UPDATE tier_limits SET max_running = 0"},
 		{"capped", "enterprise", "ENABLE", ""},
@@ -27,7 +31,7 @@ func BenchmarkCapTrigger(b *testing.B) {
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			bb := setupCapsB(b)
-			_, err := bb.db.Pool.Exec(b.Context(), `ALTER TABLE river_job `+c.trigger+` TRIGGER tierq_tenant_cap`)
+			_, err := bb.db.Pool.Exec(b.Context(), `ALTER TABLE river_job `+c.trigger+` TRIGGER tierq_tenant_cap, `+c.trigger+` TRIGGER tierq_tenant_rate`)
 			require.NoError(b, err)
 			if c.extra != "" {
 				_, err = bb.db.Pool.Exec(b.Context(), c.extra)

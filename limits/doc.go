@@ -19,8 +19,11 @@
 // 00013's trigger on river_job holds (River state pending) a job becoming
 // available while its tenant's running and available jobs across the
 // service's queues are at the cap, and fair share's pass admits it when
-// the tenant has room (package fairshare). Rates are configured and stored
-// here but not enforced yet (docs/fairness.md, "Limits").
+// the tenant has room (package fairshare). Rates are enforced the same way:
+// migration 00015's trigger holds a job becoming available unless its
+// tenant has a token in its bucket (tenant_rate_buckets) and no other job
+// available and not started yet, and fair share's pass admits it when both
+// hold (docs/fairness.md, "Rate limits").
 //
 // # Where limits come from
 //

@@ -134,7 +134,8 @@ type Values struct {
 	// 00013): the tenant's jobs beyond it wait held.
 	MaxRunning int `json:"max_running"`
 	// Rate is how many jobs of one tenant of the service start per second,
-	// minute or hour. Zero: no limit. Stored, not enforced yet.
+	// minute or hour. Zero: no limit. Enforced by migration 00015's trigger
+	// and fair share's pass (package fairshare).
 	Rate Rate `json:"rate"`
 	// DailyQuota is the most jobs of one tenant of the service that
 	// producer.Insert inserts per UTC day, 0 to MaxDailyQuota. 0: no quota.

@@ -107,17 +107,18 @@ func AllowInfinite(t testing.TB, db *DB) {
 // BeforeFiniteTimestamps puts the test's schema back to tierq's version
 // before migration 00010: its check dropped (AllowInfinite), the later
 // migrations undone (00011's tierq_services, 00012's limit tables and
-// 00013's cap trigger, its function and its index, 00014's job_wait_stats
-// dropped), and their versions forgotten, so that the next migrate.Up
+// 00013's cap trigger, its function and its index, 00014's job_wait_stats and
+// 00015's rate trigger, its function and tenant_rate_buckets dropped), and their versions forgotten, so that the next migrate.Up
 // applies 00010 and every later one again, as to a database upgraded from
 // that version. (goose refuses to apply a migration below the latest
-// recorded: a migration added after 00014 must be undone here too.)
+// recorded: a migration added after 00015 must be undone here too.)
 func BeforeFiniteTimestamps(t testing.TB, db *DB) {
 	t.Helper()
 	AllowInfinite(t, db)
 	_, err := db.Pool.Exec(context.Background(),
 		`DROP TRIGGER IF EXISTS tierq_tenant_cap ON `+riverschema.JobTable+`; DROP FUNCTION IF EXISTS tierq_tenant_cap();
+		 DROP TRIGGER IF EXISTS tierq_tenant_rate ON `+riverschema.JobTable+`; DROP FUNCTION IF EXISTS tierq_tenant_rate();
 		 DROP INDEX IF EXISTS river_job_tierq_capped_idx;
-		 DROP TABLE IF EXISTS tierq_services, tier_limits, tenant_limits, tenant_quota_usage, job_wait_stats; DELETE FROM tierq_schema_version WHERE version_id >= 10`)
+		 DROP TABLE IF EXISTS tierq_services, tier_limits, tenant_limits, tenant_quota_usage, job_wait_stats, tenant_rate_buckets; DELETE FROM tierq_schema_version WHERE version_id >= 10`)
 	require.NoError(t, err)
 }

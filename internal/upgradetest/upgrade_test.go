@@ -180,15 +180,15 @@ func TestUpgradeFromOldStyleJobs(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, res.RiverApplied)
 	require.Empty(t, res.TierqApplied)
-	// The test's schema is made at today's version (14: fair share's
+	// The test's schema is made at today's version (15: fair share's
 	// tables and partial index, which no existing row enters, river_job's
 	// statistics on (state, queue), its finite-timestamps check, the
 	// record of the services, tierq_services, the tenant limits' tables
-	// and the recorded waits, job_wait_stats); the
+	// the recorded waits, job_wait_stats, and the rate buckets); the
 	// rows are the old releases'. The
 	// pending job among them has no tierq:held_at: fair share never admits
 	// it (checked below: it is still pending).
-	require.EqualValues(t, 14, res.TierqVersion)
+	require.EqualValues(t, 15, res.TierqVersion)
 	require.Equal(t, before, snapshot(t, db))
 
 	// --- Today's deployments over the old rows. ---

@@ -1,0 +1,166 @@
+package fairshare
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tierq/tierq/internal/db"
+	"github.com/tierq/tierq/internal/jobmetasql"
+	"github.com/tierq/tierq/internal/riverschema"
+	"github.com/tierq/tierq/jobmeta"
+)
+
+// The refill is the fast path of per-tenant limits: when a job counted
+// against its tenant's cap ends, or a job charged against its tenant's rate
+// starts, in this process, the tenant may have room for its next held job
+// at once. A pass would find it too, but a pass reads the whole queue and
+// may be resting (passRest) or running in another replica; the refill
+// admits the tenant's one best job held by a limit (jobmeta.CapHeldAt or
+// RateHeldAt), in one small statement by the tenant's key through
+// river_job_tierq_held_idx, within a millisecond or two of the hook. The
+// database's triggers decide, as for every admission: a tenant still at its
+// cap, or without a token, gets the job held again. Jobs held by fair
+// share for their turn (jobmeta.HeldAt alone) are the passes' to admit,
+// and a tenant with a job already in line in a queue gets none there: its
+// place in line is its window's.
+
+// refillMax is the most tenants one refill statement serves: the hook
+// queues at most this many and drops the rest (the passes admit them).
+const refillMax = 256
+
+// refill is the tenants whose next held job the refill loop admits.
+type refill struct {
+	mu   sync.Mutex
+	meta [][]byte // the jobs' metadata (their tenant)
+	q    []string // the jobs' queues (their service)
+	wake chan struct{}
+}
+
+func newRefill() *refill { return &refill{wake: make(chan struct{}, 1)} }
+
+// add queues the tenant of a job that ended (or started) in queue.
+func (r *refill) add(queue string, metadata []byte) {
+	r.mu.Lock()
+	if len(r.q) < refillMax {
+		r.meta = append(r.meta, metadata)
+		r.q = append(r.q, queue)
+	}
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *refill) take() ([]string, []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	meta := make([]string, len(r.meta))
+	for i, m := range r.meta {
+		meta[i] = string(m)
+	}
+	q := r.q
+	r.meta, r.q = nil, nil
+	return meta, q
+}
+
+// refillLoop runs refills until ctx ends.
+func (a *Admitter) refillLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.hook.refill.wake:
+		}
+		meta, queues := a.hook.refill.take()
+		if len(queues) == 0 {
+			continue
+		}
+		if _, err := a.Refill(ctx, meta, queues); err != nil && ctx.Err() == nil {
+			a.cfg.Logger.ErrorContext(ctx, "fair share refill", slog.String("error", err.Error()))
+		}
+	}
+}
+
+// Refill admits, for each job given by its metadata (JSON) and queue, its
+// tenant's best job held by a limit in the queues of the job's service, and
+// returns how many it made available. The hook calls it (through the
+// refill loop) when a limited job ends or starts; exported for tests.
+func (a *Admitter) Refill(ctx context.Context, metadata, queues []string) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		if f := a.hook.capped.setting(time.Now()); f != "" {
+			if _, err := tx.Exec(ctx, `SELECT set_config('`+finishedJobsSetting+`', $1, true)`, f); err != nil {
+				return err
+			}
+		}
+		var notified int
+		return tx.QueryRow(ctx, refillSQL, metadata, queues).Scan(&n, &notified)
+	})
+	return n, err
+}
+
+// refillSQL admits, for each (metadata $1[i], queue $2[i]), the tenant's
+// best job held by a limit (the service's queues in their order: priority,
+// default, scheduled; then River's fetch order), due, of a kind a live
+// heartbeat of its queue fetches, in a queue not paused where the tenant
+// has no job available; SKIP LOCKED, as a pass. The triggers re-check the limits.
+// River's insert notification goes to each queue that gained a job.
+var refillSQL = `
+WITH e AS (
+    SELECT DISTINCT ` + tenantSQL("e0") + ` AS tenant, s.queues
+    FROM unnest($1::jsonb[], $2::text[]) AS e0(` + riverschema.JobMetadata + `, queue)
+    JOIN tierq_services AS s ON e0.queue = ANY (s.queues)
+    WHERE coalesce(e0.` + riverschema.JobMetadata + `->>'` + jobmeta.Tenant + `', '') <> ''
+),
+pick AS (
+    SELECT x.id
+    FROM e
+    CROSS JOIN LATERAL (
+        SELECT h.id
+        FROM unnest(e.queues) WITH ORDINALITY AS q(name, pos)
+        CROSS JOIN LATERAL (
+            SELECT j.id
+            FROM ` + riverschema.JobTable + ` AS j
+            WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = q.name AND ` + tenantSQL("j") + ` = e.tenant
+              AND (j.metadata ? '` + jobmeta.CapHeldAt + `' OR j.metadata ? '` + jobmeta.RateHeldAt + `')
+              AND j.scheduled_at <= now()
+              AND EXISTS (SELECT 1 FROM fair_share_slots AS s
+                          WHERE s.queue = j.queue AND s.expires_at > now() AND s.slots > 0
+                            AND (s.kinds IS NULL OR j.kind = ANY (s.kinds)))
+            ORDER BY j.priority, j.scheduled_at, j.id
+            LIMIT 1
+        ) AS h
+        WHERE NOT ` + db.PausedSQL("q.name") + `
+          AND NOT EXISTS (SELECT 1 FROM ` + riverschema.JobTable + ` AS a
+                          WHERE a.state = '` + riverschema.StateAvailable + `' AND a.metadata ? '` + jobmeta.Capped + `'
+                            AND ` + tenantSQL("a") + ` = e.tenant AND a.queue = q.name)
+        ORDER BY q.pos
+        LIMIT 1
+    ) AS x
+),
+locked AS (
+    SELECT j.id
+    FROM ` + riverschema.JobTable + ` AS j
+    WHERE j.id = ANY(ARRAY(SELECT id FROM pick)) AND ` + jobmetasql.HeldSQL("j") + `
+    FOR UPDATE SKIP LOCKED
+),
+admitted AS (
+    UPDATE ` + riverschema.JobTable + ` AS j
+    SET state = '` + riverschema.StateAvailable + `',
+        scheduled_at = greatest(now(), j.scheduled_at),
+        metadata = (j.metadata - '` + jobmeta.HeldAt + `' - '` + jobmeta.CapHeldAt + `' - '` + jobmeta.RateHeldAt + `') || jsonb_build_object(
+            ` + jobmetasql.KeptDueSQL(jobmetasql.DueAtSQL("j"), `greatest(now(), j.scheduled_at)`) + `)
+    WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
+    RETURNING j.queue, j.state
+),
+notified AS (
+    SELECT ` + riverschema.NotifyInsertSQL("q.queue") + `
+    FROM (SELECT DISTINCT queue FROM admitted WHERE state = '` + riverschema.StateAvailable + `') AS q
+)
+SELECT (SELECT count(*) FROM admitted WHERE state = '` + riverschema.StateAvailable + `')::int,
+       (SELECT count(*) FROM notified)::int`

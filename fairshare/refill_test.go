@@ -1,0 +1,101 @@
+package fairshare_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+)
+
+// beat records a live heartbeat of 5 workers fetching every kind in each
+// of the service's priority and default queues, as a running worker's
+// would: the refill admits only jobs a live worker fetches.
+func (b *capsBundle) beat(t *testing.T) {
+	t.Helper()
+	b.exec(t, `INSERT INTO fair_share_slots (client_id, queue, slots, heartbeat_at, expires_at)
+		VALUES ('w', 'fair_priority', 5, now(), now() + interval '1 hour'), ('w', 'fair_default', 5, now(), now() + interval '1 hour')`)
+}
+
+// TestRefill: the fast path of limits admits a tenant's next job held by
+// its cap when one of its jobs ends in this process, and by its rate when
+// one starts; the triggers still decide.
+func TestRefill(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("Cap", func(t *testing.T) {
+		t.Parallel()
+		b := setupCaps(t) // pro tenants capped at 1
+		b.beat(t)
+		// p's one job runs in the default queue; three wait held by the
+		// cap in the priority queue, beside a job of p held by fair share
+		// for its turn (held_at alone), which the refill leaves alone.
+		b.insertTier(t, "fair_default", "pro", "p", 2, 1)
+		b.insertTier(t, queue, "pro", "p", 1, 3)
+		b.exec(t, `UPDATE river_job SET metadata = metadata - 'tierq:cap_held_at' WHERE id = (SELECT min(id) FROM river_job WHERE queue = $1)`, queue)
+		var (
+			id   int64
+			meta []byte
+		)
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `
+			UPDATE river_job SET state = 'running', attempted_at = now(), attempt = 1
+			WHERE queue = 'fair_default' RETURNING id, metadata`).Scan(&id, &meta))
+
+		// Still running: the trigger holds the job again.
+		n, err := b.admitter.Refill(ctx, []string{string(meta)}, []string{"fair_default"})
+		require.NoError(t, err)
+		require.Equal(t, 0, n)
+		require.Equal(t, map[string]int{"p/pending": 3}, b.counts(t))
+
+		// It ends in this process (River has not written it yet): one job
+		// held by the cap comes back, in the priority queue, not the job
+		// held for its turn.
+		end, ok := b.admitter.Hook().(rivertype.HookWorkEnd)
+		require.True(t, ok)
+		require.NoError(t, end.WorkEnd(ctx, &rivertype.JobRow{ID: id, Queue: "fair_default", Metadata: meta}, nil))
+		n, err = b.admitter.Refill(ctx, []string{string(meta)}, []string{"fair_default"})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, map[string]int{"p/available": 1, "p/pending": 2}, b.counts(t))
+		require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'pending' AND id = (SELECT min(id) FROM river_job WHERE queue = $1)`, queue))
+		require.Equal(t, 0, b.db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'available' AND metadata ? 'tierq:held_at'`))
+
+		// With a job in line, none more.
+		n, err = b.admitter.Refill(ctx, []string{string(meta)}, []string{"fair_default"})
+		require.NoError(t, err)
+		require.Equal(t, 0, n)
+
+		// A paused queue gets none: the job in line starts, ends, and the
+		// priority queue is paused.
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `
+			UPDATE river_job SET state = 'running', attempted_at = now(), attempt = 1
+			WHERE state = 'available' RETURNING id, metadata`).Scan(&id, &meta))
+		require.NoError(t, end.WorkEnd(ctx, &rivertype.JobRow{ID: id, Queue: queue, Metadata: meta}, nil))
+		b.exec(t, `INSERT INTO river_queue (name, created_at, metadata, paused_at, updated_at) VALUES ($1, now(), '{}', now(), now())`, queue)
+		n, err = b.admitter.Refill(ctx, []string{string(meta)}, []string{queue})
+		require.NoError(t, err)
+		require.Equal(t, 0, n)
+	})
+
+	t.Run("Rate", func(t *testing.T) {
+		t.Parallel()
+		b := setupRates(t) // pro tenants: 2 a minute
+		b.insertTier(t, queue, "pro", "p", 1, 3)
+		require.Equal(t, map[string]int{"p/available": 1, "p/pending": 2}, b.counts(t))
+		var meta []byte
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `
+			UPDATE river_job SET state = 'running', attempted_at = now(), attempt = 1
+			WHERE state = 'available' RETURNING metadata`).Scan(&meta))
+		// It started: the second token admits the next.
+		n, err := b.admitter.Refill(ctx, []string{string(meta)}, []string{queue})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		b.exec(t, `UPDATE river_job SET state = 'running', attempted_at = now(), attempt = 1 WHERE state = 'available'`)
+		// No token left: held again.
+		n, err = b.admitter.Refill(ctx, []string{string(meta)}, []string{queue})
+		require.NoError(t, err)
+		require.Equal(t, 0, n)
+		require.Equal(t, map[string]int{"p/running": 2, "p/pending": 1}, b.counts(t))
+	})
+}
