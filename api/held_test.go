@@ -120,8 +120,9 @@ func TestMetricsShowHeldJobs(t *testing.T) {
 
 // TestMetricsShowJobsHeldByCap: tierq_jobs_held_by_cap{queue} counts the
 // held jobs a tenant's concurrency cap holds (tierq:cap_held_at), of every
-// tenant, apart from those fair share's window holds; GET /v1/queues says
-// the same in held_by_cap.
+// tenant, apart from those fair share's window holds, and
+// tierq_jobs_held_by_rate{queue} those a rate holds (tierq:rate_held_at);
+// GET /v1/queues says the same in held_by_cap and held_by_rate.
 func TestMetricsShowJobsHeldByCap(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -135,8 +136,10 @@ func TestMetricsShowJobsHeldByCap(t *testing.T) {
 		{Queue: "analysis_default", Tenant: "initech", Scheduled: 5 * time.Second},
 		// analysis_priority: one held by a cap.
 		{Queue: "analysis_priority", Held: true, CapHeld: true, Capped: "analyzer", Tenant: "acme", Scheduled: 5 * time.Second},
-		// specview_default: held by the window only.
+		// specview_default: held by the window, and two by a rate.
 		{Queue: "specview_default", Held: true, Tenant: "acme", Scheduled: 5 * time.Second},
+		{Queue: "specview_default", Held: true, RateHeld: true, Tenant: "acme", Scheduled: 5 * time.Second},
+		{Queue: "specview_default", Held: true, RateHeld: true, Tenant: "hooli", Scheduled: 5 * time.Second},
 	} {
 		testdb.InsertWaitingJob(t, b.db, j)
 	}
@@ -147,19 +150,24 @@ func TestMetricsShowJobsHeldByCap(t *testing.T) {
 		`tierq_jobs_held_by_cap{queue="analysis_priority"} 1`,
 		`tierq_jobs_held_by_cap{queue="analysis_scheduled"} 0`,
 		`tierq_jobs_held_by_cap{queue="specview_default"} 0`,
+		`tierq_jobs_held_by_rate{queue="analysis_default"} 0`,
+		`tierq_jobs_held_by_rate{queue="specview_default"} 2`,
 		`tierq_held_jobs{queue="analysis_default"} 4`,
-		`tierq_held_jobs{queue="specview_default"} 1`,
+		`tierq_held_jobs{queue="specview_default"} 3`,
 	} {
 		require.Contains(t, metrics, want)
 	}
 
 	res := b.do(t, "GET", "/v1/queues", adminToken, nil)
 	require.Equal(t, http.StatusOK, res.status)
-	heldByCap := map[string]any{}
+	heldByCap, heldByRate := map[string]any{}, map[string]any{}
 	for _, q := range res.json(t)["queues"].([]any) {
 		heldByCap[q.(map[string]any)["name"].(string)] = q.(map[string]any)["held_by_cap"]
+		heldByRate[q.(map[string]any)["name"].(string)] = q.(map[string]any)["held_by_rate"]
 	}
 	require.EqualValues(t, 3, heldByCap["analysis_default"])
 	require.EqualValues(t, 1, heldByCap["analysis_priority"])
 	require.EqualValues(t, 0, heldByCap["specview_default"])
+	require.EqualValues(t, 0, heldByRate["analysis_default"])
+	require.EqualValues(t, 2, heldByRate["specview_default"])
 }

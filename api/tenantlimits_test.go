@@ -186,7 +186,7 @@ func TestTenantLimitsEndpoints(t *testing.T) {
 		"override":            map[string]any{"max_running": nil, "rate": nil, "daily_quota": nil},
 		"override_updated_at": nil,
 		"quota":               map[string]any{"day": day, "used": 0.0, "remaining": 7.0, "reset_at": reset + "T00:00:00Z"},
-		"jobs":                map[string]any{"running": 0.0, "available": 0.0, "held": 0.0, "held_by_cap": 0.0},
+		"jobs":                map[string]any{"running": 0.0, "available": 0.0, "held": 0.0, "held_by_cap": 0.0, "held_by_rate": 0.0},
 	}, view)
 
 	// A pro subscription with an override of the quota to 2 and of the
@@ -251,15 +251,15 @@ func TestTenantLimitsShowJobs(t *testing.T) {
 	}
 	res := b.do(t, "POST", "/v1/jobs", producerToken, analysisBody("globex", "/srv/globex/0"))
 	require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
-	require.Equal(t, map[string]any{"running": 0.0, "available": 1.0, "held": 2.0, "held_by_cap": 2.0}, jobs("analyzer", "acme"))
-	require.Equal(t, map[string]any{"running": 0.0, "available": 1.0, "held": 0.0, "held_by_cap": 0.0}, jobs("analyzer", "globex"))
-	require.Equal(t, map[string]any{"running": 0.0, "available": 0.0, "held": 0.0, "held_by_cap": 0.0}, jobs("specgen", "acme"))
+	require.Equal(t, map[string]any{"running": 0.0, "available": 1.0, "held": 2.0, "held_by_cap": 2.0, "held_by_rate": 0.0}, jobs("analyzer", "acme"))
+	require.Equal(t, map[string]any{"running": 0.0, "available": 1.0, "held": 0.0, "held_by_cap": 0.0, "held_by_rate": 0.0}, jobs("analyzer", "globex"))
+	require.Equal(t, map[string]any{"running": 0.0, "available": 0.0, "held": 0.0, "held_by_cap": 0.0, "held_by_rate": 0.0}, jobs("specgen", "acme"))
 
 	// A worker fetches acme's available job.
 	_, err := b.db.Pool.Exec(t.Context(), `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now()
 		WHERE state = 'available' AND metadata->>'tierq:tenant' = 'acme'`)
 	require.NoError(t, err)
-	require.Equal(t, map[string]any{"running": 1.0, "available": 0.0, "held": 2.0, "held_by_cap": 2.0}, jobs("analyzer", "acme"))
+	require.Equal(t, map[string]any{"running": 1.0, "available": 0.0, "held": 2.0, "held_by_cap": 2.0, "held_by_rate": 0.0}, jobs("analyzer", "acme"))
 }
 
 // TestTenantLimitsRefuseBadInput: whatever the bytes (NUL, invalid UTF-8,

@@ -190,8 +190,8 @@ func (a *app) limitsShowCommand() *cobra.Command {
 subscription, free without one, or --tier), its override, the limits that
 apply, its jobs counted today (UTC) against its daily quota, and its jobs in
 the service's queues now: running and available counted against its
-concurrency cap (what the cap bounds), and held, by fair share or by the
-cap. Jobs are counted against a quota only while one applies, and against a
+concurrency cap (what the cap bounds), and held, by fair share, the cap or
+the rate. Jobs are counted against a quota only while one applies, and against a
 cap only while one applies.`,
 		Example: `  tierctl limits show analyzer u_1842
   tierctl limits show analyzer u_1842 --tier pro --json`,
@@ -258,7 +258,7 @@ func (a *app) showLimits(ctx context.Context, q db.Querier, service, tenant stri
 	if t.Limits.MaxRunning > 0 {
 		counted = fmt.Sprintf("%d running + %d available of its cap of %d", t.Jobs.Running, t.Jobs.Available, t.Limits.MaxRunning)
 	}
-	fmt.Fprintf(a.stdout, "jobs now: %s; %d held, %d of them by the cap\n", counted, t.Jobs.Held, t.Jobs.HeldByCap)
+	fmt.Fprintf(a.stdout, "jobs now: %s; %d held, %d of them by the cap, %d by the rate\n", counted, t.Jobs.Held, t.Jobs.HeldByCap, t.Jobs.HeldByRate)
 	return nil
 }
 

@@ -44,7 +44,7 @@ max_running  0        0     -         yes
 rate         10/s     10/s  -         yes
 daily_quota  0        0     -         yes
 today (`+day+` UTC): 0 used, no quota; the count restarts at TIME
-jobs now: no cap, running and available jobs not counted; 0 held, 0 of them by the cap
+jobs now: no cap, running and available jobs not counted; 0 held, 0 of them by the cap, 0 by the rate
 `, run("limits", "show", "analyzer", "acme"))
 
 	require.Equal(t, `service analyzer, tenant acme, tier pro
@@ -53,7 +53,7 @@ max_running  0        0     -         yes
 rate         100/m    10/s  100/m     yes
 daily_quota  5        0     5         yes
 today (`+day+` UTC): 0 used of 5, 5 remaining; the count restarts at TIME
-jobs now: no cap, running and available jobs not counted; 0 held, 0 of them by the cap
+jobs now: no cap, running and available jobs not counted; 0 held, 0 of them by the cap, 0 by the rate
 `, run("limits", "set", "analyzer", "acme", "--daily-quota", "5", "--rate", "100/m"))
 
 	require.Equal(t, `service analyzer, tenant acme, tier free
@@ -62,7 +62,7 @@ max_running  1        1     -         yes
 rate         100/m    0     100/m     yes
 daily_quota  5        100   5         yes
 today (`+day+` UTC): 0 used of 5, 5 remaining; the count restarts at TIME
-jobs now: 0 running + 0 available of its cap of 1; 0 held, 0 of them by the cap
+jobs now: 0 running + 0 available of its cap of 1; 0 held, 0 of them by the cap, 0 by the rate
 `, run("limits", "show", "analyzer", "acme", "--tier", "free"), "the override beats free's defaults too")
 
 	run("limits", "set", "specgen", "zeta", "--max-running", "0")
@@ -88,7 +88,7 @@ max_running  0        0     -         yes
 rate         10/s     10/s  -         yes
 daily_quota  5        0     5         yes
 today (`+day+` UTC): 0 used of 5, 5 remaining; the count restarts at TIME
-jobs now: no cap, running and available jobs not counted; 0 held, 0 of them by the cap
+jobs now: no cap, running and available jobs not counted; 0 held, 0 of them by the cap, 0 by the rate
 `, run("limits", "unset", "analyzer", "acme", "--rate"))
 	run("limits", "unset", "analyzer", "acme")
 	out, err := runTierctl(t, environ, "limits", "unset", "analyzer", "acme")
@@ -123,14 +123,15 @@ func TestLimitsShowJobs(t *testing.T) {
 
 	out, err := runTierctl(t, environ, "limits", "show", "analyzer", "acme")
 	require.NoError(t, err, out)
-	require.Contains(t, out, "\njobs now: 1 running + 1 available of its cap of 2; 2 held, 1 of them by the cap\n")
+	require.Contains(t, out, "\njobs now: 1 running + 1 available of its cap of 2; 2 held, 1 of them by the cap, 0 by the rate\n")
 	out, err = runTierctl(t, environ, "limits", "show", "analyzer", "acme", "--json")
 	require.NoError(t, err, out)
 	require.Contains(t, out, `"jobs": {
     "running": 1,
     "available": 1,
     "held": 2,
-    "held_by_cap": 1
+    "held_by_cap": 1,
+    "held_by_rate": 0
   }`)
 }
 

@@ -32,8 +32,13 @@ func TestLookupJobs(t *testing.T) {
 	b.exec(t, `INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
 		VALUES ('mail', '{}', 'mailer_scheduled', 4, 'pending', 25,
 		        '{"tierq:tier": "free", "tierq:tenant": "u1", "tierq:held_at": "2026-12-05T18:00:00Z"}')`)
-	// Not u1's in mailer: another tenant's, u1's in a queue of no service.
+	// Not u1's in mailer: another tenant's (one of them held by its rate),
+	// u1's in a queue of no service.
 	b.insert(t, b.db.Pool, "mailer_default", "free", "u2", 2)
+	b.exec(t, `INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
+		VALUES ('mail', '{}', 'mailer_default', 4, 'pending', 25,
+		        '{"tierq:tier": "free", "tierq:tenant": "u2", "tierq:held_at": "2026-12-05T18:00:00Z",
+		          "tierq:rated": "mailer", "tierq:rate_held_at": "2026-12-05T18:00:00Z"}')`)
 	b.insert(t, b.db.Pool, "other_default", "free", "u1", 4)
 	// u3 (pro_plus, cap 3): two available. u4 (pro, no cap): not counted.
 	b.insert(t, b.db.Pool, "mailer_default", "pro_plus", "u3", 2)
@@ -46,7 +51,7 @@ func TestLookupJobs(t *testing.T) {
 		return got.Jobs
 	}
 	require.Equal(t, limits.Jobs{Running: 1, Available: 0, Held: 4, HeldByCap: 3}, jobs(tiers.Free, "u1"))
-	require.Equal(t, limits.Jobs{Running: 0, Available: 1, Held: 1, HeldByCap: 1}, jobs(tiers.Free, "u2"))
+	require.Equal(t, limits.Jobs{Running: 0, Available: 1, Held: 2, HeldByCap: 1, HeldByRate: 1}, jobs(tiers.Free, "u2"))
 	require.Equal(t, limits.Jobs{Available: 2}, jobs(tiers.ProPlus, "u3"))
 	require.Equal(t, limits.Jobs{}, jobs(tiers.Pro, "u4"), "an uncapped tenant's jobs do not count")
 	require.Equal(t, limits.Jobs{}, jobs(tiers.Free, "nobody"))

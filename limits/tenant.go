@@ -55,11 +55,12 @@ type Jobs struct {
 	Running   int `json:"running"`
 	Available int `json:"available"`
 	// Held is the tenant's jobs held back (River state pending, marked
-	// jobmeta.HeldAt), by fair share's window or by its cap; HeldByCap is
-	// those of them held by its cap (jobmeta.CapHeldAt). (Jobs held by a
-	// rate will get a count of their own once rates are enforced.)
-	Held      int `json:"held"`
-	HeldByCap int `json:"held_by_cap"`
+	// jobmeta.HeldAt), by fair share's window, its cap or its rate;
+	// HeldByCap is those of them held by its cap (jobmeta.CapHeldAt),
+	// HeldByRate those held by its rate (jobmeta.RateHeldAt).
+	Held       int `json:"held"`
+	HeldByCap  int `json:"held_by_cap"`
+	HeldByRate int `json:"held_by_rate"`
 }
 
 // Usage is a tenant's count of jobs inserted on one UTC day.
@@ -94,7 +95,7 @@ svc AS (SELECT s.queues FROM tierq_services AS s WHERE s.name = $1)
 SELECT l.max_running, l.rate_count, extract(epoch FROM l.rate_interval)::float8, l.daily_quota, l.recorded_at,
        o.max_running, o.rate_count, extract(epoch FROM o.rate_interval)::float8, o.daily_quota, o.updated_at,
        coalesce(u.used, 0), to_char(day.d, 'YYYY-MM-DD'), (day.d + 1)::timestamp AT TIME ZONE 'UTC',
-       c.running, c.available, h.held, h.held_by_cap
+       c.running, c.available, h.held, h.held_by_cap, h.held_by_rate
 FROM day
 LEFT JOIN tier_limits AS l ON l.service = $1 AND l.tier = $2
 LEFT JOIN tenant_limits AS o ON o.service = $1 AND o.tenant = $3
@@ -110,7 +111,8 @@ CROSS JOIN (
 ) AS c
 CROSS JOIN (
     SELECT count(*)::int AS held,
-           (count(*) FILTER (WHERE j.` + riverschema.JobMetadata + ` ? '` + jobmeta.CapHeldAt + `'))::int AS held_by_cap
+           (count(*) FILTER (WHERE j.` + riverschema.JobMetadata + ` ? '` + jobmeta.CapHeldAt + `'))::int AS held_by_cap,
+           (count(*) FILTER (WHERE j.` + riverschema.JobMetadata + ` ? '` + jobmeta.RateHeldAt + `'))::int AS held_by_rate
     FROM ` + riverschema.JobTable + ` AS j
     WHERE ` + jobmetasql.HeldSQL("j") + `
       AND ` + jobmetasql.TenantKeySQL("j") + ` = $3::text
@@ -147,7 +149,7 @@ func Lookup(ctx context.Context, q db.Querier, service string, tier tiers.Tier, 
 		&tierMax, &tierRate, &tierRateSeconds, &tierQuota, &out.TierRecordedAt,
 		&out.Override.MaxRunning, &overrideRate, &overrideRateSeconds, &out.Override.DailyQuota, &out.OverrideUpdatedAt,
 		&out.Quota.Used, &out.Quota.Day, &out.Quota.ResetAt,
-		&out.Jobs.Running, &out.Jobs.Available, &out.Jobs.Held, &out.Jobs.HeldByCap)
+		&out.Jobs.Running, &out.Jobs.Available, &out.Jobs.Held, &out.Jobs.HeldByCap, &out.Jobs.HeldByRate)
 	if err != nil {
 		return Tenant{}, fmt.Errorf("read tenant limits: %w", err)
 	}

@@ -27,6 +27,9 @@ type WaitingJob struct {
 	// insert: under a recorded cap, the trigger marks or holds it itself.
 	Capped  string
 	CapHeld bool
+	// RateHeld, with Held, says the job is held by its tenant's rate
+	// (jobmeta.RateHeldAt, beside jobmeta.Rated "test").
+	RateHeld bool
 	// Running writes the job running (attempted now) instead of available;
 	// not with Held.
 	Running  bool
@@ -60,11 +63,13 @@ func InsertWaitingJob(t testing.TB, db *DB, job WaitingJob) int64 {
 		           '`+jobmeta.HeldAt+`', CASE WHEN $2 THEN now() END,
 		           '`+jobmeta.Capped+`', nullif($7, ''),
 		           '`+jobmeta.CapHeldAt+`', CASE WHEN $2 AND $8 THEN now() END,
+		           '`+jobmeta.Rated+`', CASE WHEN $2 AND $10 THEN 'test' END,
+		           '`+jobmeta.RateHeldAt+`', CASE WHEN $2 AND $10 THEN now() END,
 		           '`+jobmeta.DueAt+`', CASE WHEN $5 <> 0 THEN (extract(epoch FROM now() - make_interval(secs => $5)) * 1000000)::bigint END,
 		           '`+jobmeta.MovedAt+`', CASE WHEN $5 <> 0 THEN (extract(epoch FROM t.scheduled_at) * 1000000)::bigint END)),
 		       10, t.scheduled_at, t.scheduled_at, CASE WHEN $9 THEN 1 ELSE 0 END, CASE WHEN $9 THEN now() END
 		FROM t
 		RETURNING id`,
-		job.Queue, job.Held, job.Priority, job.Scheduled.Seconds(), job.Due.Seconds(), job.Tenant, job.Capped, job.CapHeld, job.Running).Scan(&id))
+		job.Queue, job.Held, job.Priority, job.Scheduled.Seconds(), job.Due.Seconds(), job.Tenant, job.Capped, job.CapHeld, job.Running, job.RateHeld).Scan(&id))
 	return id
 }
