@@ -117,3 +117,57 @@ func TestMetricsShowHeldJobs(t *testing.T) {
 	require.InDelta(t, 5, gauge("tierq_oldest_available_seconds"), 1)
 	require.InDelta(t, 90, gauge("tierq_oldest_waiting_seconds"), 1)
 }
+
+// TestMetricsShowJobsHeldByCap: tierq_jobs_held_by_cap{queue} counts the
+// held jobs a tenant's concurrency cap holds (tierq:cap_held_at), of every
+// tenant, apart from those fair share's window holds, and
+// tierq_jobs_held_by_rate{queue} those a rate holds (tierq:rate_held_at);
+// GET /v1/queues says the same in held_by_cap and held_by_rate.
+func TestMetricsShowJobsHeldByCap(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, j := range []testdb.WaitingJob{
+		// analysis_default: two tenants' jobs held by their caps, one held
+		// by the window, one available.
+		{Queue: "analysis_default", Held: true, CapHeld: true, Capped: "analyzer", Tenant: "acme", Scheduled: 30 * time.Second},
+		{Queue: "analysis_default", Held: true, CapHeld: true, Capped: "analyzer", Tenant: "acme", Scheduled: 20 * time.Second},
+		{Queue: "analysis_default", Held: true, CapHeld: true, Capped: "analyzer", Tenant: "globex", Scheduled: 10 * time.Second},
+		{Queue: "analysis_default", Held: true, Tenant: "initech", Scheduled: 10 * time.Second},
+		{Queue: "analysis_default", Tenant: "initech", Scheduled: 5 * time.Second},
+		// analysis_priority: one held by a cap.
+		{Queue: "analysis_priority", Held: true, CapHeld: true, Capped: "analyzer", Tenant: "acme", Scheduled: 5 * time.Second},
+		// specview_default: held by the window, and two by a rate.
+		{Queue: "specview_default", Held: true, Tenant: "acme", Scheduled: 5 * time.Second},
+		{Queue: "specview_default", Held: true, RateHeld: true, Tenant: "acme", Scheduled: 5 * time.Second},
+		{Queue: "specview_default", Held: true, RateHeld: true, Tenant: "hooli", Scheduled: 5 * time.Second},
+	} {
+		testdb.InsertWaitingJob(t, b.db, j)
+	}
+
+	metrics := string(b.do(t, "GET", "/metrics", "", nil).body)
+	for _, want := range []string{
+		`tierq_jobs_held_by_cap{queue="analysis_default"} 3`,
+		`tierq_jobs_held_by_cap{queue="analysis_priority"} 1`,
+		`tierq_jobs_held_by_cap{queue="analysis_scheduled"} 0`,
+		`tierq_jobs_held_by_cap{queue="specview_default"} 0`,
+		`tierq_jobs_held_by_rate{queue="analysis_default"} 0`,
+		`tierq_jobs_held_by_rate{queue="specview_default"} 2`,
+		`tierq_held_jobs{queue="analysis_default"} 4`,
+		`tierq_held_jobs{queue="specview_default"} 3`,
+	} {
+		require.Contains(t, metrics, want)
+	}
+
+	res := b.do(t, "GET", "/v1/queues", adminToken, nil)
+	require.Equal(t, http.StatusOK, res.status)
+	heldByCap, heldByRate := map[string]any{}, map[string]any{}
+	for _, q := range res.json(t)["queues"].([]any) {
+		heldByCap[q.(map[string]any)["name"].(string)] = q.(map[string]any)["held_by_cap"]
+		heldByRate[q.(map[string]any)["name"].(string)] = q.(map[string]any)["held_by_rate"]
+	}
+	require.EqualValues(t, 3, heldByCap["analysis_default"])
+	require.EqualValues(t, 1, heldByCap["analysis_priority"])
+	require.EqualValues(t, 0, heldByCap["specview_default"])
+	require.EqualValues(t, 0, heldByRate["analysis_default"])
+	require.EqualValues(t, 2, heldByRate["specview_default"])
+}

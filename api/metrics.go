@@ -21,7 +21,7 @@ import (
 
 // Metrics is the API's Prometheus registry: the tier fallbacks and
 // escalations it performs itself, and gauges of the database (queue depth,
-// held jobs, oldest available and oldest waiting job, dead letters, whether
+// held jobs and those held by a cap or a rate, oldest available and oldest waiting job, dead letters, whether
 // a River leader is present)
 // read by a cached collector, so that scrapes never load the database.
 type Metrics struct {
@@ -97,7 +97,7 @@ type dbCollector struct {
 	mu   sync.Mutex
 	last *dbSnapshot // nil before the first read
 
-	depth, held, oldest, oldestWaiting, unfetchable, dlqDepth, leaderPresent, dbUp *prometheus.Desc
+	depth, held, heldByCap, heldByRate, oldest, oldestWaiting, unfetchable, dlqDepth, leaderPresent, dbUp *prometheus.Desc
 }
 
 func newDBCollector(q db.Querier, services *service.Registry, logger *slog.Logger, cacheFor time.Duration) *dbCollector {
@@ -107,6 +107,10 @@ func newDBCollector(q db.Querier, services *service.Registry, logger *slog.Logge
 			"Jobs per queue and state (available, scheduled, retryable, pending, running).", []string{"queue", "state"}, nil),
 		held: prometheus.NewDesc("tierq_held_jobs",
 			"Jobs of the queue fair share holds back (state pending, metadata tierq:held_at; part of tierq_queue_depth's pending), due or not.", []string{"queue"}, nil),
+		heldByCap: prometheus.NewDesc("tierq_jobs_held_by_cap",
+			"Jobs of the queue held by their tenant's concurrency cap (metadata tierq:cap_held_at; part of tierq_held_jobs): they wait for one of the tenant's jobs to end, not for a worker.", []string{"queue"}, nil),
+		heldByRate: prometheus.NewDesc("tierq_jobs_held_by_rate",
+			"Jobs of the queue held by their tenant's rate limit (metadata tierq:rate_held_at; part of tierq_held_jobs): they wait for the tenant's next token, not for a worker.", []string{"queue"}, nil),
 		oldest: prometheus.NewDesc("tierq_oldest_available_seconds",
 			"How long the longest-waiting available job of the queue has been available, since its scheduled_at (0: none available and due). Held jobs are not counted: see tierq_oldest_waiting_seconds.", []string{"queue"}, nil),
 		oldestWaiting: prometheus.NewDesc("tierq_oldest_waiting_seconds",
@@ -125,6 +129,8 @@ func newDBCollector(q db.Querier, services *service.Registry, logger *slog.Logge
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.depth
 	ch <- c.held
+	ch <- c.heldByCap
+	ch <- c.heldByRate
 	ch <- c.oldest
 	ch <- c.oldestWaiting
 	ch <- c.unfetchable
@@ -207,6 +213,8 @@ func (c *dbCollector) metrics(snap *dbSnapshot) []prometheus.Metric {
 			out = append(out, prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(n), q.Name, state))
 		}
 		out = append(out, prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(q.Held), q.Name))
+		out = append(out, prometheus.MustNewConstMetric(c.heldByCap, prometheus.GaugeValue, float64(q.HeldByCap), q.Name))
+		out = append(out, prometheus.MustNewConstMetric(c.heldByRate, prometheus.GaugeValue, float64(q.HeldByRate), q.Name))
 		out = append(out, prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, q.OldestAvailableSeconds, q.Name))
 		out = append(out, prometheus.MustNewConstMetric(c.oldestWaiting, prometheus.GaugeValue, q.OldestWaitingSeconds, q.Name))
 		out = append(out, prometheus.MustNewConstMetric(c.unfetchable, prometheus.GaugeValue, float64(unfetchable[q.Name]), q.Name))

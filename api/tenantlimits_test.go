@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/limits"
 	"github.com/tierq/tierq/tiers"
 )
@@ -185,6 +186,7 @@ func TestTenantLimitsEndpoints(t *testing.T) {
 		"override":            map[string]any{"max_running": nil, "rate": nil, "daily_quota": nil},
 		"override_updated_at": nil,
 		"quota":               map[string]any{"day": day, "used": 0.0, "remaining": 7.0, "reset_at": reset + "T00:00:00Z"},
+		"jobs":                map[string]any{"running": 0.0, "available": 0.0, "held": 0.0, "held_by_cap": 0.0, "held_by_rate": 0.0},
 	}, view)
 
 	// A pro subscription with an override of the quota to 2 and of the
@@ -223,6 +225,41 @@ func TestTenantLimitsEndpoints(t *testing.T) {
 	require.Equal(t, map[string]any{"max_running": nil, "rate": nil, "daily_quota": nil}, view["override"])
 	require.Equal(t, map[string]any{"max_running": 0.0, "rate": "10/s", "daily_quota": 0.0}, view["limits"])
 	require.Zero(t, b.db.Count(t, `SELECT count(*) FROM tenant_limits`))
+}
+
+// TestTenantLimitsShowJobs: GET /v1/limits/{service}/tenant shows the
+// tenant's jobs in the service's queues: under a cap of 1
+// (ANALYZER_FREE_TENANT_MAX_RUNNING), of three analyses inserted through
+// POST /v1/jobs one is available and two wait held by the cap; one running
+// counts as running; another tenant's jobs and the tenant's jobs of
+// another service do not count.
+func TestTenantLimitsShowJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	recordLimits(t, b)
+	require.NoError(t, testdb.Registry(t).Record(t.Context(), b.db.Pool, "api"))
+	jobs := func(service, tenant string) map[string]any {
+		t.Helper()
+		res := b.do(t, "GET", "/v1/limits/"+service+"/tenant?id="+tenant, adminToken, nil)
+		require.Equal(t, http.StatusOK, res.status, "%s", res.body)
+		return res.json(t)["jobs"].(map[string]any)
+	}
+
+	for i := range 3 {
+		res := b.do(t, "POST", "/v1/jobs", producerToken, analysisBody("acme", fmt.Sprintf("/srv/acme/%d", i)))
+		require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
+	}
+	res := b.do(t, "POST", "/v1/jobs", producerToken, analysisBody("globex", "/srv/globex/0"))
+	require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
+	require.Equal(t, map[string]any{"running": 0.0, "available": 1.0, "held": 2.0, "held_by_cap": 2.0, "held_by_rate": 0.0}, jobs("analyzer", "acme"))
+	require.Equal(t, map[string]any{"running": 0.0, "available": 1.0, "held": 0.0, "held_by_cap": 0.0, "held_by_rate": 0.0}, jobs("analyzer", "globex"))
+	require.Equal(t, map[string]any{"running": 0.0, "available": 0.0, "held": 0.0, "held_by_cap": 0.0, "held_by_rate": 0.0}, jobs("specgen", "acme"))
+
+	// A worker fetches acme's available job.
+	_, err := b.db.Pool.Exec(t.Context(), `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now()
+		WHERE state = 'available' AND metadata->>'tierq:tenant' = 'acme'`)
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"running": 1.0, "available": 0.0, "held": 2.0, "held_by_cap": 2.0, "held_by_rate": 0.0}, jobs("analyzer", "acme"))
 }
 
 // TestTenantLimitsRefuseBadInput: whatever the bytes (NUL, invalid UTF-8,

@@ -27,11 +27,22 @@ import (
 // the survivors' and the replacements' passes (on a job's start and end,
 // and every tick) admit what is held, and lent jobs run in the priority
 // queue or go back, unstarted, to their default queue.
+//
+// Concurrency caps are on (capTenants), in every service: free tenants
+// capped at 3 per service, one load tenant at 4 by an override. From the
+// jobs' own execution records, no tenant ever ran more than its cap; a
+// killed worker's jobs count as running until rescued (docs/fairness.md),
+// which cap_exceeded_by_killed would show. The flood's free jobs run at
+// most 3 at a time per service, and a kill that cuts one short keeps its
+// place until the rescue: a cap of 2 made the settle up to 1m58s of its
+// 2-minute limit on the shared 2-core machine.
 func TestWorkerCrash(t *testing.T) {
 	s := newSystem(t, "worker-crash")
 	ctx := context.Background()
 	s.lendIdlePriority()
+	s.capTenants(s.registry.Services()...)
 	s.fullTopology()
+	s.setOverrides(ctx)
 
 	watch, stopWatch := s.watchFairShare(ctx)
 	defer stopWatch()
@@ -94,10 +105,14 @@ func TestWorkerCrash(t *testing.T) {
 	require.Positive(t, watch.heldPeak, "fair share never held a job back")
 	require.Positive(t, killsWhileHeld, "no kill while fair share held jobs back")
 	require.Positive(t, tally.lent, "no job was lent")
-	s.summary(tally, recovery, settle, fmt.Sprintf("kills=%d", len(killed)),
+	// The caps held, through the kills: never more of a tenant's jobs
+	// running than its cap, but for a killed worker's still counted.
+	caps := s.checkCaps(ctx, killed)
+	s.requireCapsKept(caps, watch)
+	s.summary(tally, recovery, settle, append([]string{fmt.Sprintf("kills=%d", len(killed)),
 		fmt.Sprintf("flood=%d", len(flooded)), fmt.Sprintf("held_peak=%d", watch.heldPeak),
 		fmt.Sprintf("kills_while_held=%d", killsWhileHeld), fmt.Sprintf("lent=%d", tally.lent), fmt.Sprintf("ran_twice=%d", tally.sameAttempt),
-		fmt.Sprintf("returned=%d", s.returned(ctx, watch)))
+		fmt.Sprintf("returned=%d", s.returned(ctx, watch))}, caps.figures(watch)...)...)
 }
 
 func keys[V any](m map[int]V) []int {

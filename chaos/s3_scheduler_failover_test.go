@@ -29,16 +29,27 @@ import (
 // share holds back nearly whole. Admission and lending are the workers'
 // own, so they carry on while no scheduler leads: fewer jobs are held at
 // the take-over than at the kill. No worker dies, so no job may run twice.
+//
+// Concurrency caps are on (capTenants) in the specgen service, recorded by
+// both schedulers: from the jobs' own execution records, no tenant ever ran
+// more than its cap, before, across and after the failover.
 func TestSchedulerFailover(t *testing.T) {
 	s := newSystem(t, "scheduler-failover")
 	ctx := context.Background()
 	s.lendIdlePriority()
+	// Caps in specgen only: a job held by a cap in a queue no worker
+	// serves, as analyzer's scheduled queue is here, is never admitted (no
+	// process passes over the queue) nor escalated (the sweep moves
+	// available jobs only): it would wait for ever (docs/reliability.md,
+	// "Known limits").
+	s.capTenants(s.specGen)
 	a, b := s.scheduler(), s.scheduler()
 	for range 2 {
 		s.worker(s.analyzer, "ANALYZER_QUEUE_SCHEDULED_WORKERS=0")
 		s.worker(s.specGen)
 	}
 	s.api()
+	s.setOverrides(ctx)
 	leader := s.waitLeader(ctx, a, b)
 	follower := a
 	if leader == a {
@@ -124,14 +135,19 @@ func TestSchedulerFailover(t *testing.T) {
 	promotions := scrapeSum(t, follower.metricsURL, "tierq_aging_promotions_total")
 	require.Positive(t, promotions, "aging promotions by the new leader")
 
-	s.summary(tally, tookOver.Sub(killedAt), settle,
+	// The caps held across the failover: they are the database's, and
+	// admission the workers'.
+	caps := s.checkCaps(ctx, nil)
+	s.requireCapsKept(caps, watch)
+
+	s.summary(tally, tookOver.Sub(killedAt), settle, append([]string{
 		fmt.Sprintf("cron_slots=%d", count(`SELECT count(*) FROM river_job WHERE kind = ANY($1)`, []string{jobs.KindReanalyzeStale, jobs.KindRetention})),
 		fmt.Sprintf("escalations=%d", count(`SELECT count(*) FROM job_escalations WHERE actor = $1`, escalation.ActorScheduler)),
 		fmt.Sprintf("new_leader_promotions=%.0f", promotions),
 		fmt.Sprintf("flood=%d", len(flooded)), fmt.Sprintf("held_peak=%d", watch.heldPeak),
 		fmt.Sprintf("held_at_kill=%d", heldAtKill), fmt.Sprintf("held_at_takeover=%d", heldAtTakeOver),
 		fmt.Sprintf("lent=%d", tally.lent), fmt.Sprintf("returned=%d", s.returned(ctx, watch)),
-		fmt.Sprintf("ran_twice=%d", tally.sameAttempt))
+		fmt.Sprintf("ran_twice=%d", tally.sameAttempt)}, caps.figures(watch)...)...)
 }
 
 // scrapeSum adds up every sample of metric at url.

@@ -94,6 +94,11 @@ type system struct {
 	// workerEnv is added to every worker process's environment, the
 	// replacements a scenario starts included (lendIdlePriority).
 	workerEnv []string
+	// schedulerExtraEnv is added to every scheduler process's environment
+	// (capTenants: the limits by tier a scheduler records).
+	schedulerExtraEnv []string
+	// capped are the services whose tenants capTenants capped.
+	capped []*service.Service
 
 	mu      sync.Mutex
 	procs   []*proc
@@ -301,7 +306,8 @@ func (s *system) serviceOf(p *proc) *service.Service {
 
 // scheduler starts a scheduler replica.
 func (s *system) scheduler(extra ...string) *proc {
-	return s.start("scheduler", append(append([]string{}, schedulerEnv...), extra...)...)
+	env := append(append([]string{}, schedulerEnv...), s.schedulerExtraEnv...)
+	return s.start("scheduler", append(env, extra...)...)
 }
 
 // api starts the API on a free port.
@@ -685,13 +691,15 @@ func (s *system) waitHeld(ctx context.Context, ids []int64) int {
 }
 
 // fairShareWatch is what a scenario saw fair share and lending do while it
-// ran, sampled every 100 ms: the most jobs held at once, and the jobs seen
-// lent and not started yet.
+// ran, sampled every 100 ms: the most jobs held at once (capHeldPeak: of
+// them, held by a tenant's concurrency cap), and the jobs seen lent and not
+// started yet.
 type fairShareWatch struct {
-	mu       sync.Mutex
-	heldPeak int
-	lentSeen map[int64]bool
-	errs     int
+	mu          sync.Mutex
+	heldPeak    int
+	capHeldPeak int
+	lentSeen    map[int64]bool
+	errs        int
 }
 
 // watchFairShare samples fair share until the returned stop is called.
@@ -704,18 +712,20 @@ func (s *system) watchFairShare(ctx context.Context) (*fairShareWatch, func()) {
 		defer tick.Stop()
 		for {
 			var (
-				held int
-				lent []int64
+				held, capHeld int
+				lent          []int64
 			)
 			err := s.pool.QueryRow(ctx, `
-				SELECT (SELECT count(*) FROM river_job WHERE `+heldSQL+`)::int,
-				       coalesce((SELECT array_agg(id) FROM river_job WHERE state = 'available' AND metadata ? $1), '{}')`,
-				jobmeta.LentFrom).Scan(&held, &lent)
+				SELECT count(*)::int, (count(*) FILTER (WHERE metadata ? $2))::int,
+				       coalesce((SELECT array_agg(id) FROM river_job WHERE state = 'available' AND metadata ? $1), '{}')
+				FROM river_job WHERE `+heldSQL,
+				jobmeta.LentFrom, jobmeta.CapHeldAt).Scan(&held, &capHeld, &lent)
 			w.mu.Lock()
 			if err != nil && ctx.Err() == nil {
 				w.errs++
 			}
 			w.heldPeak = max(w.heldPeak, held)
+			w.capHeldPeak = max(w.capHeldPeak, capHeld)
 			for _, id := range lent {
 				w.lentSeen[id] = true
 			}

@@ -185,11 +185,14 @@ func (a *app) limitsShowCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "show SERVICE TENANT",
-		Short: "Show a tenant's limits in a service and its daily quota's use today",
+		Short: "Show a tenant's limits in a service, its daily quota's use today and its jobs now",
 		Long: `Show TENANT's limits in SERVICE: its tier's defaults (the tier of its
 subscription, free without one, or --tier), its override, the limits that
-apply, and its jobs counted today (UTC) against its daily quota. Jobs are
-counted only while a quota applies.`,
+apply, its jobs counted today (UTC) against its daily quota, and its jobs in
+the service's queues now: running and available counted against its
+concurrency cap (what the cap bounds), and held, by fair share, the cap or
+the rate. Jobs are counted against a quota only while one applies, and against a
+cap only while one applies.`,
 		Example: `  tierctl limits show analyzer u_1842
   tierctl limits show analyzer u_1842 --tier pro --json`,
 		Args: usageArgs(cobra.ExactArgs(2)),
@@ -219,7 +222,7 @@ counted only while a quota applies.`,
 }
 
 // showLimits prints tenant's limits in service for tier (0: its
-// subscription's).
+// subscription's), its quota's use today and its jobs now.
 func (a *app) showLimits(ctx context.Context, q db.Querier, service, tenant string, tier tiers.Tier, asJSON bool) error {
 	if tier == 0 {
 		var err error
@@ -237,8 +240,8 @@ func (a *app) showLimits(ctx context.Context, q db.Querier, service, tenant stri
 	fmt.Fprintf(a.stdout, "service %s, tenant %s, tier %s\n", termSafe(t.Service), termSafe(t.Tenant), t.Tier)
 	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "LIMIT\tAPPLIES\tTIER\tOVERRIDE\tENFORCED")
-	fmt.Fprintf(w, "max_running\t%d\t%d\t%s\tnot yet\n", t.Limits.MaxRunning, t.TierLimits.MaxRunning, optional(t.Override.MaxRunning))
-	fmt.Fprintf(w, "rate\t%s\t%s\t%s\tnot yet\n", t.Limits.Rate, t.TierLimits.Rate, optional(t.Override.Rate))
+	fmt.Fprintf(w, "max_running\t%d\t%d\t%s\tyes\n", t.Limits.MaxRunning, t.TierLimits.MaxRunning, optional(t.Override.MaxRunning))
+	fmt.Fprintf(w, "rate\t%s\t%s\t%s\tyes\n", t.Limits.Rate, t.TierLimits.Rate, optional(t.Override.Rate))
 	fmt.Fprintf(w, "daily_quota\t%d\t%d\t%s\tyes\n", t.Limits.DailyQuota, t.TierLimits.DailyQuota, optional(t.Override.DailyQuota))
 	if err := w.Flush(); err != nil {
 		return err
@@ -251,6 +254,11 @@ func (a *app) showLimits(ctx context.Context, q db.Querier, service, tenant stri
 		quota = fmt.Sprintf("%d used of %d, %d remaining", t.Quota.Used, t.Limits.DailyQuota, *t.Quota.Remaining)
 	}
 	fmt.Fprintf(a.stdout, "today (%s UTC): %s; the count restarts at %s\n", t.Quota.Day, quota, formatTime(t.Quota.ResetAt))
+	counted := "no cap, running and available jobs not counted"
+	if t.Limits.MaxRunning > 0 {
+		counted = fmt.Sprintf("%d running + %d available of its cap of %d", t.Jobs.Running, t.Jobs.Available, t.Limits.MaxRunning)
+	}
+	fmt.Fprintf(a.stdout, "jobs now: %s; %d held, %d of them by the cap, %d by the rate\n", counted, t.Jobs.Held, t.Jobs.HeldByCap, t.Jobs.HeldByRate)
 	return nil
 }
 

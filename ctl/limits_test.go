@@ -40,26 +40,29 @@ func TestLimitsCommands(t *testing.T) {
 
 	require.Equal(t, `service analyzer, tenant acme, tier pro
 LIMIT        APPLIES  TIER  OVERRIDE  ENFORCED
-max_running  0        0     -         not yet
-rate         10/s     10/s  -         not yet
+max_running  0        0     -         yes
+rate         10/s     10/s  -         yes
 daily_quota  0        0     -         yes
 today (`+day+` UTC): 0 used, no quota; the count restarts at TIME
+jobs now: no cap, running and available jobs not counted; 0 held, 0 of them by the cap, 0 by the rate
 `, run("limits", "show", "analyzer", "acme"))
 
 	require.Equal(t, `service analyzer, tenant acme, tier pro
 LIMIT        APPLIES  TIER  OVERRIDE  ENFORCED
-max_running  0        0     -         not yet
-rate         100/m    10/s  100/m     not yet
+max_running  0        0     -         yes
+rate         100/m    10/s  100/m     yes
 daily_quota  5        0     5         yes
 today (`+day+` UTC): 0 used of 5, 5 remaining; the count restarts at TIME
+jobs now: no cap, running and available jobs not counted; 0 held, 0 of them by the cap, 0 by the rate
 `, run("limits", "set", "analyzer", "acme", "--daily-quota", "5", "--rate", "100/m"))
 
 	require.Equal(t, `service analyzer, tenant acme, tier free
 LIMIT        APPLIES  TIER  OVERRIDE  ENFORCED
-max_running  1        1     -         not yet
-rate         100/m    0     100/m     not yet
+max_running  1        1     -         yes
+rate         100/m    0     100/m     yes
 daily_quota  5        100   5         yes
 today (`+day+` UTC): 0 used of 5, 5 remaining; the count restarts at TIME
+jobs now: 0 running + 0 available of its cap of 1; 0 held, 0 of them by the cap, 0 by the rate
 `, run("limits", "show", "analyzer", "acme", "--tier", "free"), "the override beats free's defaults too")
 
 	run("limits", "set", "specgen", "zeta", "--max-running", "0")
@@ -81,10 +84,11 @@ specgen   zeta    0            -      -            TIME
 
 	require.Equal(t, `service analyzer, tenant acme, tier pro
 LIMIT        APPLIES  TIER  OVERRIDE  ENFORCED
-max_running  0        0     -         not yet
-rate         10/s     10/s  -         not yet
+max_running  0        0     -         yes
+rate         10/s     10/s  -         yes
 daily_quota  5        0     5         yes
 today (`+day+` UTC): 0 used of 5, 5 remaining; the count restarts at TIME
+jobs now: no cap, running and available jobs not counted; 0 held, 0 of them by the cap, 0 by the rate
 `, run("limits", "unset", "analyzer", "acme", "--rate"))
 	run("limits", "unset", "analyzer", "acme")
 	out, err := runTierctl(t, environ, "limits", "unset", "analyzer", "acme")
@@ -94,6 +98,41 @@ today (`+day+` UTC): 0 used of 5, 5 remaining; the count restarts at TIME
 	require.Equal(t, `SERVICE  TENANT  MAX RUNNING  RATE  DAILY QUOTA  UPDATED
 specgen  zeta    0            -     -            TIME
 `, regexp.MustCompile(`(?s)^.*\n\n`).ReplaceAllString(run("limits", "list", "--service", "specgen"), ""))
+}
+
+// TestLimitsShowJobs: tierctl limits show says a tenant's jobs in the
+// service's queues now: under a cap of 2, of three jobs two were let
+// through (one running) and one waits held by the cap, beside one held by
+// fair share's window; the same in --json.
+func TestLimitsShowJobs(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	environ := dbEnv(t, db)
+	ctx := t.Context()
+	require.NoError(t, testdb.Registry(t).Record(ctx, db.Pool, "test"))
+	require.NoError(t, limits.Record(ctx, db.Pool, limits.Config{Services: map[string]limits.Tiers{
+		"analyzer": {tiers.Free: {MaxRunning: 2}},
+	}}, []string{"analyzer", "specgen"}, "scheduler"))
+	for range 3 { // through migration 00013's trigger: two let through, one held by the cap
+		testdb.InsertWaitingJob(t, db, testdb.WaitingJob{Queue: "analysis_default", Tenant: "acme"})
+	}
+	testdb.InsertWaitingJob(t, db, testdb.WaitingJob{Queue: "analysis_priority", Tenant: "acme", Held: true})
+	_, err := db.Pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now()
+		WHERE id = (SELECT min(id) FROM river_job WHERE state = 'available')`)
+	require.NoError(t, err)
+
+	out, err := runTierctl(t, environ, "limits", "show", "analyzer", "acme")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "\njobs now: 1 running + 1 available of its cap of 2; 2 held, 1 of them by the cap, 0 by the rate\n")
+	out, err = runTierctl(t, environ, "limits", "show", "analyzer", "acme", "--json")
+	require.NoError(t, err, out)
+	require.Contains(t, out, `"jobs": {
+    "running": 1,
+    "available": 1,
+    "held": 2,
+    "held_by_cap": 1,
+    "held_by_rate": 0
+  }`)
 }
 
 // TestLimitsCommandsRefuseBadInput: bad arguments and flags exit 2 with a

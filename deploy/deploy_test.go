@@ -49,7 +49,7 @@ var slaVar = regexp.MustCompile(`\$sla_[a-z_]+`)
 var replicated = []string{
 	"tierq_queue_depth", "tierq_oldest_available_seconds", "tierq_dlq_depth",
 	"tierq_leader_present", "tierq_metrics_database_up", "tierq_unfetchable_jobs",
-	"tierq_oldest_waiting_seconds", "tierq_held_jobs",
+	"tierq_oldest_waiting_seconds", "tierq_held_jobs", "tierq_jobs_held_by_cap", "tierq_jobs_held_by_rate",
 }
 
 // checkExpr parses expr with Prometheus' parser and checks that it selects

@@ -38,7 +38,7 @@ func exportedMetrics(t *testing.T) (all, apiOwn map[string][]string) {
 // over replicas, never their sum.
 var replicated = []string{
 	"tierq_queue_depth", "tierq_oldest_available_seconds", "tierq_dlq_depth", "tierq_leader_present", "tierq_metrics_database_up",
-	"tierq_unfetchable_jobs", "tierq_oldest_waiting_seconds", "tierq_held_jobs",
+	"tierq_unfetchable_jobs", "tierq_oldest_waiting_seconds", "tierq_held_jobs", "tierq_jobs_held_by_cap", "tierq_jobs_held_by_rate",
 }
 
 // checkPromQL parses query and checks that it selects only metrics the

@@ -25,6 +25,7 @@ import (
 	"github.com/tierq/tierq/internal/db"
 	"github.com/tierq/tierq/internal/jobmetasql"
 	"github.com/tierq/tierq/internal/riverschema"
+	"github.com/tierq/tierq/jobmeta"
 )
 
 // schedulerQueue is the scheduler deployment's own queue (scheduler.Queue),
@@ -76,6 +77,16 @@ type Summary struct {
 	// state pending, marked jobmeta.HeldAt; included in Counts["pending"]),
 	// due or not.
 	Held int `json:"held"`
+	// HeldByCap is how many of the held jobs are held by their tenant's
+	// concurrency cap (marked jobmeta.CapHeldAt too), not by fair share's
+	// window: they wait for one of the tenant's jobs to end, whatever the
+	// queue's capacity.
+	HeldByCap int `json:"held_by_cap"`
+	// HeldByRate is how many of the held jobs are held by their tenant's
+	// rate limit (marked jobmeta.RateHeldAt too): they wait for the
+	// tenant's next token, or for its one job admitted and not started
+	// yet to start.
+	HeldByRate int `json:"held_by_rate"`
 	// OldestAvailableSeconds is how long the longest-waiting available job
 	// has been available in this queue (0 when none is available): since
 	// its scheduled_at, so a job the escalation sweep or fair share's
@@ -123,7 +134,9 @@ LEFT JOIN LATERAL (
 ) AS o ON true
 GROUP BY q.queue`
 
-// waitingSQL counts each queue's held jobs and finds its longest-waiting
+// waitingSQL counts each queue's held jobs (and of them, those held by
+// their tenant's concurrency cap, jobmeta.CapHeldAt, and by its rate,
+// jobmeta.RateHeldAt, from the same rows) and finds its longest-waiting
 // job, available or held, from when each became due (jobmetasql.DueAtSQL), over
 // the jobs whose scheduled_at has come. Exact, not a bound: a kept due time
 // (jobmeta.DueAt) may be any time before scheduled_at and no index orders
@@ -140,7 +153,7 @@ GROUP BY q.queue`
 // api.MetricsCacheFor, 5 s, per replica) and on each refresh of tierctl
 // watch (1 s by default).
 var waitingSQL = `
-SELECT q.queue, h.held,
+SELECT q.queue, h.held, h.held_by_cap, h.held_by_rate,
        greatest(coalesce(extract(epoch FROM now() - least(a.due, h.due)), 0), 0)::float8
 FROM unnest($1::text[]) AS q(queue)
 CROSS JOIN LATERAL (
@@ -150,6 +163,8 @@ CROSS JOIN LATERAL (
 ) AS a
 CROSS JOIN LATERAL (
     SELECT count(*)::int AS held,
+           (count(*) FILTER (WHERE j.` + riverschema.JobMetadata + ` ? '` + jobmeta.CapHeldAt + `'))::int AS held_by_cap,
+           (count(*) FILTER (WHERE j.` + riverschema.JobMetadata + ` ? '` + jobmeta.RateHeldAt + `'))::int AS held_by_rate,
            min(` + jobmetasql.DueAtSQL("j") + `) FILTER (WHERE j.scheduled_at > '-infinity' AND j.scheduled_at <= now()) AS due
     FROM ` + riverschema.JobTable + ` AS j
     WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = q.queue
@@ -202,8 +217,11 @@ func Summaries(ctx context.Context, q db.Querier, serviceQueues []string) ([]Sum
 	if err != nil {
 		return nil, fmt.Errorf("read waiting jobs: %w", err)
 	}
-	if _, err := pgx.ForEachRow(rows, []any{&queue, &n, &age}, func() error {
+	var byCap, byRate int
+	if _, err := pgx.ForEachRow(rows, []any{&queue, &n, &byCap, &byRate, &age}, func() error {
 		byName[queue].Held = n
+		byName[queue].HeldByCap = byCap
+		byName[queue].HeldByRate = byRate
 		byName[queue].OldestWaitingSeconds = age
 		return nil
 	}); err != nil {

@@ -1,0 +1,4 @@
+package limits
+
+// LookupSQL is Lookup's statement, for EXPLAIN in tests.
+var LookupSQL = lookupSQL
