@@ -134,14 +134,17 @@ func TestFairShareAcrossReplicas(t *testing.T) {
 	// line, and nothing is held until every worker is busy): skip up to
 	// the first start of c, the last tenant in line. Before the first hold
 	// come a look and a pass, each planned cold on the connection that runs
-	// it (100–250 ms on a 2-core machine, against 40 ms jobs on 4 workers):
-	// up to about 20 of a's starts. (Before 2026-11-27 a worker also rested
-	// three times its first pass's time after it, and c came after all 40.)
+	// it (100–250 ms on a 2-core machine, against 40 ms jobs on 4 workers:
+	// 100 starts a second): up to about 25 of a's starts. (The bound was 20,
+	// 200 ms, until make test's load made it 22 once, 2026-11-27; the pass's
+	// plan, with the rate limits' view, takes about 4 ms to make instead of
+	// 3. Before 2026-11-27 a worker also rested three times its first
+	// pass's time after it, and c came after all 40.)
 	first := 0
 	for first < len(order) && order[first] != "c" {
 		first++
 	}
-	require.Less(t, first, 20, "c started late: %v", order)
+	require.Less(t, first, 26, "c started late: %v", order)
 	share := map[string]float64{"a": 0.5, "b": 0.25, "c": 0.25}
 	counts := map[string]int{}
 	for i, tenant := range order[first:] {
