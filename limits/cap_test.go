@@ -66,22 +66,29 @@ type pgxQuerier interface {
 // states counts tenant's jobs of service mailer by state; held by the cap
 // counts "cap_held" besides "pending".
 func (b *capBundle) states(t *testing.T, tenant string) map[string]int {
+	return b.heldStates(t, tenant, "tierq:cap_held_at", "cap_held")
+}
+
+// heldStates counts tenant's jobs of service mailer by state, and as name
+// (when any) the held ones whose metadata has mark.
+func (b *capBundle) heldStates(t *testing.T, tenant, mark, name string) map[string]int {
 	t.Helper()
 	rows, err := b.db.Pool.Query(t.Context(), `
-		SELECT state::text, count(*), count(*) FILTER (WHERE metadata ? 'tierq:cap_held_at' AND metadata ? 'tierq:held_at')
+		SELECT state::text, count(*), count(*) FILTER (WHERE metadata ? $2 AND metadata ? 'tierq:held_at')
 		FROM river_job WHERE coalesce(metadata->>'tierq:tenant', '') = $1 AND queue LIKE 'mailer_%'
-		GROUP BY 1`, tenant)
+		GROUP BY 1`, tenant, mark)
 	require.NoError(t, err)
+	defer rows.Close()
 	out := map[string]int{}
 	for rows.Next() {
 		var (
-			state    string
-			n, capNo int
+			state   string
+			n, held int
 		)
-		require.NoError(t, rows.Scan(&state, &n, &capNo))
+		require.NoError(t, rows.Scan(&state, &n, &held))
 		out[state] = n
-		if capNo > 0 {
-			out["cap_held"] = capNo
+		if held > 0 {
+			out[name] = held
 		}
 	}
 	require.NoError(t, rows.Err())

@@ -38,27 +38,7 @@ func setupRates(t *testing.T) *capBundle {
 // rateStates counts tenant's jobs of service mailer by state; held by the
 // rate counts "rate_held" besides "pending".
 func (b *capBundle) rateStates(t *testing.T, tenant string) map[string]int {
-	t.Helper()
-	out := map[string]int{}
-	rows, err := b.db.Pool.Query(t.Context(), `
-		SELECT state::text, count(*), count(*) FILTER (WHERE metadata ? 'tierq:rate_held_at' AND metadata ? 'tierq:held_at')
-		FROM river_job WHERE coalesce(metadata->>'tierq:tenant', '') = $1 AND queue LIKE 'mailer_%'
-		GROUP BY 1`, tenant)
-	require.NoError(t, err)
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			state string
-			n, rh int
-		)
-		require.NoError(t, rows.Scan(&state, &n, &rh))
-		out[state] = n
-		if rh > 0 {
-			out["rate_held"] = rh
-		}
-	}
-	require.NoError(t, rows.Err())
-	return out
+	return b.heldStates(t, tenant, "tierq:rate_held_at", "rate_held")
 }
 
 // start starts tenant's available job (one at most: the rule), as River's

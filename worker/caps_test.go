@@ -16,6 +16,20 @@ import (
 	"github.com/tierq/tierq/tiers"
 )
 
+// startTwoReplicas starts two worker replicas of the mailer with 2
+// priority and 2 default workers each (the default queue's fetch cooldown
+// at 1 ms) and waits for both queues' capacity of 4.
+func (b *fairBundle) startTwoReplicas(t *testing.T) {
+	t.Helper()
+	env := []string{"MAILER_QUEUE_PRIORITY_WORKERS=2", "MAILER_QUEUE_DEFAULT_WORKERS=2", "QUEUE_DEFAULT_FETCH_COOLDOWN=1ms"}
+	b.startReplica(t, env...)
+	b.startReplica(t, env...)
+	b.waitCapacity(t, 4)
+	testdb.WaitFor(t, 20*time.Second, "the default queue's capacity of 4", func() bool {
+		return b.db.Count(t, `SELECT coalesce(sum(slots), 0) FROM fair_share_slots WHERE queue = 'mail_default'`) == 4
+	})
+}
+
 // TestCapsAcrossReplicas: two worker replicas of the mailer, 2 default
 // and 2 priority workers each, with free tenants capped at 1 job running
 // (MAILER_FREE_TENANT_MAX_RUNNING=1, as the scheduler records it). Free
@@ -39,13 +53,7 @@ func TestCapsAcrossReplicas(t *testing.T) {
 	_, err = limits.SetOverride(ctx, b.db.Pool, "mailer", "u", limits.Override{MaxRunning: &zero})
 	require.NoError(t, err)
 
-	env := []string{"MAILER_QUEUE_PRIORITY_WORKERS=2", "MAILER_QUEUE_DEFAULT_WORKERS=2", "QUEUE_DEFAULT_FETCH_COOLDOWN=1ms"}
-	b.startReplica(t, env...)
-	b.startReplica(t, env...)
-	b.waitCapacity(t, 4)
-	testdb.WaitFor(t, 20*time.Second, "the default queue's capacity of 4", func() bool {
-		return b.db.Count(t, `SELECT coalesce(sum(slots), 0) FROM fair_share_slots WHERE queue = 'mail_default'`) == 4
-	})
+	b.startTwoReplicas(t)
 
 	var params []river.InsertManyParams
 	add := func(tenant string, tier tiers.Tier, n int) {

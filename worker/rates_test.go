@@ -38,13 +38,7 @@ func TestRatesAcrossReplicas(t *testing.T) {
 	_, err = limits.SetOverride(ctx, b.db.Pool, "mailer", "u", limits.Override{Rate: &none})
 	require.NoError(t, err)
 
-	env := []string{"MAILER_QUEUE_PRIORITY_WORKERS=2", "MAILER_QUEUE_DEFAULT_WORKERS=2", "QUEUE_DEFAULT_FETCH_COOLDOWN=1ms"}
-	b.startReplica(t, env...)
-	b.startReplica(t, env...)
-	b.waitCapacity(t, 4)
-	testdb.WaitFor(t, 20*time.Second, "the default queue's capacity of 4", func() bool {
-		return b.db.Count(t, `SELECT coalesce(sum(slots), 0) FROM fair_share_slots WHERE queue = 'mail_default'`) == 4
-	})
+	b.startTwoReplicas(t)
 
 	var params []river.InsertManyParams
 	add := func(tenant string, tier tiers.Tier, n int) {
