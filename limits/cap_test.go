@@ -25,21 +25,24 @@ type capBundle struct {
 func setupCaps(t *testing.T) *capBundle { return setupCapsB(t) }
 
 func setupCapsB(t testing.TB) *capBundle {
+	return setupMailer(t, limits.Tiers{tiers.Free: {MaxRunning: 1}, tiers.ProPlus: {MaxRunning: 3}, tiers.Enterprise: {MaxRunning: 1000}})
+}
+
+// setupMailer is a schema with service mailer (queues mailer_priority,
+// mailer_default, mailer_scheduled), live workers of every kind in each of
+// its queues (an available job counts against a limit only where one
+// fetches it), and tierLimits recorded as the scheduler records them.
+func setupMailer(t testing.TB, tierLimits limits.Tiers) *capBundle {
 	t.Helper()
 	db := testdb.NewCore(t)
-	_, err := db.Pool.Exec(t.Context(), `
+	_, err := db.Pool.Exec(context.Background(), `
 		INSERT INTO tierq_services (name, base_queue, queues, kinds, recorded_by)
-		VALUES ('mailer', 'mailer', '{mailer_priority,mailer_default,mailer_scheduled}', '[]', 'test')`)
-	require.NoError(t, err)
-	// Live workers of every kind in each of the service's queues: an
-	// available job counts against a cap only where one fetches it.
-	_, err = db.Pool.Exec(context.Background(), `
+		VALUES ('mailer', 'mailer', '{mailer_priority,mailer_default,mailer_scheduled}', '[]', 'test');
 		INSERT INTO fair_share_slots (client_id, queue, slots, heartbeat_at, expires_at)
 		SELECT 'w', q, 2, now(), now() + interval '1 hour' FROM unnest('{mailer_priority,mailer_default,mailer_scheduled}'::text[]) AS q`)
 	require.NoError(t, err)
-	require.NoError(t, limits.Record(t.Context(), db.Pool, limits.Config{Services: map[string]limits.Tiers{
-		"mailer": {tiers.Free: {MaxRunning: 1}, tiers.ProPlus: {MaxRunning: 3}, tiers.Enterprise: {MaxRunning: 1000}},
-	}}, []string{"mailer"}, "scheduler"))
+	require.NoError(t, limits.Record(context.Background(), db.Pool, limits.Config{Services: map[string]limits.Tiers{"mailer": tierLimits}},
+		[]string{"mailer"}, "scheduler"))
 	return &capBundle{db: db}
 }
 

@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/limits"
 	"github.com/tierq/tierq/tiers"
 )
@@ -17,22 +16,8 @@ import (
 // an hour (no token comes back within a test) and pro_plus tenants to a
 // cap of 2 and 3 an hour; pro tenants have no limit.
 func setupRates(t *testing.T) *capBundle {
-	t.Helper()
-	db := testdb.NewCore(t)
-	_, err := db.Pool.Exec(t.Context(), `
-		INSERT INTO tierq_services (name, base_queue, queues, kinds, recorded_by)
-		VALUES ('mailer', 'mailer', '{mailer_priority,mailer_default,mailer_scheduled}', '[]', 'test')`)
-	require.NoError(t, err)
-	// Live workers of every kind in each of the service's queues.
-	_, err = db.Pool.Exec(t.Context(), `
-		INSERT INTO fair_share_slots (client_id, queue, slots, heartbeat_at, expires_at)
-		SELECT 'w', q, 2, now(), now() + interval '1 hour' FROM unnest('{mailer_priority,mailer_default,mailer_scheduled}'::text[]) AS q`)
-	require.NoError(t, err)
 	perHour := limits.Rate{Count: 3, Per: time.Hour}
-	require.NoError(t, limits.Record(t.Context(), db.Pool, limits.Config{Services: map[string]limits.Tiers{
-		"mailer": {tiers.Free: {Rate: perHour}, tiers.ProPlus: {MaxRunning: 2, Rate: perHour}},
-	}}, []string{"mailer"}, "scheduler"))
-	return &capBundle{db: db}
+	return setupMailer(t, limits.Tiers{tiers.Free: {Rate: perHour}, tiers.ProPlus: {MaxRunning: 2, Rate: perHour}})
 }
 
 // rateStates counts tenant's jobs of service mailer by state; held by the
