@@ -138,6 +138,14 @@ func TestDeadLetterFiltersAPI(t *testing.T) {
 	require.Equal(t, []string{"array_meta", "no_tier"}, kinds("tier=unknown&pending=true"))
 	require.Equal(t, []string{"free_acme"}, kinds("tenant=acme&limit=1"))
 	require.Equal(t, []string{}, kinds("tenant=nobody"))
+	// Each dead letter says its tier and tenant.
+	first := b.do(t, "GET", "/v1/dead-letters?tenant=acme&tier=free", adminToken, nil).json(t)["dead_letters"].([]any)[0].(map[string]any)
+	require.Equal(t, "free", first["tier"])
+	require.Equal(t, "acme", first["tenant"])
+	first = b.do(t, "GET", "/v1/dead-letters?tier=unknown&limit=1", adminToken, nil).json(t)["dead_letters"].([]any)[0].(map[string]any)
+	require.Equal(t, "array_meta", first["kind"])
+	require.Equal(t, "unknown", first["tier"])
+	require.Equal(t, "", first["tenant"], "metadata that is not an object names no tenant")
 
 	for _, tt := range []struct{ query, want string }{
 		{"tier=gold", "invalid dead-letter request: the tier is one of free, pro, pro_plus, enterprise or unknown"},

@@ -59,6 +59,16 @@ type DeadLetter struct {
 	ReplayedAt  *time.Time               `json:"replayed_at"`
 	ReplayJobID *int64                   `json:"replay_job_id"`
 	ReplayedBy  *string                  `json:"replayed_by"`
+	// Tier is the job's tier: its metadata's, else its args', else
+	// "unknown" (the column dead_letter_jobs.tier, what Filter.Tier
+	// matches).
+	Tier string `json:"tier"`
+	// Tenant is the job's tenant key (dead_letter_jobs.tenant, what
+	// Filter.Tenant matches): its metadata's tenant id, "" when it names
+	// none, and an id longer than 200 bytes (written without tierq's
+	// producers) as its first 200 characters, "#md5:" and the md5 of the
+	// whole. The whole id stays in Metadata.
+	Tenant string `json:"tenant"`
 }
 
 // LastError is the error of the last attempt River recorded ("" when none).
@@ -71,7 +81,7 @@ func (d *DeadLetter) LastError() string {
 
 // columns are DeadLetter's fields in order, for RowToStructByPos.
 const columns = `id, job_id, kind, queue, priority, args, metadata, tags, errors, attempt, max_attempts,
-    created_at, finalized_at, moved_at, replayed_at, replay_job_id, replayed_by`
+    created_at, finalized_at, moved_at, replayed_at, replay_job_id, replayed_by, tier, tenant`
 
 // Filter selects dead letters. The zero Filter selects every row.
 type Filter struct {

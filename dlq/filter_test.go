@@ -67,6 +67,15 @@ func TestFilterByTierAndTenant(t *testing.T) {
 	require.Equal(t, 0, db.Count(t, `SELECT count(*) FROM dead_letter_jobs AS d
 		WHERE d.tier IS DISTINCT FROM `+jobmetasql.TierSQL("d")+` OR d.tenant IS DISTINCT FROM `+jobmetasql.TenantKeySQL("d")))
 
+	// A listed dead letter carries the same two values.
+	list, err := dlq.List(ctx, db.Pool, dlq.Filter{}, dlq.Page{Limit: 100})
+	require.NoError(t, err)
+	listed := []row{}
+	for i := len(list) - 1; i >= 0; i-- { // newest first: back to id order
+		listed = append(listed, row{list[i].Kind, list[i].Tier, list[i].Tenant})
+	}
+	require.Equal(t, got, listed)
+
 	kinds := func(f dlq.Filter) []string {
 		t.Helper()
 		list, err := dlq.List(ctx, db.Pool, f, dlq.Page{Limit: 100})
