@@ -144,7 +144,7 @@ pick AS (
 locked AS (
     SELECT j.id
     FROM ` + riverschema.JobTable + ` AS j
-    WHERE j.id = ANY(ARRAY(SELECT id FROM pick)) AND ` + jobmetasql.HeldSQL("j") + `
+    WHERE j.id = ANY(ARRAY(SELECT id FROM pick)) AND ` + stillHeldSQL("j") + `
     FOR UPDATE SKIP LOCKED
 ),
 admitted AS (
