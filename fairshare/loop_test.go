@@ -311,14 +311,7 @@ func TestPassPlanReadsTheHeldIndexByTenantKey(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(ctx, `ANALYZE river_job`)
 	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `PREPARE pass (text, int, bool, text[], bool) AS `+passSQL)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
-	require.NoError(t, err)
-	rows, err := pool.Query(ctx, `EXPLAIN EXECUTE pass('`+loopQueue+`', 2, true, '{fair_test}', false)`)
-	require.NoError(t, err)
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
+	lines := genericPlan(t, pool, `pass (text, int, bool, text[], bool) AS `+passSQL, `pass('`+loopQueue+`', 2, true, '{fair_test}', false)`)
 	plan := strings.Join(lines, "\n")
 
 	var keyed int
@@ -337,7 +330,36 @@ func TestPassPlanReadsTheHeldIndexByTenantKey(t *testing.T) {
 	require.Equal(t, 1, strings.Count(plan, "CTE Scan on excess"), "the held-back jobs read once, for their ids:\n%s", plan)
 	// Rows found by id are read by id (the primary key), never by
 	// filtering an index scan of every available job of every queue.
-	require.NotContains(t, plan, "Filter: (id = ANY", "rows found by id read through another index:\n%s", plan)
+	requireIDsByKey(t, lines)
+}
+
+// genericPlan prepares statement (its name, parameter types and "AS" SQL)
+// on pool's one connection and returns the lines of EXPLAIN of execute
+// (the name and arguments) with the generic plan, as the processes run it.
+func genericPlan(t *testing.T, pool *pgxpool.Pool, statement, execute string) []string {
+	t.Helper()
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `PREPARE `+statement)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	rows, err := pool.Query(ctx, `EXPLAIN EXECUTE `+execute)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return lines
+}
+
+// requireIDsByKey fails when a plan's line filters rows by "id = ANY":
+// rows a statement found by id read through another index than the
+// primary key, whatever the filter's other conditions.
+func requireIDsByKey(t *testing.T, lines []string) {
+	t.Helper()
+	for _, l := range lines {
+		if strings.Contains(l, "Filter:") {
+			require.NotContains(t, l, "id = ANY", "rows found by id read through another index:\n%s", strings.Join(lines, "\n"))
+		}
+	}
 }
 
 // TestRestsAfter: the loop rests after a pass that moved nothing, and
@@ -391,19 +413,8 @@ func TestRefillPlanReadsRowsByID(t *testing.T) {
 		       jsonb_build_object('tierq:tenant', 't' || i % 100, 'tierq:held_at', now())
 		FROM generate_series(1, 2500) AS i`, loopQueue)
 	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `PREPARE refill (jsonb[], text[]) AS `+refillSQL)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
-	require.NoError(t, err)
-	rows, err := pool.Query(ctx, `EXPLAIN EXECUTE refill(ARRAY['{"tierq:tenant": "t1"}']::jsonb[], ARRAY['`+loopQueue+`'])`)
-	require.NoError(t, err)
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
+	lines := genericPlan(t, pool, `refill (jsonb[], text[]) AS `+refillSQL, `refill(ARRAY['{"tierq:tenant": "t1"}']::jsonb[], ARRAY['`+loopQueue+`'])`)
 	plan := strings.Join(lines, "\n")
-	for _, l := range lines {
-		if strings.Contains(l, "Filter:") {
-			require.NotContains(t, l, "id = ANY", "rows found by id read through another index:\n%s", plan)
-		}
-	}
+	requireIDsByKey(t, lines)
 	require.Equal(t, 2, strings.Count(plan, "Index Cond: (id = ANY"), "rows found by id read by the primary key (locked, admitted):\n%s", plan)
 }
