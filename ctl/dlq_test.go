@@ -210,6 +210,19 @@ func TestDeadLetterTierAndTenantFlags(t *testing.T) {
 	require.Equal(t, []string{"pro_acme"}, kinds("--tier", "pro", "--tenant", "acme"))
 	require.Equal(t, []string{}, kinds("--tier", "unknown"))
 
+	// --json prints each dead letter's tier and tenant under those names.
+	out, err = runTierctl(t, environ, "dlq", "list", "--tier", "free", "--json")
+	require.NoError(t, err, out)
+	var raw []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &raw))
+	require.Len(t, raw, 1)
+	require.Equal(t, "free_acme", raw[0]["kind"])
+	require.Equal(t, "free", raw[0]["tier"])
+	require.Equal(t, "acme", raw[0]["tenant"])
+	out, err = runTierctl(t, environ, "dlq", "list", "--tenant", "beta")
+	require.NoError(t, err, out)
+	require.Regexp(t, `pro_beta\s+analysis_default\s+pro\s+beta\s`, out)
+
 	out, err = runTierctl(t, environ, "dlq", "list", "--tier", "gold")
 	require.Equal(t, 2, ExitCode(err), out)
 	require.EqualError(t, err, "invalid dead-letter request: the tier is one of free, pro, pro_plus, enterprise or unknown")
