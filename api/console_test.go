@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"html"
 	"io"
 	"log/slog"
@@ -830,6 +831,23 @@ func TestConsoleQueue(t *testing.T) {
 	require.Contains(t, plain(page), "Limitsmax running none, rate none, daily quota 100 (its tier's)")
 	require.Contains(t, b.get(t, "/console/queues/analysis_default?tenant=nobody-here"), "No job of this tenant is running or waiting here.")
 
+	// A tenant beyond the top 50 by waiting work has its own counts, and
+	// one with no job here its weight.
+	for i := range 50 {
+		for range 2 {
+			b.insertJob(t, "analysis_priority", "available", fmt.Sprintf("top%02d", i), `{}`)
+		}
+	}
+	b.insertJob(t, "analysis_priority", "held", "last", `{}`)
+	_, err = b.db.Pool.Exec(ctx, `INSERT INTO fair_share_weights (tenant, weight) VALUES ('last', 2), ('idle', 4)`)
+	require.NoError(t, err)
+	page = b.get(t, "/console/queues/analysis_priority?tenant=last")
+	require.Contains(t, plain(page), "Here0 running, 0 available, 1 held; weight 2")
+	top := tableRows(t, page, "52 tenants have jobs running or waiting here")
+	require.Len(t, top, 50)
+	require.Equal(t, []string{"top49", "0", "2", "0", "2", "1"}, top[49], "the top 50 by waiting work")
+	require.Contains(t, plain(b.get(t, "/console/queues/analysis_priority?tenant=idle")), "Here0 running, 0 available, 0 held; weight 4")
+
 	// Other queues: one of no service; an unknown one is refused.
 	page = b.get(t, "/console/queues/scheduler")
 	require.Contains(t, page, "A queue of no service: no limits by tier.")
@@ -866,9 +884,9 @@ func TestConsoleQueuePlans(t *testing.T) {
 		ANALYZE river_job`)
 	require.NoError(t, err)
 	statements := api.ConsoleQueueSQL()
-	for _, name := range []string{"tenants", "tenant counts", "tenant jobs"} {
+	for _, name := range []string{"tenants", "tenant jobs"} {
 		for _, queue := range []string{"analysis_default", "analysis_scheduled"} {
-			args := map[string][]any{"tenants": {queue, 50}, "tenant counts": {queue, "t7"}, "tenant jobs": {queue, "t7", 50}}[name]
+			args := map[string][]any{"tenants": {queue, 50, "t7"}, "tenant jobs": {queue, "t7", 50}}[name]
 			rows, err := db.Pool.Query(ctx, "EXPLAIN "+statements[name], args...)
 			require.NoError(t, err)
 			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])

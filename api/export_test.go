@@ -19,12 +19,12 @@ func HandSchema(kind service.Kind, hand json.RawMessage) (json.RawMessage, error
 }
 
 // ConsoleQueueSQL are the queue page's statements, by name, for the plan
-// test: the tenants' counts ($1 queue, $2 limit), a tenant's counts ($1
-// queue, $2 tenant key) and a tenant's jobs ($1 queue, $2 tenant key, $3
+// test: the tenants' counts ($1 queue, $2 limit, $3 a tenant key or NULL)
+// and a tenant's jobs ($1 queue, $2 tenant key, $3
 // limit), by a tenant id or by a key that is not one.
 func ConsoleQueueSQL() map[string]string {
 	return map[string]string{
-		"tenants": queueTenantsSQL, "tenant counts": tenantCountsSQL,
+		"tenants":     queueTenantsSQL,
 		"tenant jobs": tenantJobsSQL(true), "tenant jobs by key": tenantJobsSQL(false),
 	}
 }
