@@ -267,6 +267,7 @@ func (s *Server) consoleHandler() http.Handler {
 	mux.HandleFunc("POST "+ConsolePrefix+"/dead-letters/replay", s.consoleBulkReplay)
 	mux.HandleFunc("GET "+ConsolePrefix+"/escalations", s.consoleEscalations)
 	mux.HandleFunc("GET "+ConsolePrefix+"/queues/{queue}", s.consoleQueue)
+	mux.HandleFunc("GET "+ConsolePrefix+"/jobs", s.consoleJobLookup)
 	mux.HandleFunc("GET "+ConsolePrefix+"/jobs/{id}", s.consoleJob)
 	mux.HandleFunc("POST "+ConsolePrefix+"/jobs/{id}/escalate", s.consoleEscalate)
 	mux.HandleFunc("GET "+ConsolePrefix+"/subscriptions", s.consoleSubscriptions)

@@ -60,6 +60,16 @@ type jobStory struct {
 // queuedJobStates are the states in which escalation.Escalate moves a job.
 var queuedJobStates = []string{riverschema.StateAvailable, riverschema.StateScheduled, riverschema.StateRetryable, riverschema.StatePending}
 
+// consoleJobLookup is the header's job form: ?id= goes to the job's page.
+func (s *Server) consoleJobLookup(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(strings.TrimSpace(r.URL.Query().Get("id")), 10, 64)
+	if err != nil || id <= 0 {
+		s.consoleError(w, r, http.StatusBadRequest, "A job id is a positive integer.")
+		return
+	}
+	http.Redirect(w, r, ConsolePrefix+"/jobs/"+strconv.FormatInt(id, 10), http.StatusSeeOther)
+}
+
 func (s *Server) consoleJob(w http.ResponseWriter, r *http.Request) {
 	id := s.consoleID(w, r, "A job id")
 	if id == 0 {

@@ -296,6 +296,10 @@ func TestConsoleDeadLetters(t *testing.T) {
 	require.Equal(t, "attempt 2 of job 3", r[6])
 	require.Equal(t, "2/2", r[7])
 	require.Equal(t, "no", r[9])
+	var job3 string
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT job_id::text FROM dead_letter_jobs WHERE id = $1`, id3).Scan(&job3))
+	require.Equal(t, job3, r[1])
+	require.Contains(t, page, `<td class="num"><a href="/console/jobs/`+job3+`">`+job3+`</a></td>`, "the job links to its story")
 
 	// Filters.
 	require.Equal(t, b.deadLetterIDs(t, "queue = 'analysis_default'"), firstCells(b.get(t, "/console/dead-letters?queue=analysis_default")))
@@ -338,8 +342,11 @@ func TestConsoleDeadLetters(t *testing.T) {
 	require.Contains(t, string(metadataRe), `"actor": "alice"`)
 	require.Contains(t, string(metadataRe), `"reason": "vendor fixed"`)
 	page = b.get(t, "/console/dead-letters/"+id3)
-	require.Contains(t, page, `by <span class="value">alice</span> as job <a href="/riverui/jobs/`+strconv.FormatInt(jobID, 10)+`">`)
+	replayed := strconv.FormatInt(jobID, 10)
+	require.Contains(t, page, `<dt>Job in River</dt><dd><a href="/console/jobs/`+job3+`">`+job3+`</a>: drained out of River`)
+	require.Contains(t, page, `by <span class="value">alice</span> as job <a href="/console/jobs/`+replayed+`">`+replayed+`</a> (<a href="/riverui/jobs/`+replayed+`">River UI's page</a>)`)
 	require.Contains(t, page, "Replay again")
+	require.Contains(t, row(t, b.get(t, "/console/dead-letters?state=replayed"), id3)[9], `as job `+replayed+` River UI`)
 	require.Equal(t, "yes", map[bool]string{true: "yes"}[strings.Contains(row(t, b.get(t, "/console/dead-letters?state=replayed"), id3)[9], "by alice")])
 	require.Equal(t, []string{id3}, firstCells(b.get(t, "/console/dead-letters?state=replayed")))
 	require.Len(t, firstCells(b.get(t, "/console/dead-letters?state=pending&kind=specview")), 29)
@@ -450,9 +457,11 @@ func TestConsoleEscalations(t *testing.T) {
 	page := b.get(t, "/console/escalations")
 	all := rows(page)[1:]
 	require.Len(t, all, 3)
-	require.Equal(t, []string{strconv.FormatInt(jobIDs[2], 10), "analysis_default (priority 4)", "analysis_priority (priority 1)", "alice", "call #2"}, all[0][1:])
+	require.Equal(t, []string{strconv.FormatInt(jobIDs[2], 10) + " River UI", "analysis_default (priority 4)", "analysis_priority (priority 1)", "alice", "call #2"}, all[0][1:])
 	require.Equal(t, "bob", all[1][4])
-	require.Contains(t, page, `<a href="/riverui/jobs/`+strconv.FormatInt(jobIDs[0], 10)+`">`)
+	// Each job links to its story here and to River UI's page.
+	require.Contains(t, page, `<a href="/console/jobs/`+strconv.FormatInt(jobIDs[0], 10)+`">`+strconv.FormatInt(jobIDs[0], 10)+`</a>`)
+	require.Contains(t, page, `<a href="/riverui/jobs/`+strconv.FormatInt(jobIDs[0], 10)+`" class="note">River UI</a>`)
 
 	require.Len(t, rows(b.get(t, "/console/escalations?actor=alice"))[1:], 2)
 	require.Len(t, rows(b.get(t, "/console/escalations?queue=specview_priority"))[1:], 1)
@@ -986,6 +995,16 @@ func TestConsoleJob(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, res.status)
 	require.Contains(t, string(res.body), "is neither in River nor a dead letter")
 	require.Equal(t, http.StatusBadRequest, b.send(t, "GET", "/console/jobs/x", b.asOperator()).status)
+	// The header's job form goes to the job's page; a bad id is refused.
+	require.Contains(t, page, `<form method="get" action="/console/jobs" class="lookup">`)
+	res = b.send(t, "GET", "/console/jobs?id=+"+strconv.FormatInt(held, 10)+"+", b.asOperator())
+	require.Equal(t, http.StatusSeeOther, res.status)
+	require.Equal(t, path, res.header.Get("Location"))
+	for _, bad := range []string{"", "?id=", "?id=x", "?id=-3", "?id=0", "?id=99999999999999999999"} {
+		res = b.send(t, "GET", "/console/jobs"+bad, b.asOperator())
+		require.Equal(t, http.StatusBadRequest, res.status, bad)
+		require.Contains(t, string(res.body), "A job id is a positive integer.", bad)
+	}
 
 	// Cross-origin: refused, nothing moved.
 	res = b.send(t, "POST", runningPath+"/escalate", consoleReq{user: "mallory", password: adminToken,
