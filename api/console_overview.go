@@ -9,7 +9,9 @@ package api
 // A page load runs these queries, none over river_job:
 //   - the API's metrics snapshot (queuestats.Summaries, dlq.PendingDepth,
 //     queuestats.RecentLeader, queuestats.LentNow), read at most every
-//     MetricsCacheFor and shared with /metrics' scrapes;
+//     MetricsCacheFor and shared with /metrics' scrapes; the overview shows
+//     one up to overviewMaxAge old at once and reads the next in the
+//     background;
 //   - River's pauses: one row per paused queue (queuestats.Paused);
 //   - the workers: the unexpired rows of fair_share_slots, one per worker
 //     process and queue (queuestats.LiveWorkers);
@@ -32,6 +34,12 @@ import (
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/waitstats"
 )
+
+// overviewMaxAge is how old the metrics snapshot the overview shows may
+// be: a load within it shows the last read at once (the page says when it
+// was read) and, when that is MetricsCacheFor old, starts the next read for
+// the next load; a load after it waits for a new read.
+const overviewMaxAge = 30 * time.Second
 
 // overviewQueue is one queue's row.
 type overviewQueue struct {
@@ -60,7 +68,7 @@ type overviewWaits struct {
 
 func (s *Server) consoleOverview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	snap := s.metrics.db.current()
+	snap := s.metrics.db.recent(overviewMaxAge)
 	if snap.err != nil {
 		s.consoleInternal(w, r, snap.err)
 		return

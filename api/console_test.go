@@ -511,6 +511,38 @@ func TestConsoleOverview(t *testing.T) {
 	require.Regexp(t, `Read at \d\d:\d\d:\d\d UTC`, b.get(t, "/console/"))
 }
 
+// TestConsoleOverviewSnapshot: the overview shows the last metrics read at
+// once while it is younger than its limit, and the load that finds it stale
+// starts the next read in the background; past the limit a load waits for
+// a new read.
+func TestConsoleOverviewSnapshot(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	s := api.NewSnapshots(db.Pool, testdb.Registry(t), time.Nanosecond) // every read is stale at once
+	leader, first, err := s.RecentLeader(time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, "", leader, "no leader yet: the first load waits for the first read")
+
+	_, err = db.Pool.Exec(ctx, `INSERT INTO river_leader (elected_at, expires_at, leader_id) VALUES (now(), now() + interval '15 seconds', 'scheduler-9')`)
+	require.NoError(t, err)
+	leader, at, err := s.RecentLeader(time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, "", leader, "the last read, at once")
+	require.True(t, at.Equal(first))
+	testdb.WaitFor(t, 10*time.Second, "a read in the background to show the new leader", func() bool {
+		leader, _, err := s.RecentLeader(time.Hour)
+		require.NoError(t, err)
+		return leader == "scheduler-9"
+	})
+
+	_, err = db.Pool.Exec(ctx, `UPDATE river_leader SET leader_id = 'scheduler-10'`)
+	require.NoError(t, err)
+	leader, _, err = s.RecentLeader(0)
+	require.NoError(t, err)
+	require.Equal(t, "scheduler-10", leader, "a read older than the limit is not shown: the load reads anew")
+}
+
 // TestConsoleOverviewWaits: the waits the workers recorded
 // (job_wait_stats) per queue and tier over the last 5 and 60 minutes, with
 // a chart of each minute's p99; the workers of the live heartbeats; the

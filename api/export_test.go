@@ -2,8 +2,11 @@ package api
 
 import (
 	"encoding/json"
+	"io"
+	"log/slog"
 	"time"
 
+	"github.com/tierq/tierq/internal/db"
 	"github.com/tierq/tierq/service"
 	"github.com/tierq/tierq/waitstats"
 )
@@ -38,3 +41,18 @@ func WaitChart(ser *waitstats.Series) (lines []string, top time.Duration) {
 
 // FormatWait is how the overview writes a recorded wait.
 func FormatWait(d time.Duration) string { return formatWait(d) }
+
+// Snapshots is the metrics' database reads of q over reg's queues, each
+// fresh for cacheFor, for the test of recent.
+type Snapshots struct{ c *dbCollector }
+
+func NewSnapshots(q db.Querier, reg *service.Registry, cacheFor time.Duration) Snapshots {
+	return Snapshots{newDBCollector(q, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), cacheFor)}
+}
+
+// RecentLeader is the River leader and the read time of the overview's
+// snapshot (recent(maxAge)).
+func (s Snapshots) RecentLeader(maxAge time.Duration) (string, time.Time, error) {
+	snap := s.c.recent(maxAge)
+	return snap.leader, snap.readAt, snap.err
+}
