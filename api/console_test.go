@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/api"
@@ -25,6 +26,7 @@ import (
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/jobs"
 	"github.com/tierq/tierq/limits"
+	"github.com/tierq/tierq/producer"
 	"github.com/tierq/tierq/routing"
 	"github.com/tierq/tierq/subscriptions"
 	"github.com/tierq/tierq/tiers"
@@ -439,6 +441,16 @@ func TestConsoleBulkReplay(t *testing.T) {
 	}
 	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM river_job`))
 	require.Contains(t, b.log.String(), `"msg":"console action","action":"bulk replay","actor":"alice","asked":2,"replayed":2`)
+
+	// The two that arrived later, into the service's priority queue.
+	later := b.deadLetterIDs(t, "queue = 'analysis_default' AND replayed_at IS NULL")
+	require.Len(t, later, 2)
+	res = b.post(t, "/console/dead-letters/replay", url.Values{"id": later, "reason": {"paid customer"}, "to_queue": {"analysis_priority"}})
+	require.Equal(t, http.StatusOK, res.status, string(res.body))
+	require.Contains(t, string(res.body), "Replayed 2 of the 2 dead letters confirmed.")
+	require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM river_job WHERE queue = 'analysis_priority' AND kind = 'analysis'
+		AND id IN (SELECT replay_job_id FROM dead_letter_jobs WHERE id = ANY($1::bigint[]))`, later))
+	require.Equal(t, 4, b.db.Count(t, `SELECT count(*) FROM river_job`))
 }
 
 // TestConsoleEscalations: the audit, newest first, with its filters.
@@ -509,6 +521,44 @@ func TestConsoleOverview(t *testing.T) {
 		return strings.Contains(b.get(t, "/console/"), `River leader: <span class="value">scheduler-7</span>.`)
 	})
 	require.Regexp(t, `Read at \d\d:\d\d:\d\d UTC`, b.get(t, "/console/"))
+}
+
+// TestConsoleReplayKeepsUniqueness: a dead letter of a unique job whose
+// key a live job holds is not replayed from its page, forced or not: the
+// page names the live job; once that job is gone, the replay goes ahead.
+func TestConsoleReplayKeepsUniqueness(t *testing.T) {
+	t.Parallel()
+	b := setupConsole(t)
+	ctx := context.Background()
+	client := b.db.Producer(t)
+	insert := func() int64 {
+		res, err := client.Insert(ctx, jobs.AnalysisArgs{Target: "/srv/unique"}, &river.InsertOpts{Queue: "analysis_default", UniqueOpts: producer.UniqueOpts()})
+		require.NoError(t, err)
+		require.False(t, res.UniqueSkippedAsDuplicate)
+		return res.Job.ID
+	}
+	dead := insert()
+	_, err := b.db.Pool.Exec(ctx, `UPDATE river_job SET state = 'discarded', finalized_at = now() WHERE id = $1`, dead)
+	require.NoError(t, err)
+	drainAll(t, b.bundle)
+	id := b.deadLetterIDs(t, "true")[0]
+	live := strconv.FormatInt(insert(), 10)
+
+	for _, force := range []string{"", "1"} {
+		res := b.post(t, "/console/dead-letters/"+id+"/replay", url.Values{"reason": {"retry it"}, "force": {force}})
+		require.Equal(t, http.StatusConflict, res.status, "force=%q", force)
+		require.Contains(t, string(res.body), "Not replayed: dead letter duplicates a live job", "force=%q", force)
+		require.Contains(t, string(res.body), `The live job holding its unique key: <a href="/riverui/jobs/`+live+`">`+live+`</a>.`)
+	}
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job`))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM dead_letter_jobs WHERE replayed_at IS NULL`))
+
+	_, err = b.db.Pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, live)
+	require.NoError(t, err)
+	res := b.post(t, "/console/dead-letters/"+id+"/replay", url.Values{"reason": {"retry it"}})
+	require.Equal(t, http.StatusSeeOther, res.status, string(res.body))
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'available' AND args->>'target' = '/srv/unique'`))
+	require.Equal(t, 0, b.db.Count(t, `SELECT count(*) FROM dead_letter_jobs WHERE replayed_at IS NULL`))
 }
 
 // TestConsoleOverviewSnapshot: the overview shows the last metrics read at
