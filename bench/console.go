@@ -211,6 +211,8 @@ func Console(ctx context.Context, opts Options) (ConsoleResult, error) {
 		{Name: "dead_letters_all_filters", Path: "/console/dead-letters?queue=" + url.QueryEscape(queue) + "&tier=pro&tenant=" + consoleBigTenant + "&state=pending"},
 		{Name: "dead_letter", Path: "/console/dead-letters/" + strconv.FormatInt(deadLetter, 10)},
 		{Name: "bulk_replay_confirm_tenant", Path: "/console/dead-letters/replay?tenant=tenant_7"},
+		{Name: "bulk_replay_confirm_big_tenant", Path: "/console/dead-letters/replay?tenant=" + consoleBigTenant},
+		{Name: "bulk_replay_confirm_all", Path: "/console/dead-letters/replay"},
 		{Name: "escalations", Path: "/console/escalations"},
 		{Name: "escalations_actor", Path: "/console/escalations?actor=alice"},
 		{Name: "subscriptions", Path: "/console/subscriptions"},

@@ -48,7 +48,7 @@ func TestConsoleTimesEveryPage(t *testing.T) {
 		"overview", "queue", "queue_tenant", "queue_small_tenant", "job",
 		"dead_letters", "dead_letters_queue", "dead_letters_kind", "dead_letters_tier", "dead_letters_tenant", "dead_letters_small_tenant",
 		"dead_letters_error", "dead_letters_rare_error", "dead_letters_pending", "dead_letters_replayed", "dead_letters_all_filters",
-		"dead_letter", "bulk_replay_confirm_tenant", "escalations", "escalations_actor", "subscriptions", "subscriptions_user",
+		"dead_letter", "bulk_replay_confirm_tenant", "bulk_replay_confirm_big_tenant", "bulk_replay_confirm_all", "escalations", "escalations_actor", "subscriptions", "subscriptions_user",
 	}, names)
 	var targets []string
 	for _, tg := range r.Targets {
