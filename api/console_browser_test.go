@@ -281,23 +281,23 @@ func TestBrowserConsoleEscalations(t *testing.T) {
 	br.do(t, "open the escalations", chromedp.Navigate(b.url+"/console/"), chromedp.WaitVisible(chromedp.CSS(`nav a[href="/console/escalations"]`)),
 		chromedp.Click(chromedp.CSS(`nav a[href="/console/escalations"]`)), chromedp.WaitVisible(chromedp.CSS(filter)))
 	br.waitFor(t, "every escalation, newest first", escalationRowsText+` === `+jsString(
-		ids[2]+" | analysis_default (priority 4) | analysis_priority (priority 1) | alice | call #2\n"+
-			ids[1]+" | specview_default (priority 4) | specview_priority (priority 1) | bob | call #1\n"+
-			ids[0]+" | analysis_default (priority 4) | analysis_priority (priority 1) | alice | call #0"))
+		ids[2]+" River UI | analysis_default (priority 4) | analysis_priority (priority 1) | alice | call #2\n"+
+			ids[1]+" River UI | specview_default (priority 4) | specview_priority (priority 1) | bob | call #1\n"+
+			ids[0]+" River UI | analysis_default (priority 4) | analysis_priority (priority 1) | alice | call #0"))
 	require.True(t, br.eval(t, `document.querySelector('main a[href="/riverui/jobs/`+ids[1]+`"]') != null`), "a job links to River UI")
 	br.screenshot(t, shots, "console-escalations.png")
 
 	br.do(t, "filter by actor", chromedp.SendKeys(chromedp.CSS(filter+` input[name="actor"]`), "alice"),
 		chromedp.Click(chromedp.CSS(filter+` button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS(filter+` input[name="actor"][value="alice"]`)))
 	br.waitFor(t, "alice's escalations", escalationRowsText+` === `+jsString(
-		ids[2]+" | analysis_default (priority 4) | analysis_priority (priority 1) | alice | call #2\n"+
-			ids[0]+" | analysis_default (priority 4) | analysis_priority (priority 1) | alice | call #0"))
+		ids[2]+" River UI | analysis_default (priority 4) | analysis_priority (priority 1) | alice | call #2\n"+
+			ids[0]+" River UI | analysis_default (priority 4) | analysis_priority (priority 1) | alice | call #0"))
 
 	br.do(t, "filter by queue", chromedp.Clear(chromedp.CSS(filter+` input[name="actor"]`)),
 		chromedp.SendKeys(chromedp.CSS(filter+` input[name="queue"]`), "specview_priority"),
 		chromedp.Click(chromedp.CSS(filter+` button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS(filter+` input[name="queue"][value="specview_priority"]`)))
 	br.waitFor(t, "the escalations to specview_priority", `location.search === "?queue=specview_priority&actor=&since=&until=" && `+escalationRowsText+` === `+jsString(
-		ids[1]+" | specview_default (priority 4) | specview_priority (priority 1) | bob | call #1"))
+		ids[1]+" River UI | specview_default (priority 4) | specview_priority (priority 1) | bob | call #1"))
 
 	br.do(t, "filter by since", chromedp.Clear(chromedp.CSS(filter+` input[name="queue"]`)),
 		chromedp.SendKeys(chromedp.CSS(filter+` input[name="since"]`), "2999-01-01T00:00"),
