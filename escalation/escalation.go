@@ -290,7 +290,18 @@ type SweepResult struct {
 }
 
 // sweepSQL moves at most $4 available jobs that waited longer than $3 seconds
-// in one of the from queues. A moved job joins the back of its new queue:
+// in one of the from queues, and at most $4 held ones (River state pending,
+// marked jobmeta.HeldAt: held back by fair share or by their tenant's
+// limits) from those of the from queues that no live worker serves
+// (idle: no unexpired heartbeat with workers in fair_share_slots, as for a
+// class run with 0 workers, whose jobs wait for this sweep). In such a
+// queue no process passes over its held jobs, so nothing would ever admit
+// them: moved, they stay held in the new queue (their state and marks kept;
+// no trigger fires, since the state does not change), where its workers'
+// passes admit them as their tenant's window and limits allow. Held jobs of
+// a queue with workers are its passes' to admit and are not moved: a
+// tenant's backlog held for its turn is not escalated wholesale. A moved
+// job joins the back of its new queue:
 // priority 4 (PriorityLowest) and scheduled_at now. The time its attempt
 // became due is kept in its metadata (jobmeta.DueAt, with the scheduled_at
 // the move wrote in jobmeta.MovedAt), so that its reported wait and its
@@ -302,7 +313,12 @@ type SweepResult struct {
 // time, and one whose scheduled_at is -infinity has no wait: both are left
 // alone too, and skippedSQL reports them.
 var sweepSQL = `
-WITH due AS (
+WITH idle AS (
+    SELECT coalesce(array_agg(q.queue), '{}') AS queues
+    FROM unnest($1::text[]) AS q(queue)
+    WHERE NOT EXISTS (SELECT 1 FROM fair_share_slots AS s WHERE s.queue = q.queue AND s.expires_at > now() AND s.slots > 0)
+),
+due_available AS (
     SELECT j.id, j.queue AS from_queue, m.to_queue, j.priority AS from_priority,
            ` + jobmetasql.DueAtSQL("j") + ` AS due_at
     FROM ` + riverschema.JobTable + ` AS j
@@ -317,6 +333,23 @@ WITH due AS (
       AND NOT ` + db.PausedSQL("m.to_queue") + `
     LIMIT $4
     FOR UPDATE OF j SKIP LOCKED
+),
+due_held AS (
+    SELECT j.id, j.queue AS from_queue, m.to_queue, j.priority AS from_priority,
+           ` + jobmetasql.DueAtSQL("j") + ` AS due_at
+    FROM ` + riverschema.JobTable + ` AS j
+    JOIN unnest($1::text[], $2::text[]) AS m(from_queue, to_queue) ON m.from_queue = j.queue
+    WHERE ` + jobmetasql.HeldSQL("j") + `
+      AND j.queue = ANY((SELECT queues FROM idle)::text[])
+      AND j.scheduled_at <= now() - make_interval(secs => $3)
+      AND j.scheduled_at > '-infinity'
+      AND NOT ` + db.PausedSQL("j.queue") + `
+      AND NOT ` + db.PausedSQL("m.to_queue") + `
+    LIMIT $4
+    FOR UPDATE OF j SKIP LOCKED
+),
+due AS (
+    SELECT * FROM due_available UNION ALL SELECT * FROM due_held
 ),
 moved AS (
     UPDATE ` + riverschema.JobTable + ` AS j

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/escalation"
+	"github.com/tierq/tierq/internal/jobmetasql"
 	"github.com/tierq/tierq/internal/testdb"
 	"github.com/tierq/tierq/internal/workertest"
 	"github.com/tierq/tierq/jobs"
@@ -184,6 +185,59 @@ func TestSweepRules(t *testing.T) {
 	res, err = escalation.Sweep(ctx, db.Pool, serviceQueues, escalation.Rules(0, 0), 10)
 	require.NoError(t, err)
 	require.Zero(t, res.Total)
+}
+
+// TestSweepMovesHeldJobsOutOfIdleQueues: a held job (by a tenant's cap or
+// by fair share) waits in a queue no live worker serves (a class run with 0
+// workers) with nothing to admit it: past the rule's wait the sweep moves it
+// to the next class, still held, its marks and due time kept. In a queue
+// with live workers held jobs are the passes' and stay.
+func TestSweepMovesHeldJobsOutOfIdleQueues(t *testing.T) {
+	t.Parallel()
+	serviceQueues := testdb.Registry(t).Queues()
+	db := testdb.New(t)
+	ctx := context.Background()
+	// specview_scheduled has a live worker process; analysis_scheduled
+	// has none (another's heartbeat expired, one has 0 workers there).
+	_, err := db.Pool.Exec(ctx, `INSERT INTO fair_share_slots (client_id, queue, slots, expires_at) VALUES
+		('w1', 'specview_scheduled', 2, now() + interval '15 seconds'),
+		('w2', 'analysis_scheduled', 3, now() - interval '1 second'),
+		('w3', 'analysis_scheduled', 0, now() + interval '15 seconds')`)
+	require.NoError(t, err)
+	capHeld := testdb.InsertWaitingJob(t, db, testdb.WaitingJob{Queue: "analysis_scheduled", Held: true, Tenant: "acme", Capped: "analyzer", CapHeld: true, Priority: 2, Scheduled: 2 * time.Hour})
+	turnHeld := testdb.InsertWaitingJob(t, db, testdb.WaitingJob{Queue: "analysis_scheduled", Held: true, Tenant: "beta", Scheduled: 3 * time.Hour, Due: 5 * time.Hour})
+	fresh := testdb.InsertWaitingJob(t, db, testdb.WaitingJob{Queue: "analysis_scheduled", Held: true, Tenant: "acme", Scheduled: time.Minute})
+	served := testdb.InsertWaitingJob(t, db, testdb.WaitingJob{Queue: "specview_scheduled", Held: true, Tenant: "acme", Scheduled: 2 * time.Hour})
+	available := testdb.InsertWaitingJob(t, db, testdb.WaitingJob{Queue: "specview_scheduled", Scheduled: 2 * time.Hour})
+
+	res, err := escalation.Sweep(ctx, db.Pool, serviceQueues, escalation.Rules(time.Hour, 0), 10)
+	require.NoError(t, err)
+	require.Equal(t, map[escalation.Move]int{
+		{From: "analysis_scheduled", To: "analysis_default"}:  2,
+		{From: "specview_scheduled", To: "specview_default"}: 1,
+	}, res.Moved)
+
+	type row struct {
+		Queue, State      string
+		Priority          int
+		HeldAt, CapHeldAt bool
+		Due               float64 // hours since it became due
+	}
+	read := func(id int64) row {
+		var r row
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT queue, state::text, priority, metadata ? 'tierq:held_at', metadata ? 'tierq:cap_held_at',
+			round((extract(epoch FROM now() - `+jobmetasql.DueAtSQL("j")+`) / 3600)::numeric, 1)::float8
+			FROM river_job AS j WHERE id = $1`, id).Scan(&r.Queue, &r.State, &r.Priority, &r.HeldAt, &r.CapHeldAt, &r.Due))
+		return r
+	}
+	require.Equal(t, row{"analysis_default", "pending", 4, true, true, 2}, read(capHeld), "moved, still held by its cap")
+	require.Equal(t, row{"analysis_default", "pending", 4, true, false, 5}, read(turnHeld), "moved, still held, its due time kept")
+	require.Equal(t, row{"analysis_scheduled", "pending", 4, true, false, 0}, read(fresh), "has not waited an hour")
+	require.Equal(t, row{"specview_scheduled", "pending", 4, true, false, 2}, read(served), "its queue's workers admit it")
+	require.Equal(t, row{"specview_default", "available", 4, false, false, 2}, read(available))
+	require.Equal(t, []audit{{JobID: capHeld, FromQueue: "analysis_scheduled", ToQueue: "analysis_default",
+		FromPriority: 2, ToPriority: 4, Actor: "scheduler", Reason: "waited more than 1h0m0s in a scheduled queue"}},
+		audits(t, db, capHeld))
 }
 
 // TestAnyServiceQueues: escalation moves jobs between the queues it is
