@@ -56,7 +56,7 @@ bench-routing:
 screenshots:
 	@scripts/chromium.sh
 	@eval "$$(scripts/pg.sh test)" && \
-	  { TIERQ_SCREENSHOT_DIR=$(CURDIR)/docs/img $(GO) test -count=1 -run '^(TestBrowserRiverUI|TestBrowserConsole|TestBrowserConsolePages)$$' ./api/; status=$$?; \
+	  { TIERQ_SCREENSHOT_DIR=$(CURDIR)/docs/img $(GO) test -count=1 -run '^(TestBrowserRiverUI|TestBrowserConsole|TestBrowserConsolePages|TestBrowserConsoleBulkReplay|TestBrowserConsoleEscalations)$$' ./api/; status=$$?; \
 	    if [ "$${TIERQ_PG_STARTED:-}" = 1 ]; then scripts/pg.sh stop; fi; exit $$status; }
 
 ## pg-stop: stop the throwaway PostgreSQL cluster, if one was started
