@@ -70,6 +70,11 @@ func TestHeldWorkAgesAndEscalates(t *testing.T) {
 		require.NoError(t, err)
 		_, err = a.Pass(ctx, free)
 		require.NoError(t, err)
+		// The queue's workers are live (their heartbeat): its held jobs are
+		// its passes' (the sweep moves held jobs only out of a queue no
+		// live worker serves).
+		_, err = db.Pool.Exec(ctx, `INSERT INTO fair_share_slots (client_id, queue, slots, expires_at) VALUES ('w1', $1, 4, now() + interval '1 hour')`, free)
+		require.NoError(t, err)
 
 		queues := []string{"svc_scheduled", free, paid}
 		res, err := escalation.Sweep(ctx, db.Pool, queues, escalation.Rules(0, 5*time.Minute), 100)
