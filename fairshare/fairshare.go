@@ -58,10 +58,11 @@
 // tenant's held jobs only up to its room, counts them as demand only up to
 // it (a tenant at its cap is not active, and closes no worse priority), and
 // counts the capped jobs its process has finished as ended before River
-// writes their completion; the end of a capped job wakes every queue's loop.
+// writes their completion; the end of a capped job refills its tenant's
+// place (Refill) and, when the refill cannot, wakes every queue's loop.
 // Rate limits (migration 00015) work the same way: a rate-limited tenant
 // has room for one job when it has a token and no job waiting to start;
-// the start of a rated job wakes every queue's loop, and a pass reports when
+// the start of a rated job refills likewise, and a pass reports when
 // the next token is due (Pass.RateWait). Besides the passes, the refill
 // (Refill) admits a limited tenant's next job the moment its job ends or
 // starts in this process.
@@ -429,9 +430,9 @@ func (h *hook) WorkBegin(_ context.Context, job *rivertype.JobRow) error {
 	if bytes.Contains(job.Metadata, ratedKey) {
 		// A job charged against its tenant's rate started: the tenant has
 		// no job waiting to start any more, and its next may be admitted if
-		// it has a token, in any queue of the service.
+		// it has a token, in any queue of the service: the refill tries,
+		// and wakes every queue's loop when it cannot (refillLoop).
 		h.refill.add(job.Queue, job.Metadata)
-		h.wakeAll()
 	}
 	if h.lend != nil && job.Queue == h.lend.cfg.From && saturated {
 		h.lend.signal() // free work waits: perhaps a paid worker is idle
@@ -452,12 +453,11 @@ func (h *hook) WorkEnd(_ context.Context, job *rivertype.JobRow, err error) erro
 	}
 	if bytes.Contains(job.Metadata, cappedKey) {
 		// A job counted against its tenant's cap ended: room for one of
-		// the tenant's held jobs, in any queue of the service. Every
-		// queue's loop is woken, whether or not its last pass here saw
-		// held work: another replica may have run the passes since.
+		// the tenant's held jobs, in any queue of the service. The refill
+		// admits it, and wakes every queue's loop when it cannot
+		// (refillLoop).
 		h.capped.finish(job.ID)
 		h.refill.add(job.Queue, job.Metadata)
-		h.wakeAll()
 	}
 	if h.lend != nil && job.Queue == h.lend.cfg.Queue {
 		h.lend.finish(job.ID) // a paid worker is free: lend it, or keep it for paid work
@@ -466,9 +466,10 @@ func (h *hook) WorkEnd(_ context.Context, job *rivertype.JobRow, err error) erro
 }
 
 // wakeAll wakes every queue's loop, ending a rest (passRest): a job
-// counted against its tenant's limits started or ended, and the tenant may
-// have room in any queue of its service, whether or not the last pass here
-// saw held work (another replica may have run the passes since).
+// counted against its tenant's limits started or ended, the refill did not
+// admit the tenant's next job, and the tenant may have room in any queue
+// of its service, whether or not the last pass here saw held work (another
+// replica may have run the passes since).
 func (h *hook) wakeAll() {
 	for _, other := range h.queues {
 		other.signal()
