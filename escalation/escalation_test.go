@@ -213,7 +213,7 @@ func TestSweepMovesHeldJobsOutOfIdleQueues(t *testing.T) {
 	res, err := escalation.Sweep(ctx, db.Pool, serviceQueues, escalation.Rules(time.Hour, 0), 10)
 	require.NoError(t, err)
 	require.Equal(t, map[escalation.Move]int{
-		{From: "analysis_scheduled", To: "analysis_default"}:  2,
+		{From: "analysis_scheduled", To: "analysis_default"}: 2,
 		{From: "specview_scheduled", To: "specview_default"}: 1,
 	}, res.Moved)
 
