@@ -30,19 +30,20 @@ import (
 // own, so they carry on while no scheduler leads: fewer jobs are held at
 // the take-over than at the kill. No worker dies, so no job may run twice.
 //
-// Concurrency caps are on (capTenants) in the specgen service, recorded by
-// both schedulers: from the jobs' own execution records, no tenant ever ran
-// more than its cap, before, across and after the failover.
+// Concurrency caps are on (capTenants) in every service, recorded by both
+// schedulers (the analyzer's scheduled class has no workers: its cap-held
+// jobs leave it by the escalation sweep, still held): from the jobs' own
+// execution records, no tenant ever ran more than its cap, before, across
+// and after the failover.
 func TestSchedulerFailover(t *testing.T) {
 	s := newSystem(t, "scheduler-failover")
 	ctx := context.Background()
 	s.lendIdlePriority()
-	// Caps in specgen only: a job held by a cap in a queue no worker
-	// serves, as analyzer's scheduled queue is here, is never admitted (no
-	// process passes over the queue) nor escalated (the sweep moves
-	// available jobs only): it would wait for ever (docs/reliability.md,
-	// "Known limits").
-	s.capTenants(s.specGen)
+	// Caps in every service: a job held by a cap in a queue no worker
+	// serves, as analyzer's scheduled queue is here, is not admitted there
+	// (no process passes over the queue); the escalation sweep moves it,
+	// still held, to the default queue, whose workers admit it.
+	s.capTenants(s.registry.Services()...)
 	a, b := s.scheduler(), s.scheduler()
 	for range 2 {
 		s.worker(s.analyzer, "ANALYZER_QUEUE_SCHEDULED_WORKERS=0")
