@@ -198,10 +198,7 @@ func TestBrowserConsolePurge(t *testing.T) {
 func TestBrowserConsoleBulkReplay(t *testing.T) {
 	t.Parallel()
 	b := setupConsole(t)
-	testdb.SeedDiscarded(t, b.db, 12) // 2 per service queue
-	drainAll(t, b.bundle)
-	confirmed := b.deadLetterIDs(t, "queue = 'analysis_default'")
-	require.Len(t, confirmed, 2)
+	confirmed := b.seedBulk(t)
 	shots := screenshotDirs(t)
 	br := startBrowser(t, adminToken)
 

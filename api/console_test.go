@@ -165,6 +165,18 @@ func firstCells(page string) []string {
 	return out
 }
 
+// seedBulk drains 12 discarded jobs into dead letters, 2 per service queue,
+// and returns the ids of analysis_default's 2, newest first: what the bulk
+// replay tests confirm.
+func (b *consoleBundle) seedBulk(t *testing.T) []string {
+	t.Helper()
+	testdb.SeedDiscarded(t, b.db, 12)
+	drainAll(t, b.bundle)
+	ids := b.deadLetterIDs(t, "queue = 'analysis_default'")
+	require.Len(t, ids, 2)
+	return ids
+}
+
 // deadLetterIDs are the dead letters' ids, newest first.
 func (b *consoleBundle) deadLetterIDs(t *testing.T, where string) []string {
 	t.Helper()
@@ -387,10 +399,7 @@ func TestConsoleDeadLetters(t *testing.T) {
 func TestConsoleBulkReplay(t *testing.T) {
 	t.Parallel()
 	b := setupConsole(t)
-	testdb.SeedDiscarded(t, b.db, 12) // 2 per service queue
-	drainAll(t, b.bundle)
-	confirmed := b.deadLetterIDs(t, "queue = 'analysis_default'")
-	require.Len(t, confirmed, 2)
+	confirmed := b.seedBulk(t)
 
 	page := b.get(t, "/console/dead-letters?queue=analysis_default")
 	require.Contains(t, page, `<a href="/console/dead-letters/replay?queue=analysis_default">Replay the pending dead letters of this filter…</a>`)

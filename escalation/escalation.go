@@ -318,36 +318,12 @@ WITH idle AS (
     FROM unnest($1::text[]) AS q(queue)
     WHERE NOT EXISTS (SELECT 1 FROM fair_share_slots AS s WHERE s.queue = q.queue AND s.expires_at > now() AND s.slots > 0)
 ),
-due_available AS (
-    SELECT j.id, j.queue AS from_queue, m.to_queue, j.priority AS from_priority,
-           ` + jobmetasql.DueAtSQL("j") + ` AS due_at
-    FROM ` + riverschema.JobTable + ` AS j
-    JOIN unnest($1::text[], $2::text[]) AS m(from_queue, to_queue) ON m.from_queue = j.queue
-    WHERE j.state = '` + riverschema.StateAvailable + `'
+due_available AS (` + sweepDueSQL(`j.state = '`+riverschema.StateAvailable+`'
       AND j.queue = ANY($1::text[])
       AND j.priority = ANY('{1,2,3,4}'::smallint[])
-      AND j.scheduled_at <= now() - make_interval(secs => $3)
-      AND j.scheduled_at > '-infinity'
-      AND ` + jobmetasql.IsObjectSQL("j.metadata") + `
-      AND NOT ` + db.PausedSQL("j.queue") + `
-      AND NOT ` + db.PausedSQL("m.to_queue") + `
-    LIMIT $4
-    FOR UPDATE OF j SKIP LOCKED
-),
-due_held AS (
-    SELECT j.id, j.queue AS from_queue, m.to_queue, j.priority AS from_priority,
-           ` + jobmetasql.DueAtSQL("j") + ` AS due_at
-    FROM ` + riverschema.JobTable + ` AS j
-    JOIN unnest($1::text[], $2::text[]) AS m(from_queue, to_queue) ON m.from_queue = j.queue
-    WHERE ` + jobmetasql.HeldSQL("j") + `
-      AND j.queue = ANY((SELECT queues FROM idle)::text[])
-      AND j.scheduled_at <= now() - make_interval(secs => $3)
-      AND j.scheduled_at > '-infinity'
-      AND NOT ` + db.PausedSQL("j.queue") + `
-      AND NOT ` + db.PausedSQL("m.to_queue") + `
-    LIMIT $4
-    FOR UPDATE OF j SKIP LOCKED
-),
+      AND `+jobmetasql.IsObjectSQL("j.metadata")) + `),
+due_held AS (` + sweepDueSQL(jobmetasql.HeldSQL("j")+`
+      AND j.queue = ANY((SELECT queues FROM idle)::text[])`) + `),
 due AS (
     SELECT * FROM due_available UNION ALL SELECT * FROM due_held
 ),
@@ -365,6 +341,26 @@ moved AS (
     RETURNING j.id, j.state::text AS state, due.from_queue, due.to_queue, due.from_priority, j.priority AS to_priority
 ),` + auditCTE + `,` + notifyCTE + `
 SELECT from_queue, to_queue FROM moved, (SELECT count(*) FROM notified) AS n`
+
+// sweepDueSQL is a CTE body of sweepSQL: at most $4 jobs of the from queues
+// ($1, paired with their targets $2) matching where, that waited longer than
+// $3 seconds in line (scheduled_at, never -infinity), out of and into
+// queues not paused, locked (SKIP LOCKED), with the time each became due.
+func sweepDueSQL(where string) string {
+	return `
+    SELECT j.id, j.queue AS from_queue, m.to_queue, j.priority AS from_priority,
+           ` + jobmetasql.DueAtSQL("j") + ` AS due_at
+    FROM ` + riverschema.JobTable + ` AS j
+    JOIN unnest($1::text[], $2::text[]) AS m(from_queue, to_queue) ON m.from_queue = j.queue
+    WHERE ` + where + `
+      AND j.scheduled_at <= now() - make_interval(secs => $3)
+      AND j.scheduled_at > '-infinity'
+      AND NOT ` + db.PausedSQL("j.queue") + `
+      AND NOT ` + db.PausedSQL("m.to_queue") + `
+    LIMIT $4
+    FOR UPDATE OF j SKIP LOCKED
+`
+}
 
 // skippedSQL finds the jobs a rule's sweep would move but cannot: their
 // metadata is not a JSON object, or their scheduled_at is -infinity.
