@@ -103,17 +103,21 @@ func (a *Admitter) refillLoop(ctx context.Context) {
 // returns how many it made available. The hook calls it (through the
 // refill loop) when a limited job ends or starts; exported for tests.
 func (a *Admitter) Refill(ctx context.Context, metadata, queues []string) (int, error) {
-	var n int
-	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		if f := a.hook.capped.setting(time.Now()); f != "" {
-			if _, err := tx.Exec(ctx, `SELECT set_config('`+finishedJobsSetting+`', $1, true)`, f); err != nil {
-				return err
-			}
-		}
-		var notified int
-		return tx.QueryRow(ctx, refillSQL, metadata, queues).Scan(&n, &notified)
-	})
-	return n, err
+	// One round trip: a batch sent outside a transaction runs as one
+	// implicit transaction (the statements before the protocol's Sync), so
+	// the setting is the transaction's and the refill commits with it. Sent
+	// as BEGIN, set, refill, COMMIT, the four round trips were a third of
+	// the time from a capped job's end to its tenant's next admission.
+	var n, notified int
+	batch := &pgx.Batch{}
+	if f := a.hook.capped.setting(time.Now()); f != "" {
+		batch.Queue(`SELECT set_config('`+finishedJobsSetting+`', $1, true)`, f)
+	}
+	batch.Queue(refillSQL, metadata, queues).QueryRow(func(row pgx.Row) error { return row.Scan(&n, &notified) })
+	if err := a.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 // refillSQL admits, for each (metadata $1[i], queue $2[i]), the tenant's
