@@ -143,10 +143,42 @@ type LimitsResult struct {
 	// WorkConservingRatio is caps' jobs/s over no_limits' (target ≥ 0.95),
 	// NoLimitsRatio no_limits' over trigger_off's: what the trigger costs
 	// when no limit is set (target ≥ 0.95), SnoozeThroughputRatio
-	// snooze_cap's over no_limits'.
-	WorkConservingRatio   float64 `json:"work_conserving_ratio"`
-	NoLimitsRatio         float64 `json:"no_limits_ratio"`
-	SnoozeThroughputRatio float64 `json:"snooze_throughput_ratio"`
+	// snooze_cap's over no_limits'. Each is the median over runs of the
+	// run's own ratio (its variants measured one after the other, minutes
+	// apart at most), listed per run in the …Runs fields: a ratio of the
+	// variants' medians paired one run's slow window with another run's
+	// fast one.
+	WorkConservingRatio       float64   `json:"work_conserving_ratio"`
+	NoLimitsRatio             float64   `json:"no_limits_ratio"`
+	SnoozeThroughputRatio     float64   `json:"snooze_throughput_ratio"`
+	WorkConservingRatioRuns   []float64 `json:"work_conserving_ratio_runs"`
+	NoLimitsRatioRuns         []float64 `json:"no_limits_ratio_runs"`
+	SnoozeThroughputRatioRuns []float64 `json:"snooze_throughput_ratio_runs"`
+
+	// Alone is the capped-alone phase of the caps and snooze_cap variants:
+	// the capped tenants' jobs alone, every worker free, as the seed
+	// system's snooze cap met them ("a capped job waits 30 s even when
+	// workers idle").
+	AloneJobsPerTenant int                    `json:"alone_jobs_per_tenant"`
+	AloneWindowSeconds float64                `json:"alone_window_seconds"`
+	Alone              map[string]LimitsAlone `json:"alone"`
+	aloneRuns          map[string][]limitsVariantRun
+}
+
+// LimitsAlone is one variant of the capped-alone phase, medians over runs.
+type LimitsAlone struct {
+	// Done is how many of the capped tenants' jobs completed by the
+	// window's end, of Jobs; Seconds how long all took (the window when
+	// some were left).
+	Done    float64 `json:"done"`
+	Jobs    int     `json:"jobs"`
+	Seconds float64 `json:"seconds"`
+	// IdleP50Ms and IdleP99Ms are the stretches in which a capped tenant
+	// had work left and no job running, workers free.
+	IdleP50Ms float64 `json:"idle_p50_ms"`
+	IdleP99Ms float64 `json:"idle_p99_ms"`
+	// MaxRunning is the most jobs of one capped tenant running at once.
+	MaxRunning int `json:"max_running"`
 }
 
 // RateTenant is one tenant of the rate phase.
@@ -206,6 +238,8 @@ type limitsVariantRun struct {
 	waitP50, waitP99, idleShare        float64
 	maxRunning, uncappedLeft           int
 	snoozes                            float64
+	aloneDone                          int     // the capped-alone phase
+	aloneSeconds                       float64 // likewise
 }
 
 // The limits scenario's variants of the work-conservation phase.
@@ -229,19 +263,24 @@ type limitsSizes struct {
 	rateWindow              time.Duration
 	warm, window            time.Duration
 	snooze, snoozeJitter    time.Duration
+	aloneJobs               int // per capped tenant, in the capped-alone phase
+	aloneWindow             time.Duration
 }
 
 func (o Options) limitsSizes() limitsSizes {
 	switch {
 	case o.tiny:
 		return limitsSizes{exactTenants: 10, exactJobs: 8, exactWorkers: 10, reactTenants: 2, reactJobs: 10,
-			rateWindow: time.Second, warm: 300 * time.Millisecond, window: time.Second, snooze: time.Second, snoozeJitter: 500 * time.Millisecond}
+			rateWindow: time.Second, warm: 300 * time.Millisecond, window: time.Second, snooze: 3 * time.Second, snoozeJitter: 500 * time.Millisecond,
+			aloneJobs: 5, aloneWindow: 2 * time.Second}
 	case o.Quick:
 		return limitsSizes{exactTenants: 50, exactJobs: 20, exactWorkers: 50, reactTenants: 4, reactJobs: 20,
-			rateWindow: 2 * time.Second, warm: 500 * time.Millisecond, window: 1500 * time.Millisecond, snooze: 30 * time.Second, snoozeJitter: 10 * time.Second}
+			rateWindow: 2 * time.Second, warm: 500 * time.Millisecond, window: 1500 * time.Millisecond, snooze: 30 * time.Second, snoozeJitter: 10 * time.Second,
+			aloneJobs: 10, aloneWindow: 3 * time.Second}
 	}
 	return limitsSizes{exactTenants: 50, exactJobs: 200, exactWorkers: 50, reactTenants: 4, reactJobs: 200,
-		rateWindow: 10 * time.Second, warm: 2 * time.Second, window: 8 * time.Second, snooze: 30 * time.Second, snoozeJitter: 10 * time.Second}
+		rateWindow: 10 * time.Second, warm: 2 * time.Second, window: 8 * time.Second, snooze: 30 * time.Second, snoozeJitter: 10 * time.Second,
+		aloneJobs: 10, aloneWindow: 5 * time.Second}
 }
 
 // The limits scenario's fixed dimensions.
@@ -300,6 +339,8 @@ func Limits(ctx context.Context, opts Options) (LimitsResult, error) {
 		ConserveWorkers: 2 * cfg.Workers.Of(routing.Priority), ConserveCapped: conserveCapped, ConserveUncapped: conserveUncapped,
 		ConserveBacklog: backlog, WarmSeconds: sz.warm.Seconds(), WindowSeconds: sz.window.Seconds(),
 		Variants: map[string]LimitsVariant{}, variantRuns: map[string][]limitsVariantRun{},
+		AloneJobsPerTenant: sz.aloneJobs, AloneWindowSeconds: sz.aloneWindow.Seconds(),
+		Alone: map[string]LimitsAlone{}, aloneRuns: map[string][]limitsVariantRun{},
 	}
 	var (
 		exactRates, p50s, p99s []float64
@@ -349,11 +390,19 @@ func Limits(ctx context.Context, opts Options) (LimitsResult, error) {
 		}
 		for _, v := range order {
 			stage("work conservation, " + v)
-			vr, err := e.limitsVariant(ctx, cfg, v, backlog, sz)
+			vr, err := e.limitsVariant(ctx, cfg, v, backlog, sz, false)
 			if err != nil {
 				return res, fmt.Errorf("limits %s: %w", v, err)
 			}
 			res.variantRuns[v] = append(res.variantRuns[v], vr)
+		}
+		for _, v := range []string{variantCaps, variantSnooze} {
+			stage("capped tenants alone, " + v)
+			vr, err := e.limitsVariant(ctx, cfg, v, backlog, sz, true)
+			if err != nil {
+				return res, fmt.Errorf("limits %s alone: %w", v, err)
+			}
+			res.aloneRuns[v] = append(res.aloneRuns[v], vr)
 		}
 	}
 	res.ExactPass = res.MaxRunningPerTenant <= limitsCap && res.ExactJobs == sz.exactTenants*sz.exactJobs && res.ExactRanTwice == 0
@@ -381,16 +430,48 @@ func Limits(ctx context.Context, opts Options) (LimitsResult, error) {
 	for _, v := range limitsVariants {
 		res.Variants[v] = summarizeVariant(res.variantRuns[v])
 	}
-	ratio := func(a, b string) float64 {
-		if res.Variants[b].JobsPerS == 0 {
-			return 0
+	for v, runs := range res.aloneRuns {
+		a := LimitsAlone{Jobs: conserveCapped * sz.aloneJobs}
+		var done, secs, p50, p99 []float64
+		for _, r := range runs {
+			done, secs = append(done, float64(r.aloneDone)), append(secs, r.aloneSeconds)
+			p50, p99 = append(p50, r.waitP50), append(p99, r.waitP99)
+			a.MaxRunning = max(a.MaxRunning, r.maxRunning)
 		}
-		return round(res.Variants[a].JobsPerS/res.Variants[b].JobsPerS, 3)
+		a.Done, a.Seconds = orZero(done, 0), orZero(secs, 2)
+		a.IdleP50Ms, a.IdleP99Ms = orZero(p50, 2), orZero(p99, 2)
+		res.Alone[v] = a
 	}
-	res.WorkConservingRatio = ratio(variantCaps, variantNoLimits)
-	res.NoLimitsRatio = ratio(variantNoLimits, variantTriggerOff)
-	res.SnoozeThroughputRatio = ratio(variantSnooze, variantNoLimits)
+	res.summarizeRatios()
 	return res, nil
+}
+
+// summarizeRatios sets the throughput ratios from the variants' runs.
+func (res *LimitsResult) summarizeRatios() {
+	res.WorkConservingRatioRuns = res.ratioRuns(variantCaps, variantNoLimits)
+	res.NoLimitsRatioRuns = res.ratioRuns(variantNoLimits, variantTriggerOff)
+	res.SnoozeThroughputRatioRuns = res.ratioRuns(variantSnooze, variantNoLimits)
+	positiveMedian := func(xs []float64) float64 {
+		return orZero(slices.DeleteFunc(slices.Clone(xs), func(x float64) bool { return x <= 0 }), 3)
+	}
+	res.WorkConservingRatio = positiveMedian(res.WorkConservingRatioRuns)
+	res.NoLimitsRatio = positiveMedian(res.NoLimitsRatioRuns)
+	res.SnoozeThroughputRatio = positiveMedian(res.SnoozeThroughputRatioRuns)
+}
+
+// ratioRuns is, for each run, variant a's jobs/s over variant b's in that
+// run (0 where b ran none: positiveMedian leaves it out).
+func (res *LimitsResult) ratioRuns(a, b string) []float64 {
+	as, bs := res.variantRuns[a], res.variantRuns[b]
+	out := make([]float64, 0, min(len(as), len(bs)))
+	for i := range min(len(as), len(bs)) {
+		if bs[i].jobsPerS == 0 {
+			out = append(out, 0)
+			continue
+		}
+		out = append(out, round(as[i].jobsPerS/bs[i].jobsPerS, 3))
+	}
+	return out
 }
 
 // orZero is the median of xs rounded to d decimals, 0 for none (JSON
@@ -573,7 +654,7 @@ func (e *env) limitsProcesses(ctx context.Context, sz limitsSizes, stage func(st
 // limitsVariant runs one variant of the work-conservation phase: fresh
 // tables, the variant's limits, the backlog queued, two deployments
 // started, the window measured.
-func (e *env) limitsVariant(ctx context.Context, cfg config.Worker, variant string, backlog int, sz limitsSizes) (r limitsVariantRun, err error) {
+func (e *env) limitsVariant(ctx context.Context, cfg config.Worker, variant string, backlog int, sz limitsSizes, alone bool) (r limitsVariantRun, err error) {
 	if err := e.resetLimits(ctx); err != nil {
 		return r, err
 	}
@@ -600,7 +681,11 @@ func (e *env) limitsVariant(ctx context.Context, cfg config.Worker, variant stri
 	if err != nil {
 		return r, err
 	}
-	if err := e.insertLimited(ctx, client, append(slices.Clone(cappedNames), uncappedNames...), backlog); err != nil {
+	names, perTenant := append(slices.Clone(cappedNames), uncappedNames...), backlog
+	if alone {
+		names, perTenant = cappedNames, sz.aloneJobs
+	}
+	if err := e.insertLimited(ctx, client, names, perTenant); err != nil {
 		return r, err
 	}
 	if _, err := e.Pool.Exec(ctx, `ANALYZE `+riverschema.JobTable); err != nil {
@@ -645,6 +730,9 @@ func (e *env) limitsVariant(ctx context.Context, cfg config.Worker, variant stri
 			return r, err
 		}
 		stops = append(stops, stop)
+	}
+	if alone {
+		return e.limitsAloneMeasure(ctx, cappedNames, sz)
 	}
 	if err := sleep(ctx, sz.warm); err != nil {
 		return r, err
@@ -738,6 +826,67 @@ func (e *env) limitsVariant(ctx context.Context, cfg config.Worker, variant stri
 	}
 	r.idleShare = idle.Seconds() / (secs * float64(conserveCapped))
 	return r, nil
+}
+
+// limitsAloneMeasure measures the capped-alone phase once the deployments
+// run: until every capped tenant's job has completed or sz.aloneWindow
+// has passed, how many completed, and each tenant's stretches with work
+// left and no job running.
+func (e *env) limitsAloneMeasure(ctx context.Context, cappedNames []string, sz limitsSizes) (r limitsVariantRun, err error) {
+	from, err := e.dbNow(ctx)
+	if err != nil {
+		return r, err
+	}
+	// Left when the window ends: that is the comparator's point.
+	_ = e.waitJobsWhere(ctx, `state <> '`+riverschema.StateCompleted+`'`, sz.aloneWindow)
+	to, err := e.dbNow(ctx)
+	if err != nil {
+		return r, err
+	}
+	execs, err := e.tenantRuns(ctx)
+	if err != nil {
+		return r, err
+	}
+	byTenant := map[string][]tenantRun{}
+	for _, x := range execs {
+		byTenant[x.tenant] = append(byTenant[x.tenant], x)
+	}
+	last := from
+	var gaps []float64
+	for _, tenant := range cappedNames {
+		runs, done := byTenant[tenant], 0
+		end := from
+		for _, x := range runs {
+			if x.done && x.end.Before(to) {
+				done++
+				end = maxTime(end, x.end)
+			}
+		}
+		r.aloneDone += done
+		if done < sz.aloneJobs {
+			end = to // work left until the window's end
+		}
+		last = maxTime(last, end)
+		for _, g := range idleGaps(runs, from, end) {
+			gaps = append(gaps, float64(g.Microseconds())/1000)
+		}
+		for _, m := range maxRunning(runs) {
+			r.maxRunning = max(r.maxRunning, m)
+		}
+	}
+	slices.Sort(gaps)
+	if len(gaps) > 0 {
+		r.waitP50, r.waitP99 = percentile(gaps, 50), percentile(gaps, 99)
+	}
+	r.aloneSeconds = round(last.Sub(from).Seconds(), 2)
+	return r, nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // tenantNames are n tenant ids: prefix0, prefix1, ….

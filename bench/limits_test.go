@@ -87,6 +87,9 @@ func TestLimitsKeepsTheCap(t *testing.T) {
 		require.Positive(t, v.UncappedLeft, "%s: the uncapped tenants had work throughout", name)
 		require.GreaterOrEqual(t, v.CappedWaitP99Ms, v.CappedWaitP50Ms, name)
 	}
+	require.Len(t, l.WorkConservingRatioRuns, 1)
+	require.Len(t, l.NoLimitsRatioRuns, 1)
+	require.Equal(t, l.WorkConservingRatioRuns[0], l.WorkConservingRatio, "one run: its own ratio")
 	require.Equal(t, 1, l.Variants["caps"].CappedMaxRunning, "a capped tenant over its cap of 1")
 	require.Zero(t, l.Variants["caps"].Snoozes)
 	require.Positive(t, l.Variants["snooze_cap"].Snoozes, "the comparator snoozed")
@@ -107,7 +110,14 @@ func TestLimitsKeepsTheCap(t *testing.T) {
 		require.Equal(t, "limits", tg.Scenario)
 		met[tg.Name] = tg.Met
 	}
-	require.Len(t, met, 9)
+	require.Equal(t, 4*5, l.Alone["caps"].Jobs, "4 capped tenants × 5 jobs")
+	require.Equal(t, 20.0, l.Alone["caps"].Done, "caps: every job of the capped tenants alone done in the window")
+	require.Equal(t, 1, l.Alone["caps"].MaxRunning, "caps alone: a tenant over its cap of 1")
+	require.Less(t, l.Alone["snooze_cap"].Done, 20.0, "the comparator's snoozed jobs still wait at the window's end")
+	require.Greater(t, l.Alone["snooze_cap"].IdleP99Ms, l.Alone["caps"].IdleP99Ms)
+	require.Len(t, met, 10)
+	require.True(t, met["caps_alone_done"])
+	require.True(t, met["snooze_alone_idle_p99_ms"])
 	require.True(t, met["max_running_per_tenant"])
 	require.True(t, met["caps_capped_max_running"])
 	require.True(t, met["rate_bucket_excess"])
