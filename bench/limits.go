@@ -168,9 +168,9 @@ type LimitsResult struct {
 // LimitsAlone is one variant of the capped-alone phase, medians over runs.
 type LimitsAlone struct {
 	// Done is how many of the capped tenants' jobs completed by the
-	// window's end, of Jobs; Seconds how long all took (the window when
-	// some were left).
-	Done    float64 `json:"done"`
+	// window's end, of Jobs (the fewest of every run); Seconds how long
+	// all took (the window when some were left; the median of runs).
+	Done    int     `json:"done"`
 	Jobs    int     `json:"jobs"`
 	Seconds float64 `json:"seconds"`
 	// IdleP50Ms and IdleP99Ms are the stretches in which a capped tenant
@@ -431,14 +431,15 @@ func Limits(ctx context.Context, opts Options) (LimitsResult, error) {
 		res.Variants[v] = summarizeVariant(res.variantRuns[v])
 	}
 	for v, runs := range res.aloneRuns {
-		a := LimitsAlone{Jobs: conserveCapped * sz.aloneJobs}
-		var done, secs, p50, p99 []float64
+		a := LimitsAlone{Jobs: conserveCapped * sz.aloneJobs, Done: conserveCapped * sz.aloneJobs}
+		var secs, p50, p99 []float64
 		for _, r := range runs {
-			done, secs = append(done, float64(r.aloneDone)), append(secs, r.aloneSeconds)
+			a.Done = min(a.Done, r.aloneDone)
+			secs = append(secs, r.aloneSeconds)
 			p50, p99 = append(p50, r.waitP50), append(p99, r.waitP99)
 			a.MaxRunning = max(a.MaxRunning, r.maxRunning)
 		}
-		a.Done, a.Seconds = orZero(done, 0), orZero(secs, 2)
+		a.Seconds = orZero(secs, 2)
 		a.IdleP50Ms, a.IdleP99Ms = orZero(p50, 2), orZero(p99, 2)
 		res.Alone[v] = a
 	}
@@ -451,25 +452,21 @@ func (res *LimitsResult) summarizeRatios() {
 	res.WorkConservingRatioRuns = res.ratioRuns(variantCaps, variantNoLimits)
 	res.NoLimitsRatioRuns = res.ratioRuns(variantNoLimits, variantTriggerOff)
 	res.SnoozeThroughputRatioRuns = res.ratioRuns(variantSnooze, variantNoLimits)
-	positiveMedian := func(xs []float64) float64 {
-		return orZero(slices.DeleteFunc(slices.Clone(xs), func(x float64) bool { return x <= 0 }), 3)
-	}
-	res.WorkConservingRatio = positiveMedian(res.WorkConservingRatioRuns)
-	res.NoLimitsRatio = positiveMedian(res.NoLimitsRatioRuns)
-	res.SnoozeThroughputRatio = positiveMedian(res.SnoozeThroughputRatioRuns)
+	res.WorkConservingRatio = orZero(res.WorkConservingRatioRuns, 3)
+	res.NoLimitsRatio = orZero(res.NoLimitsRatioRuns, 3)
+	res.SnoozeThroughputRatio = orZero(res.SnoozeThroughputRatioRuns, 3)
 }
 
 // ratioRuns is, for each run, variant a's jobs/s over variant b's in that
-// run (0 where b ran none: positiveMedian leaves it out).
+// run; a run in which b completed nothing has no ratio and is left out
+// (one in which a completed nothing is 0, and counts).
 func (res *LimitsResult) ratioRuns(a, b string) []float64 {
 	as, bs := res.variantRuns[a], res.variantRuns[b]
 	out := make([]float64, 0, min(len(as), len(bs)))
 	for i := range min(len(as), len(bs)) {
-		if bs[i].jobsPerS == 0 {
-			out = append(out, 0)
-			continue
+		if bs[i].jobsPerS > 0 {
+			out = append(out, round(as[i].jobsPerS/bs[i].jobsPerS, 3))
 		}
-		out = append(out, round(as[i].jobsPerS/bs[i].jobsPerS, 3))
 	}
 	return out
 }
@@ -705,6 +702,12 @@ func (e *env) limitsVariant(ctx context.Context, cfg config.Worker, variant stri
 			pool.Close()
 		}
 	}()
+	var aloneFrom time.Time // the capped-alone phase starts with its deployments
+	if alone {
+		if aloneFrom, err = e.dbNow(ctx); err != nil {
+			return r, err
+		}
+	}
 	for range 2 {
 		pool, err := e.pool(ctx, limitsDeployConns)
 		if err != nil {
@@ -732,7 +735,7 @@ func (e *env) limitsVariant(ctx context.Context, cfg config.Worker, variant stri
 		stops = append(stops, stop)
 	}
 	if alone {
-		return e.limitsAloneMeasure(ctx, cappedNames, sz)
+		return e.limitsAloneMeasure(ctx, cappedNames, sz, aloneFrom)
 	}
 	if err := sleep(ctx, sz.warm); err != nil {
 		return r, err
@@ -832,13 +835,13 @@ func (e *env) limitsVariant(ctx context.Context, cfg config.Worker, variant stri
 // run: until every capped tenant's job has completed or sz.aloneWindow
 // has passed, how many completed, and each tenant's stretches with work
 // left and no job running.
-func (e *env) limitsAloneMeasure(ctx context.Context, cappedNames []string, sz limitsSizes) (r limitsVariantRun, err error) {
-	from, err := e.dbNow(ctx)
-	if err != nil {
+func (e *env) limitsAloneMeasure(ctx context.Context, cappedNames []string, sz limitsSizes, from time.Time) (r limitsVariantRun, err error) {
+	// Jobs left when the window ends are the comparator's point, not an
+	// error; a failing read or a cancelled run is.
+	if err := e.waitJobsWhere(ctx, `state <> '`+riverschema.StateCompleted+`'`, time.Until(from.Add(sz.aloneWindow))); err != nil &&
+		(ctx.Err() != nil || !strings.Contains(err.Error(), " still ")) {
 		return r, err
 	}
-	// Left when the window ends: that is the comparator's point.
-	_ = e.waitJobsWhere(ctx, `state <> '`+riverschema.StateCompleted+`'`, sz.aloneWindow)
 	to, err := e.dbNow(ctx)
 	if err != nil {
 		return r, err
@@ -854,16 +857,16 @@ func (e *env) limitsAloneMeasure(ctx context.Context, cappedNames []string, sz l
 	last := from
 	var gaps []float64
 	for _, tenant := range cappedNames {
-		runs, done := byTenant[tenant], 0
+		runs, done := byTenant[tenant], map[int64]bool{}
 		end := from
 		for _, x := range runs {
 			if x.done && x.end.Before(to) {
-				done++
+				done[x.jobID] = true // a job that ran twice is one job done
 				end = maxTime(end, x.end)
 			}
 		}
-		r.aloneDone += done
-		if done < sz.aloneJobs {
+		r.aloneDone += len(done)
+		if len(done) < sz.aloneJobs {
 			end = to // work left until the window's end
 		}
 		last = maxTime(last, end)

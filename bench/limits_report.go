@@ -24,7 +24,7 @@ func (r *Report) addLimitsTargets(l LimitsResult) {
 	r.atLeast("limits", "work_conserving_ratio", l.WorkConservingRatio, 0.95)
 	r.atLeast("limits", "no_limits_ratio", l.NoLimitsRatio, 0.95)
 	capsAlone, snoozeAlone := l.Alone[variantCaps], l.Alone[variantSnooze]
-	r.atLeast("limits", "caps_alone_done", capsAlone.Done, float64(capsAlone.Jobs))
+	r.atLeast("limits", "caps_alone_done", float64(capsAlone.Done), float64(capsAlone.Jobs))
 	r.Targets = append(r.Targets,
 		Target{Scenario: "limits", Name: "snooze_alone_idle_p99_ms", Value: snoozeAlone.IdleP99Ms,
 			Goal: fmt.Sprintf("> caps' alone_idle_p99_ms (%g)", capsAlone.IdleP99Ms), Met: snoozeAlone.IdleP99Ms > capsAlone.IdleP99Ms},
@@ -70,7 +70,7 @@ func (l *LimitsResult) rows(add func(scenario, measure string, v float64, unit s
 	add("limits", "snooze_cap_capped_max_running", float64(l.Variants[variantSnooze].CappedMaxRunning), " (not global: one per process)")
 	for _, name := range []string{variantCaps, variantSnooze} {
 		a := l.Alone[name]
-		add("limits", name+"_alone_done", a.Done, fmt.Sprintf(" of %d (capped tenants alone, %d jobs each, workers free: done in %g s of a %g s window; idle with work left p50 %g ms, p99 %g ms; max running %d)",
+		add("limits", name+"_alone_done", float64(a.Done), fmt.Sprintf(" of %d (capped tenants alone, %d jobs each, workers free: done in %g s of a %g s window; idle with work left p50 %g ms, p99 %g ms; max running %d)",
 			a.Jobs, l.AloneJobsPerTenant, a.Seconds, l.AloneWindowSeconds, a.IdleP50Ms, a.IdleP99Ms, a.MaxRunning))
 	}
 }

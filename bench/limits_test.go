@@ -111,9 +111,9 @@ func TestLimitsKeepsTheCap(t *testing.T) {
 		met[tg.Name] = tg.Met
 	}
 	require.Equal(t, 4*5, l.Alone["caps"].Jobs, "4 capped tenants × 5 jobs")
-	require.Equal(t, 20.0, l.Alone["caps"].Done, "caps: every job of the capped tenants alone done in the window")
+	require.Equal(t, 20, l.Alone["caps"].Done, "caps: every job of the capped tenants alone done in the window")
 	require.Equal(t, 1, l.Alone["caps"].MaxRunning, "caps alone: a tenant over its cap of 1")
-	require.Less(t, l.Alone["snooze_cap"].Done, 20.0, "the comparator's snoozed jobs still wait at the window's end")
+	require.Less(t, l.Alone["snooze_cap"].Done, 20, "the comparator's snoozed jobs still wait at the window's end")
 	require.Greater(t, l.Alone["snooze_cap"].IdleP99Ms, l.Alone["caps"].IdleP99Ms)
 	require.Len(t, met, 10)
 	require.True(t, met["caps_alone_done"])
