@@ -839,7 +839,7 @@ func (e *env) limitsAloneMeasure(ctx context.Context, cappedNames []string, sz l
 	// Jobs left when the window ends are the comparator's point, not an
 	// error; a failing read or a cancelled run is.
 	if err := e.waitJobsWhere(ctx, `state <> '`+riverschema.StateCompleted+`'`, time.Until(from.Add(sz.aloneWindow))); err != nil &&
-		(ctx.Err() != nil || !strings.Contains(err.Error(), " still ")) {
+		!errors.Is(err, errJobsLeft) {
 		return r, err
 	}
 	to, err := e.dbNow(ctx)
@@ -967,6 +967,10 @@ func (e *env) waitAllDone(ctx context.Context, timeout time.Duration) error {
 }
 
 // waitJobsWhere polls every 20 ms until no job matches where.
+// errJobsLeft is waitJobsWhere's error when jobs are still left at the
+// timeout.
+var errJobsLeft = errors.New("jobs left")
+
 func (e *env) waitJobsWhere(ctx context.Context, where string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -978,7 +982,7 @@ func (e *env) waitJobsWhere(ctx context.Context, where string, timeout time.Dura
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d jobs still %s after %s", n, strings.TrimSpace(where), timeout)
+			return fmt.Errorf("%w: %d jobs still %s after %s", errJobsLeft, n, strings.TrimSpace(where), timeout)
 		}
 		if err := sleep(ctx, 20*time.Millisecond); err != nil {
 			return err

@@ -105,9 +105,10 @@ func (a *Admitter) refillLoop(ctx context.Context) {
 func (a *Admitter) Refill(ctx context.Context, metadata, queues []string) (int, error) {
 	// One round trip: a batch sent outside a transaction runs as one
 	// implicit transaction (the statements before the protocol's Sync), so
-	// the setting is the transaction's and the refill commits with it. Sent
-	// as BEGIN, set, refill, COMMIT, the four round trips were a third of
-	// the time from a capped job's end to its tenant's next admission.
+	// the setting is the transaction's and the refill commits with it,
+	// where BEGIN, set, refill, COMMIT took four. (On a loaded 2-core
+	// machine the difference was within the noise of tierctl bench limits'
+	// reaction: each round trip waits for a CPU.)
 	var n, notified int
 	batch := &pgx.Batch{}
 	if f := a.hook.capped.setting(time.Now()); f != "" {
