@@ -110,6 +110,13 @@ type Queue struct {
 	// before, in this process or another).
 	Fair bool
 
+	// Turns places the queue's jobs by turns (prototype: migration 00017,
+	// docs/design/fair-share-turns.md) instead of windows: a trigger
+	// writes each job's start tag into scheduled_at, and the process's
+	// placing loop tags jobs that became available before they were due.
+	// Fair is then ignored: nothing is held for its turn.
+	Turns bool
+
 	// Kinds are the job kinds the process's River client fetches in the
 	// queue: with River's FetchOnlyKnownKinds, the kinds of its registered
 	// workers, aliases included. They travel with the heartbeat: a queue's
@@ -266,12 +273,14 @@ func (c *Config) validate() error {
 // Admitter runs fair share for the queues of one worker process. Add its
 // Hook to the process's River client, and Run it beside the client.
 type Admitter struct {
-	cfg    *Config
-	pool   *pgxpool.Pool
-	queues map[string]*queueState
-	names  []string
-	hook   *hook
-	lend   *lendState // nil without Config.Lend
+	cfg      *Config
+	pool     *pgxpool.Pool
+	queues   map[string]*queueState
+	names    []string
+	hook     *hook
+	lend     *lendState // nil without Config.Lend
+	turns    []string   // queues placed by turns
+	turnWake chan struct{}
 }
 
 // queueState is what the hook and the queue's loop share.
@@ -375,13 +384,18 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Admitter, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	a := &Admitter{cfg: c, pool: pool, queues: map[string]*queueState{}}
+	a := &Admitter{cfg: c, pool: pool, queues: map[string]*queueState{}, turnWake: make(chan struct{}, 1)}
 	for name, q := range c.Queues {
+		if q.Turns {
+			q.Fair = false
+			a.turns = append(a.turns, name)
+		}
 		a.queues[name] = &queueState{name: name, cfg: q, kinds: append([]string{}, q.Kinds...), every: q.Kinds == nil, wake: make(chan struct{}, 1), capEnd: make(chan struct{}, 1)}
 		a.names = append(a.names, name)
 	}
 	slices.Sort(a.names)
-	a.hook = &hook{queues: a.queues, capped: &cappedFinished{}, refill: newRefill()}
+	slices.Sort(a.turns)
+	a.hook = &hook{queues: a.queues, capped: &cappedFinished{}, refill: newRefill(), turnWake: a.turnWake}
 	if c.Lend != nil {
 		a.lend = &lendState{cfg: *c.Lend, wake: make(chan struct{}, 1)}
 		a.hook.lend = a.lend
@@ -400,10 +414,11 @@ func (a *Admitter) Hook() rivertype.Hook { return a.hook }
 // pass may be due.
 type hook struct {
 	river.HookDefaults
-	queues map[string]*queueState
-	lend   *lendState
-	capped *cappedFinished
-	refill *refill
+	queues   map[string]*queueState
+	lend     *lendState
+	capped   *cappedFinished
+	refill   *refill
+	turnWake chan struct{}
 }
 
 var (
@@ -450,6 +465,12 @@ func (h *hook) WorkEnd(_ context.Context, job *rivertype.JobRow, err error) erro
 	q.running.Add(-1)
 	if q.held.Load() {
 		q.signal()
+	}
+	if err != nil && q.cfg.Turns {
+		select { // a retry or snooze: perhaps due before the placing loop looks again
+		case h.turnWake <- struct{}{}:
+		default:
+		}
 	}
 	if bytes.Contains(job.Metadata, cappedKey) {
 		// A job counted against its tenant's cap ended: room for one of
@@ -755,6 +776,12 @@ func (a *Admitter) Run(ctx context.Context) {
 		defer func() { done <- struct{}{} }()
 		a.refillLoop(ctx)
 	}()
+	if len(a.turns) > 0 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			a.placeLoop(ctx)
+		}()
+	}
 	a.heartbeat(ctx)
 	for range a.names {
 		<-done
@@ -763,6 +790,9 @@ func (a *Admitter) Run(ctx context.Context) {
 		<-done
 	}
 	<-done // the refill loop
+	if len(a.turns) > 0 {
+		<-done
+	}
 	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := a.pool.Exec(leaveCtx, leaveSQL, a.cfg.ClientID); err != nil {
@@ -904,8 +934,10 @@ func (a *Admitter) release(ctx context.Context, q *queueState) (int, error) {
 func (a *Admitter) heartbeat(ctx context.Context) {
 	slots := make([]int32, len(a.names))
 	kinds := make([]string, len(a.names))
+	turns := make([]bool, len(a.names))
 	for i, name := range a.names {
 		q := a.queues[name]
+		turns[i] = q.cfg.Turns
 		slots[i] = int32(q.cfg.Workers) //nolint:gosec // at most service.MaxQueueWorkers
 		k := []byte("null")
 		if !q.every {
@@ -917,7 +949,7 @@ func (a *Admitter) heartbeat(ctx context.Context) {
 	ticker := time.NewTicker(a.cfg.Heartbeat)
 	defer ticker.Stop()
 	for {
-		if _, err := a.pool.Exec(ctx, heartbeatSQL, a.cfg.ClientID, a.names, slots, lease, kinds); err != nil && ctx.Err() == nil {
+		if _, err := a.pool.Exec(ctx, heartbeatSQL, a.cfg.ClientID, a.names, slots, lease, kinds, turns); err != nil && ctx.Err() == nil {
 			a.cfg.Logger.ErrorContext(ctx, "fair share heartbeat", slog.String("error", err.Error()))
 		}
 		select {

@@ -670,14 +670,14 @@ const lockSQL = `SELECT pg_try_advisory_xact_lock(hashtext('tierq_fair_share'), 
 // rows do not pile up.
 const heartbeatSQL = `
 WITH beat AS (
-    INSERT INTO fair_share_slots (client_id, queue, slots, heartbeat_at, expires_at, kinds)
+    INSERT INTO fair_share_slots (client_id, queue, slots, heartbeat_at, expires_at, kinds, turns)
     SELECT $1, q.queue, q.slots, now(), now() + make_interval(secs => $4::float8),
            CASE WHEN jsonb_typeof(q.kinds::jsonb) = 'array'
-                THEN ARRAY(SELECT jsonb_array_elements_text(q.kinds::jsonb)) END
-    FROM unnest($2::text[], $3::int[], $5::text[]) AS q(queue, slots, kinds)
+                THEN ARRAY(SELECT jsonb_array_elements_text(q.kinds::jsonb)) END, q.turns
+    FROM unnest($2::text[], $3::int[], $5::text[], $6::bool[]) AS q(queue, slots, kinds, turns)
     ON CONFLICT (client_id, queue) DO UPDATE
         SET slots = excluded.slots, heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at,
-            kinds = excluded.kinds
+            kinds = excluded.kinds, turns = excluded.turns
     RETURNING 1
 )
 DELETE FROM fair_share_slots WHERE expires_at < now() - interval '1 minute' AND (SELECT count(*) FROM beat) >= 0`

@@ -70,7 +70,7 @@ func dueAtSQL(alias, dueKey, movedKey string) string {
       AND jsonb_typeof(` + m + `->'` + movedKey + `') = 'number' AND ` + moved + ` ~ '` + keptMicrosPattern + `'
       AND jsonb_typeof(` + m + `->'` + dueKey + `') = 'number' AND ` + due + ` ~ '` + keptMicrosPattern + `'
     THEN CASE WHEN (` + moved + `)::numeric = extract(epoch FROM ` + s + `) * 1000000
-                AND (` + due + `)::numeric <= (` + moved + `)::numeric
+                AND (` + due + `)::numeric <= (` + moved + `)::numeric + 86400000000
         THEN to_timestamp((` + due + `)::float8 / 1000000)
         ELSE ` + s + ` END
     ELSE ` + s + ` END)`
@@ -91,7 +91,7 @@ func DueAt(scheduledAt time.Time, metadata []byte) time.Time {
 	}
 	moved, ok1 := keptMicros(m[movedKey])
 	due, ok2 := keptMicros(m[dueKey])
-	if !ok1 || !ok2 || moved != scheduledAt.UnixMicro() || due > moved {
+	if !ok1 || !ok2 || moved != scheduledAt.UnixMicro() || due > moved+86400000000 {
 		return scheduledAt
 	}
 	return time.UnixMicro(due)

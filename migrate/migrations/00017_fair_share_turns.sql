@@ -1,0 +1,149 @@
+-- Fair share by turns (prototype; docs/design/fair-share-turns.md).
+--
+-- River fetches by (priority, scheduled_at, id). Start-time fair queuing
+-- gives each job a start tag S = max(V, F(tenant)), F the tenant's last
+-- tag waiting in the line + 1 ms / weight, V the scheduled_at of the head
+-- of the job's line (its queue and priority; an empty line starts an hour
+-- back). Written
+-- into scheduled_at (never after the job's own time), River's own fetch
+-- order takes the tenants in turns: nothing is held, no pass runs.
+--
+-- The job's due time is kept as every move keeps it (tierq:due_at,
+-- tierq:moved_at = the tag: jobmetasql.DueAtSQL), so every view of waiting
+-- work measures from when the job became due, not from its tag.
+--
+-- A row made available more than 50 ms before it is due (River's short
+-- retries and snoozes, its scheduler's look-ahead; River's inserts stamp
+-- scheduled_at with the client's clock, a few ms after the transaction's
+-- now()) is left where River put it, marked
+-- tierq:turn_due; the workers' placing loop gives it its tag once due.
+
+-- +goose Up
+ALTER TABLE fair_share_slots ADD COLUMN IF NOT EXISTS turns boolean NOT NULL DEFAULT false;
+
+CREATE INDEX IF NOT EXISTS river_job_tierq_turn_due_idx
+    ON river_job (queue, scheduled_at)
+    WHERE state = 'available' AND metadata ? 'tierq:turn_due';
+
+-- A tenant's last tag in a line: its latest available job there, by the
+-- bounded tenant key (migration 00009).
+CREATE INDEX IF NOT EXISTS river_job_tierq_turn_idx
+    ON river_job (queue, priority,
+                  (CASE WHEN octet_length(coalesce(metadata->>'tierq:tenant', '')) <= 200
+                        THEN coalesce(metadata->>'tierq:tenant', '')
+                        ELSE left(metadata->>'tierq:tenant', 200) || '#md5:' || md5(metadata->>'tierq:tenant') END),
+                  scheduled_at)
+    WHERE state = 'available';
+
+-- tierq_turn_tag returns the start tag of a job of tenant key p_tenant at
+-- p_priority in p_queue, due at p_due: the line's head, or one step after
+-- the tenant's last job waiting in the line if that is later; never after
+-- p_due. Nothing is written and nothing locked: two transactions placing
+-- one tenant's jobs at once may give them the same tag (ties go by id).
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION tierq_turn_tag(p_queue text, p_priority smallint, p_tenant text, p_due timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql AS $$
+DECLARE
+    head timestamptz;
+    last timestamptz;
+BEGIN
+    SELECT j.scheduled_at INTO head FROM river_job AS j
+     WHERE j.state = 'available' AND j.queue = p_queue AND j.priority = p_priority
+       AND j.scheduled_at <= now() AND NOT j.metadata ? 'tierq:turn_due'
+     ORDER BY j.scheduled_at LIMIT 1;
+    IF head IS NULL THEN
+        RETURN least(now() - interval '1 hour', p_due);
+    END IF;
+    SELECT j.scheduled_at INTO last FROM river_job AS j
+     WHERE j.state = 'available' AND j.queue = p_queue AND j.priority = p_priority
+       AND (CASE WHEN octet_length(coalesce(j.metadata->>'tierq:tenant', '')) <= 200
+                 THEN coalesce(j.metadata->>'tierq:tenant', '')
+                 ELSE left(j.metadata->>'tierq:tenant', 200) || '#md5:' || md5(j.metadata->>'tierq:tenant') END) = p_tenant
+       AND j.scheduled_at <= now() AND NOT j.metadata ? 'tierq:turn_due'
+     ORDER BY j.scheduled_at DESC LIMIT 1;
+    IF last IS NULL OR last < head THEN
+        RETURN least(head, p_due);
+    END IF;
+    RETURN least(last + interval '1 millisecond' / coalesce((SELECT w.weight FROM fair_share_weights AS w WHERE w.tenant = p_tenant), 1), p_due);
+END
+$$;
+-- +goose StatementEnd
+
+-- tierq_due_micros is the due time (Unix microseconds) of a job with
+-- scheduled_at s and metadata m, by jobmetasql.DueAtSQL's rule for the
+-- current keys: tierq:due_at while tierq:moved_at equals s.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION tierq_due_micros(s timestamptz, m jsonb) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN jsonb_typeof(m->'tierq:moved_at') = 'number' AND m->>'tierq:moved_at' ~ '^[0-9]{1,18}$'
+                 AND jsonb_typeof(m->'tierq:due_at') = 'number' AND m->>'tierq:due_at' ~ '^[0-9]{1,18}$'
+            THEN CASE WHEN (m->>'tierq:moved_at')::numeric = extract(epoch FROM s) * 1000000
+                       AND (m->>'tierq:due_at')::numeric <= (m->>'tierq:moved_at')::numeric + 86400000000
+                 THEN (m->>'tierq:due_at')::bigint
+                 ELSE (extract(epoch FROM s) * 1000000)::bigint END
+            ELSE (extract(epoch FROM s) * 1000000)::bigint END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION tierq_tenant_turn() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    tkey text;
+    s    timestamptz;
+    due  bigint;
+BEGIN
+    IF NEW.state <> 'available' OR (TG_OP = 'UPDATE' AND OLD.state = 'available')
+       OR jsonb_typeof(NEW.metadata) <> 'object' THEN
+        RETURN NEW;
+    END IF;
+    PERFORM FROM fair_share_slots AS f WHERE f.queue = NEW.queue AND f.turns AND f.expires_at > now() LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN NEW;
+    END IF;
+    IF NEW.scheduled_at > clock_timestamp() + interval '50 milliseconds' THEN
+        NEW.metadata := NEW.metadata || '{"tierq:turn_due": true}';
+        RETURN NEW;
+    END IF;
+    tkey := CASE WHEN octet_length(coalesce(NEW.metadata->>'tierq:tenant', '')) <= 200
+                 THEN coalesce(NEW.metadata->>'tierq:tenant', '')
+                 ELSE left(NEW.metadata->>'tierq:tenant', 200) || '#md5:' || md5(NEW.metadata->>'tierq:tenant') END;
+    due := tierq_due_micros(NEW.scheduled_at, NEW.metadata);
+    s := tierq_turn_tag(NEW.queue, NEW.priority, tkey, NEW.scheduled_at);
+    IF s < NEW.scheduled_at THEN
+        NEW.metadata := (NEW.metadata - 'tierq:turn_due')
+            || jsonb_build_object('tierq:due_at', due, 'tierq:moved_at', (extract(epoch FROM s) * 1000000)::bigint);
+        NEW.scheduled_at := s;
+    ELSIF NEW.metadata ? 'tierq:turn_due' THEN
+        NEW.metadata := NEW.metadata - 'tierq:turn_due';
+    END IF;
+    RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION tierq_tenant_turn() SET search_path = %I, pg_catalog', current_schema());
+    EXECUTE format('ALTER FUNCTION tierq_turn_tag(text, smallint, text, timestamptz) SET search_path = %I, pg_catalog', current_schema());
+END
+$$;
+-- +goose StatementEnd
+
+DROP TRIGGER IF EXISTS tierq_tenant_turn ON river_job;
+CREATE TRIGGER tierq_tenant_turn
+    BEFORE INSERT OR UPDATE OF state ON river_job
+    FOR EACH ROW
+    WHEN (NEW.state = 'available')
+    EXECUTE FUNCTION tierq_tenant_turn();
+
+-- +goose Down
+DROP TRIGGER IF EXISTS tierq_tenant_turn ON river_job;
+DROP FUNCTION IF EXISTS tierq_tenant_turn();
+DROP FUNCTION IF EXISTS tierq_due_micros(timestamptz, jsonb);
+DROP FUNCTION IF EXISTS tierq_turn_tag(text, smallint, text, timestamptz);
+DROP INDEX IF EXISTS river_job_tierq_turn_idx;
+DROP INDEX IF EXISTS river_job_tierq_turn_due_idx;
+ALTER TABLE fair_share_slots DROP COLUMN IF EXISTS turns;
