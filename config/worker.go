@@ -93,6 +93,13 @@ type Worker struct {
 	// held, so an uncontended queue pays nothing. Default 2ms.
 	FairSharePassInterval time.Duration `env:"FAIR_SHARE_PASS_INTERVAL" envDefault:"2ms"`
 
+	// FairShareMode is how the queues with fair share on share their
+	// workers: "windows" (held jobs and passes) or "turns" (experimental:
+	// each job's turn written into scheduled_at as it becomes available,
+	// nothing held; docs/fairness.md). Every worker process of a queue
+	// must use the same. Default windows.
+	FairShareMode string `env:"QUEUE_FAIR_SHARE_MODE" envDefault:"windows"`
+
 	// LoadTestWorkload registers the load-test workload kind (`loadtest`, a
 	// job that sleeps for the time its args say) on this worker, for tests
 	// and load tests only. Default false.
@@ -158,6 +165,7 @@ func (w *Worker) Config(registry *service.Registry, logger *slog.Logger) (worker
 		Default:               tuning(w.DefaultFetchCooldown, w.DefaultFetchPollInterval, w.DefaultFairShare),
 		Scheduled:             tuning(w.ScheduledFetchCooldown, w.ScheduledFetchPollInterval, w.ScheduledFairShare),
 		FairSharePassInterval: w.FairSharePassInterval,
+		FairShareTurns:        w.FairShareMode == "turns",
 		LoadTestWorkload:      w.LoadTestWorkload,
 		JobTimeout:            w.JobTimeout,
 		WarnJobTimeout:        w.JobTimeoutSet(),
@@ -252,6 +260,9 @@ func (w *Worker) validate(c *checker) {
 	c.fetch("ScheduledFetchCooldown", w.ScheduledFetchCooldown, "ScheduledFetchPollInterval", w.ScheduledFetchPollInterval)
 	if w.FairSharePassInterval < 0 || w.FairSharePassInterval > time.Second {
 		c.fail("FairSharePassInterval", "must be between 0 and 1s")
+	}
+	if w.FairShareMode != "windows" && w.FairShareMode != "turns" {
+		c.fail("FairShareMode", "must be windows or turns")
 	}
 
 	w.Jobs.validate(c)

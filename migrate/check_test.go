@@ -16,7 +16,7 @@ import (
 
 // need is what this build of tierq needs: River v0.51's last migration (8) of
 // its main line and tierq's 00016_dead_letter_tier_tenant.
-var need = migrate.Version{River: 8, Tierq: 16}
+var need = migrate.Version{River: 8, Tierq: 17}
 
 func TestNeed(t *testing.T) {
 	t.Parallel()
@@ -79,7 +79,7 @@ func TestCheck(t *testing.T) {
 		err := migrate.Check(b.ctx, b.db.Pool, b.db.Schema)
 		se := schemaError(t, err)
 		require.Equal(t, migrate.SchemaError{Schema: b.db.Schema, Need: need}, *se)
-		require.Equal(t, `database schema "`+b.db.Schema+`" is not migrated (no River or tierq migration recorded; this binary needs River migration 8, tierq migration 16): run `+
+		require.Equal(t, `database schema "`+b.db.Schema+`" is not migrated (no River or tierq migration recorded; this binary needs River migration 8, tierq migration 17): run `+
 			"`tierctl migrate`"+` with the same DATABASE_URL and DATABASE_SCHEMA`, err.Error())
 	})
 
@@ -106,7 +106,7 @@ func TestCheck(t *testing.T) {
 		err := migrate.Check(b.ctx, b.db.Pool, b.db.Schema)
 		se := schemaError(t, err)
 		require.Equal(t, migrate.SchemaError{Schema: b.db.Schema, Found: migrate.Version{River: 8, Tierq: 8}, Need: need}, *se)
-		require.Equal(t, `database schema "`+b.db.Schema+`" is older than this binary (found River migration 8, tierq migration 8; needs River migration 8, tierq migration 16): run `+
+		require.Equal(t, `database schema "`+b.db.Schema+`" is older than this binary (found River migration 8, tierq migration 8; needs River migration 8, tierq migration 17): run `+
 			"`tierctl migrate`"+` with the same DATABASE_URL and DATABASE_SCHEMA`, err.Error())
 
 		// tierctl migrate's Up brings it back.
@@ -120,7 +120,7 @@ func TestCheck(t *testing.T) {
 		b := setup(t)
 		exec(t, b, `DELETE FROM river_migration WHERE line = 'main' AND version = 8`)
 		se := schemaError(t, migrate.Check(b.ctx, b.db.Pool, b.db.Schema))
-		require.Equal(t, migrate.Version{River: 7, Tierq: 16}, se.Found)
+		require.Equal(t, migrate.Version{River: 7, Tierq: 17}, se.Found)
 	})
 
 	t.Run("Newer", func(t *testing.T) {

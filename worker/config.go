@@ -161,6 +161,13 @@ type Config struct {
 	// fairshare.DefaultPassInterval, 2ms.
 	FairSharePassInterval time.Duration
 
+	// FairShareTurns places the jobs of the queues with fair share on by
+	// turns (fairshare.Queue.Turns, experimental) instead of windows: each
+	// job's turn among its line's tenants is written into its scheduled_at
+	// as it becomes available, and nothing is held for its turn. Every
+	// process serving a queue must agree. Default false (windows).
+	FairShareTurns bool
+
 	// LoadTestWorkload registers the load-test workload kind (package
 	// loadtest: a job that sleeps for the time its args say), for tests and
 	// load tests only. Default false.

@@ -275,9 +275,6 @@ func benchApp(self string) func(role bench.Role, environ []string) *exec.Cmd {
 	return func(role bench.Role, environ []string) *exec.Cmd {
 		cmd := exec.Command(self, benchProcessUse, string(role)) //nolint:gosec // tierctl itself
 		cmd.Env = environ
-		if v := os.Getenv("TIERQ_FAIR_TURNS"); v != "" { // prototype only
-			cmd.Env = append(slices.Clone(environ), "TIERQ_FAIR_TURNS="+v)
-		}
 		return cmd
 	}
 }

@@ -42,15 +42,18 @@ import (
 // A kept due time counts only when both keys hold JSON numbers written as
 // plain non-negative integers of at most 18 digits (PostgreSQL prints a jsonb
 // number in that form whatever form it was written in), the moved key
-// equals scheduled_at in microseconds, and the due key is not after it.
+// equals scheduled_at in microseconds, and the due key is at most a day
+// after it (a move to another queue or priority writes a scheduled_at after
+// the due time; fair share by turns, fairshare.Queue.Turns, one before it,
+// the job's turn in line).
 // Anything else (a string, a fraction, a key in another case, a due time
-// after the move) means scheduled_at. DueAtSQL and DueAt apply this one rule;
+// more than a day after the move) means scheduled_at. DueAtSQL and DueAt apply this one rule;
 // TestDueAtAgreesWithDueAtSQL checks that they agree.
 const keptMicrosPattern = `^[0-9]{1,18}$`
 
 // DueAtSQL is an SQL expression for when the current attempt of the
 // river_job row aliased alias became due (see jobmeta.DueAt): a timestamptz
-// that is never after scheduled_at. It reads metadata of any shape without
+// that is at most a day after scheduled_at. It reads metadata of any shape without
 // failing: an array, a scalar, a key of the wrong type or a number out of
 // range all mean "scheduled_at".
 func DueAtSQL(alias string) string {

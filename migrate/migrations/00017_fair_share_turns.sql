@@ -25,15 +25,16 @@ CREATE INDEX IF NOT EXISTS river_job_tierq_turn_due_idx
     ON river_job (queue, scheduled_at)
     WHERE state = 'available' AND metadata ? 'tierq:turn_due';
 
--- A tenant's last tag in a line: its latest available job there, by the
--- bounded tenant key (migration 00009).
+-- A tenant's last tag in a line: its latest placed job waiting there (a
+-- placed job carries tierq:moved_at), by the bounded tenant key (migration
+-- 00009). Only placed rows enter it: without turns nothing pays for it.
 CREATE INDEX IF NOT EXISTS river_job_tierq_turn_idx
     ON river_job (queue, priority,
                   (CASE WHEN octet_length(coalesce(metadata->>'tierq:tenant', '')) <= 200
                         THEN coalesce(metadata->>'tierq:tenant', '')
                         ELSE left(metadata->>'tierq:tenant', 200) || '#md5:' || md5(metadata->>'tierq:tenant') END),
                   scheduled_at)
-    WHERE state = 'available';
+    WHERE state = 'available' AND metadata ? 'tierq:moved_at';
 
 -- tierq_turn_tag returns the start tag of a job of tenant key p_tenant at
 -- p_priority in p_queue, due at p_due: the line's head, or one step after
@@ -60,7 +61,7 @@ BEGIN
        AND (CASE WHEN octet_length(coalesce(j.metadata->>'tierq:tenant', '')) <= 200
                  THEN coalesce(j.metadata->>'tierq:tenant', '')
                  ELSE left(j.metadata->>'tierq:tenant', 200) || '#md5:' || md5(j.metadata->>'tierq:tenant') END) = p_tenant
-       AND j.scheduled_at <= now() AND NOT j.metadata ? 'tierq:turn_due'
+       AND j.scheduled_at <= now() AND j.metadata ? 'tierq:moved_at'
      ORDER BY j.scheduled_at DESC LIMIT 1;
     IF last IS NULL OR last < head THEN
         RETURN least(head, p_due);

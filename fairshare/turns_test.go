@@ -1,0 +1,125 @@
+package fairshare_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/fairshare"
+	"github.com/tierq/tierq/internal/jobmetasql"
+	"github.com/tierq/tierq/internal/testdb"
+)
+
+// runTurns starts an Admitter placing queue by turns and waits for its
+// heartbeat: from then on the trigger places the queue's jobs.
+func runTurns(t *testing.T, workers int) *bundle {
+	t.Helper()
+	db := testdb.New(t)
+	a, err := fairshare.New(db.Pool, &fairshare.Config{
+		Queues: map[string]fairshare.Queue{queue: {Workers: workers, Fair: true, Turns: true}},
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	require.Eventually(t, func() bool {
+		var on bool
+		err := db.Pool.QueryRow(context.Background(), `SELECT coalesce(bool_or(turns), false) FROM fair_share_slots WHERE queue = $1`, queue).Scan(&on)
+		return err == nil && on
+	}, 10*time.Second, 5*time.Millisecond)
+	return &bundle{db: db, admitter: a}
+}
+
+// insertTenants inserts, in one statement, one available job per entry of
+// tenants (in that order) at priority 2, due now.
+func (b *bundle) insertTenants(t *testing.T, tenants ...string) {
+	t.Helper()
+	_, err := b.db.Pool.Exec(context.Background(), `
+		INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
+		SELECT 'fair_test', '{}', $1, 2, 'available', 25, jsonb_build_object('tierq:tenant', t)
+		FROM unnest($2::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n`, queue, tenants)
+	require.NoError(t, err)
+}
+
+func TestTurns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("TenantsTakeTurnsInRiversOwnOrder", func(t *testing.T) {
+		t.Parallel()
+		b := runTurns(t, 4)
+		b.insertTenants(t, "a", "a", "a", "a", "a", "b", "b", "b", "c")
+		// Nothing held: every job is available, in turns.
+		require.Equal(t, map[string]int{"a/available": 5, "b/available": 3, "c/available": 1}, b.counts(t))
+		require.Equal(t, []string{"a", "b", "c", "a", "b"}, b.fetch(t, 5))
+
+		// A newcomer takes the turn of the head of the line: after at most
+		// one job of each tenant already there (a and b at that turn),
+		// ahead of the rest of every backlog.
+		b.insertTenants(t, "d")
+		require.Equal(t, []string{"a", "b", "d", "a", "a"}, b.fetch(t, 5))
+	})
+
+	t.Run("WeightsGiveMoreTurns", func(t *testing.T) {
+		t.Parallel()
+		b := runTurns(t, 4)
+		_, err := b.db.Pool.Exec(ctx, `INSERT INTO fair_share_weights (tenant, weight) VALUES ('w', 2)`)
+		require.NoError(t, err)
+		b.insertTenants(t, "w", "w", "w", "w", "a", "a", "a", "a")
+		// w's turns come every half step: w a w w a w a a.
+		require.Equal(t, []string{"w", "a", "w", "w", "a", "w", "a", "a"}, b.fetch(t, 8))
+	})
+
+	t.Run("TheDueTimeIsKept", func(t *testing.T) {
+		t.Parallel()
+		b := runTurns(t, 4)
+		// Due at a known time in the past: placed at the head of an empty
+		// line (an hour before now), its due time still reads as its own.
+		_, err := b.db.Pool.Exec(ctx, `
+			INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata, scheduled_at)
+			VALUES ('fair_test', '{}', $1, 2, 'available', 25, '{"tierq:tenant": "a"}', '2026-11-27T10:00:00.123456Z')`, queue)
+		require.NoError(t, err)
+		var due, scheduled time.Time
+		var before bool
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT `+jobmetasql.DueAtSQL("j")+`, j.scheduled_at, j.scheduled_at < now() - interval '59 minutes'
+			FROM river_job AS j WHERE j.queue = $1`, queue).Scan(&due, &scheduled, &before))
+		require.Equal(t, time.Date(2026, 11, 27, 10, 0, 0, 123456000, time.UTC), due.UTC())
+		require.True(t, before, "placed at %s", scheduled)
+	})
+
+	t.Run("AJobNotDueYetIsPlacedWhenDue", func(t *testing.T) {
+		t.Parallel()
+		b := runTurns(t, 4)
+		b.insertTenants(t, "a", "a", "a", "a", "a", "a")
+		// A retry River wrote available 300 ms ahead: left where River put
+		// it, marked, and placed by the placing loop once due.
+		_, err := b.db.Pool.Exec(ctx, `
+			INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata, scheduled_at)
+			VALUES ('fair_test', '{}', $1, 2, 'available', 25, '{"tierq:tenant": "r"}', now() + interval '300 milliseconds')`, queue)
+		require.NoError(t, err)
+		var marked bool
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT metadata ? 'tierq:turn_due' FROM river_job WHERE metadata->>'tierq:tenant' = 'r'`).Scan(&marked))
+		require.True(t, marked)
+		require.Eventually(t, func() bool {
+			var placed bool
+			err := b.db.Pool.QueryRow(ctx, `SELECT NOT metadata ? 'tierq:turn_due' AND scheduled_at < now() - interval '59 minutes'
+				FROM river_job WHERE metadata->>'tierq:tenant' = 'r'`).Scan(&placed)
+			return err == nil && placed
+		}, 10*time.Second, 10*time.Millisecond)
+		// Placed at the head of the line: second, not seventh.
+		require.Equal(t, []string{"a", "r", "a"}, b.fetch(t, 3))
+	})
+
+	t.Run("AQueueNotPlacedByTurnsIsLeftAlone", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 4, true)
+		b.insertTenants(t, "a", "a", "b")
+		var moved int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE metadata ? 'tierq:moved_at' OR scheduled_at < now() - interval '1 minute'`).Scan(&moved))
+		require.Equal(t, 0, moved)
+		require.Equal(t, []string{"a", "a", "b"}, b.fetch(t, 3))
+	})
+}
