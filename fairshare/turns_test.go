@@ -113,6 +113,27 @@ func TestTurns(t *testing.T) {
 		require.Equal(t, []string{"a", "r", "a"}, b.fetch(t, 3))
 	})
 
+	t.Run("AJobMovedInTakesATurnWithItsDueTime", func(t *testing.T) {
+		t.Parallel()
+		b := runTurns(t, 4)
+		b.insertTenants(t, "a", "a", "a", "a")
+		// Escalation's move from another queue: scheduled_at now() (the
+		// back of the line), the due time kept in the metadata.
+		_, err := b.db.Pool.Exec(ctx, `
+			INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata, scheduled_at)
+			VALUES ('fair_test', '{}', 'fair_other', 2, 'available', 25, '{"tierq:tenant": "e"}', '2026-11-27T10:00:00Z')`)
+		require.NoError(t, err)
+		_, err = b.db.Pool.Exec(ctx, `
+			UPDATE river_job SET queue = $1, scheduled_at = now(),
+				metadata = metadata || jsonb_build_object('tierq:due_at', 1795773600000000, 'tierq:moved_at', (extract(epoch FROM now()) * 1000000)::bigint)
+			WHERE queue = 'fair_other'`, queue)
+		require.NoError(t, err)
+		var due time.Time
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT `+jobmetasql.DueAtSQL("j")+` FROM river_job AS j WHERE j.metadata->>'tierq:tenant' = 'e'`).Scan(&due))
+		require.Equal(t, time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC), due.UTC())
+		require.Equal(t, []string{"a", "e", "a"}, b.fetch(t, 3))
+	})
+
 	t.Run("AQueueNotPlacedByTurnsIsLeftAlone", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 4, true)

@@ -12,6 +12,10 @@
 -- tierq:moved_at = the tag: jobmetasql.DueAtSQL), so every view of waiting
 -- work measures from when the job became due, not from its tag.
 --
+-- A job moved to another line while it waits (escalation's move to
+-- another queue, aging's better priority, lending) takes a turn in its new
+-- line the same way, its due time kept.
+--
 -- A row made available more than 50 ms before it is due (River's short
 -- retries and snoozes, its scheduler's look-ahead; River's inserts stamp
 -- scheduled_at with the client's clock, a few ms after the transaction's
@@ -76,7 +80,7 @@ $$;
 -- current keys: tierq:due_at while tierq:moved_at equals s.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION tierq_due_micros(s timestamptz, m jsonb) RETURNS bigint
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql STABLE AS $$
     SELECT CASE WHEN jsonb_typeof(m->'tierq:moved_at') = 'number' AND m->>'tierq:moved_at' ~ '^[0-9]{1,18}$'
                  AND jsonb_typeof(m->'tierq:due_at') = 'number' AND m->>'tierq:due_at' ~ '^[0-9]{1,18}$'
             THEN CASE WHEN (m->>'tierq:moved_at')::numeric = extract(epoch FROM s) * 1000000
@@ -95,7 +99,8 @@ DECLARE
     s    timestamptz;
     due  bigint;
 BEGIN
-    IF NEW.state <> 'available' OR (TG_OP = 'UPDATE' AND OLD.state = 'available')
+    IF NEW.state <> 'available'
+       OR (TG_OP = 'UPDATE' AND OLD.state = 'available' AND OLD.queue = NEW.queue AND OLD.priority = NEW.priority)
        OR jsonb_typeof(NEW.metadata) <> 'object' THEN
         RETURN NEW;
     END IF;
@@ -135,7 +140,7 @@ $$;
 
 DROP TRIGGER IF EXISTS tierq_tenant_turn ON river_job;
 CREATE TRIGGER tierq_tenant_turn
-    BEFORE INSERT OR UPDATE OF state ON river_job
+    BEFORE INSERT OR UPDATE OF state, queue, priority ON river_job
     FOR EACH ROW
     WHEN (NEW.state = 'available')
     EXECUTE FUNCTION tierq_tenant_turn();
