@@ -110,11 +110,15 @@ type Queue struct {
 	// before, in this process or another).
 	Fair bool
 
-	// Turns places the queue's jobs by turns (prototype: migration 00017,
-	// docs/design/fair-share-turns.md) instead of windows: a trigger
-	// writes each job's start tag into scheduled_at, and the process's
-	// placing loop tags jobs that became available before they were due.
-	// Fair is then ignored: nothing is held for its turn.
+	// Turns places the queue's jobs by turns (experimental; migration
+	// 00017, docs/fairness.md "Fair share by turns") instead of windows:
+	// the trigger tierq_tenant_turn writes each job's start-time fair
+	// queuing tag into scheduled_at as it becomes available, and the
+	// process's placing loop tags the jobs made available before they were
+	// due, once due. Fair is then ignored (nothing is held for its turn);
+	// the passes only admit what limits hold. Every process serving the
+	// queue must agree: the trigger places a queue's jobs while any live
+	// heartbeat says Turns.
 	Turns bool
 
 	// Kinds are the job kinds the process's River client fetches in the

@@ -8,7 +8,7 @@ import (
 	"github.com/tierq/tierq/internal/riverschema"
 )
 
-// Fair share by turns (prototype, Queue.Turns; migration 00017): the
+// Fair share by turns (experimental, Queue.Turns; migration 00017): the
 // trigger tierq_tenant_turn writes each job's start tag into scheduled_at
 // as it becomes available. A job made available before it is due (River's
 // short retries and snoozes, its scheduler's look-ahead) keeps River's
