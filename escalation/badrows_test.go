@@ -90,7 +90,7 @@ func TestSweepKeepsTheDueTime(t *testing.T) {
 		)
 		require.NoError(t, tdb.Pool.QueryRow(ctx, `SELECT j.scheduled_at, j.metadata, `+jobmetasql.DueAtSQL("j")+` FROM river_job AS j WHERE id = $1`, id).
 			Scan(&scheduledAt, &metadata, &sqlDue))
-		goDue := jobmetasql.DueAt(scheduledAt, metadata)
+		goDue := jobmetasql.DueAt(scheduledAt, time.Time{}, nil, metadata)
 		require.True(t, goDue.Equal(sqlDue), "Go %s, SQL %s", goDue, sqlDue)
 		return goDue, scheduledAt
 	}
@@ -145,6 +145,6 @@ func TestDueAtReadsMetadataOfAnyShape(t *testing.T) {
 		require.NoError(t, tdb.Pool.QueryRow(ctx, `SELECT j.scheduled_at, j.metadata, `+jobmetasql.DueAtSQL("j")+` FROM river_job AS j WHERE id = $1`, id).
 			Scan(&scheduledAt, &raw, &sqlDue))
 		require.True(t, sqlDue.Equal(scheduledAt), "SQL, metadata %.60s", metadata)
-		require.True(t, jobmetasql.DueAt(scheduledAt, raw).Equal(scheduledAt), "Go, metadata %.60s", metadata)
+		require.True(t, jobmetasql.DueAt(scheduledAt, time.Time{}, nil, raw).Equal(scheduledAt), "Go, metadata %.60s", metadata)
 	}
 }

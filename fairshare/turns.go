@@ -44,7 +44,7 @@ placed AS (
     SET scheduled_at = t.s,
         metadata = CASE WHEN t.s < j.scheduled_at
             THEN (j.metadata - 'tierq:turn_due') || jsonb_build_object(
-                'tierq:due_at', tierq_due_micros(j.scheduled_at, j.metadata),
+                'tierq:due_at', tierq_due_micros(j.scheduled_at, j.created_at, j.tags, j.metadata),
                 'tierq:moved_at', (extract(epoch FROM t.s) * 1000000)::bigint)
             ELSE j.metadata - 'tierq:turn_due' END
     FROM tagged AS t

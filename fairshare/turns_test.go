@@ -54,6 +54,14 @@ func TestTurns(t *testing.T) {
 		b.insertTenants(t, "a", "a", "a", "a", "a", "b", "b", "b", "c")
 		// Nothing held: every job is available, in turns.
 		require.Equal(t, map[string]int{"a/available": 5, "b/available": 3, "c/available": 1}, b.counts(t))
+		// Due at their insert: River's tag says so, no key is written, and
+		// their due time reads as their created_at, not their turn.
+		var tagged, keyed, dueAtCreation int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE '`+jobmetasql.TurnTag+`' = ANY (j.tags)),
+				count(*) FILTER (WHERE j.metadata ? 'tierq:moved_at'),
+				count(*) FILTER (WHERE `+jobmetasql.DueAtSQL("j")+` = j.created_at AND j.scheduled_at < j.created_at - interval '59 minutes')
+			FROM river_job AS j`).Scan(&tagged, &keyed, &dueAtCreation))
+		require.Equal(t, []int{9, 0, 9}, []int{tagged, keyed, dueAtCreation})
 		require.Equal(t, []string{"a", "b", "c", "a", "b"}, b.fetch(t, 5))
 
 		// A newcomer takes the turn of the head of the line: after at most

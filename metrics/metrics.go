@@ -76,7 +76,7 @@ func (j *Jobs) WithWaits(w WaitObserver) *Jobs {
 
 // WorkBegin observes the job's wait.
 func (j *Jobs) WorkBegin(_ context.Context, job *rivertype.JobRow) error {
-	due := jobmetasql.DueAt(job.ScheduledAt, job.Metadata)
+	due := jobmetasql.DueAt(job.ScheduledAt, job.CreatedAt, job.Tags, job.Metadata)
 	wait, tier := max(time.Since(due), 0), tierLabel(job.Metadata, job.EncodedArgs)
 	j.wait.WithLabelValues(tier, job.Queue).Observe(wait.Seconds())
 	if j.waits != nil {

@@ -17,6 +17,7 @@ package jobmetasql
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,12 +56,29 @@ const keptMicrosPattern = `^[0-9]{1,18}$`
 // river_job row aliased alias became due (see jobmeta.DueAt): a timestamptz
 // that is at most a day after scheduled_at. It reads metadata of any shape without
 // failing: an array, a scalar, a key of the wrong type or a number out of
-// range all mean "scheduled_at".
+// range all mean "scheduled_at" (or created_at for a job placed by turns at
+// its insert: TurnTag).
 func DueAtSQL(alias string) string {
 	m := alias + "." + riverschema.JobMetadata
 	return `(CASE WHEN ` + m + ` ? '` + jobmeta.MovedAt + `'
     THEN ` + dueAtSQL(alias, jobmeta.DueAt, jobmeta.MovedAt) + `
     ELSE ` + dueAtSQL(alias, jobmeta.LegacyDueAt, jobmeta.LegacyMovedAt) + ` END)`
+}
+
+// TurnTag is the River tag fair share by turns (fairshare.Queue.Turns,
+// migration 00017) gives a job it placed at its insert, due then: its
+// scheduled_at is its turn, before its created_at, and it became due at
+// its created_at. (Writing the due time into the metadata instead cost
+// every job two new entries in River's GIN index on metadata, for each
+// version of its row.)
+const TurnTag = "tierq_turn"
+
+// fallbackDueSQL is the due time of a job without a kept pair: its
+// created_at when fair share by turns placed it at its insert (TurnTag,
+// scheduled_at before created_at), else its scheduled_at.
+func fallbackDueSQL(alias string) string {
+	s, c := alias+"."+riverschema.JobScheduledAt, alias+"."+riverschema.JobCreatedAt
+	return `(CASE WHEN ` + s + ` < ` + c + ` AND '` + TurnTag + `' = ANY (` + alias + `.` + riverschema.JobTags + `) THEN ` + c + ` ELSE ` + s + ` END)`
 }
 
 // dueAtSQL applies the rule to one pair of keys.
@@ -75,18 +93,23 @@ func dueAtSQL(alias, dueKey, movedKey string) string {
     THEN CASE WHEN (` + moved + `)::numeric = extract(epoch FROM ` + s + `) * 1000000
                 AND (` + due + `)::numeric <= (` + moved + `)::numeric + 86400000000
         THEN to_timestamp((` + due + `)::float8 / 1000000)
-        ELSE ` + s + ` END
-    ELSE ` + s + ` END)`
+        ELSE ` + fallbackDueSQL(alias) + ` END
+    ELSE ` + fallbackDueSQL(alias) + ` END)`
 }
 
 // DueAt is when the current attempt of a job became due, read from its
-// scheduled_at and metadata (as PostgreSQL prints it) by the rule DueAtSQL
-// applies in SQL. Metadata that is not an object, or does not carry a
-// matching pair, means scheduledAt.
-func DueAt(scheduledAt time.Time, metadata []byte) time.Time {
+// scheduled_at, created_at, tags and metadata (as PostgreSQL prints it) by
+// the rule DueAtSQL applies in SQL. Metadata that is not an object, or does
+// not carry a matching pair, means scheduledAt, or createdAt for a job
+// placed by turns at its insert (TurnTag, scheduledAt before createdAt).
+func DueAt(scheduledAt, createdAt time.Time, tags []string, metadata []byte) time.Time {
+	fallback := scheduledAt
+	if scheduledAt.Before(createdAt) && slices.Contains(tags, TurnTag) {
+		fallback = createdAt
+	}
 	var m map[string]json.RawMessage
 	if json.Unmarshal(metadata, &m) != nil {
-		return scheduledAt
+		return fallback
 	}
 	dueKey, movedKey := jobmeta.DueAt, jobmeta.MovedAt
 	if _, ok := m[movedKey]; !ok {
@@ -95,7 +118,7 @@ func DueAt(scheduledAt time.Time, metadata []byte) time.Time {
 	moved, ok1 := keptMicros(m[movedKey])
 	due, ok2 := keptMicros(m[dueKey])
 	if !ok1 || !ok2 || moved != scheduledAt.UnixMicro() || due > moved+86400000000 {
-		return scheduledAt
+		return fallback
 	}
 	return time.UnixMicro(due)
 }

@@ -82,13 +82,14 @@ func TestDueAtAgreesWithDueAtSQL(t *testing.T) {
 				printed  []byte
 				id       int64
 				schedule time.Time
+				created  time.Time
 			)
 			require.NoError(t, tdb.Pool.QueryRow(ctx, `
 				INSERT INTO river_job (state, queue, priority, kind, args, metadata, max_attempts, scheduled_at)
 				VALUES ('available', 'analysis_default', 4, 'loadtest', '{}', $1::jsonb, 1, $2)
-				RETURNING id, scheduled_at, metadata`, tt.metadata, scheduled).Scan(&id, &schedule, &printed))
+				RETURNING id, scheduled_at, created_at, metadata`, tt.metadata, scheduled).Scan(&id, &schedule, &created, &printed))
 			require.NoError(t, tdb.Pool.QueryRow(ctx, `SELECT `+jobmetasql.DueAtSQL("j")+` FROM river_job AS j WHERE id = $1`, id).Scan(&sqlDue))
-			goDue := jobmetasql.DueAt(schedule, printed)
+			goDue := jobmetasql.DueAt(schedule, created, nil, printed)
 			require.True(t, tt.want.Equal(sqlDue), fmt.Sprintf("SQL: want %s, got %s", tt.want, sqlDue))
 			require.True(t, tt.want.Equal(goDue), fmt.Sprintf("Go: want %s, got %s", tt.want, goDue))
 		})
@@ -172,7 +173,7 @@ func TestKeptDueSQLReadsBack(t *testing.T) {
 		RETURNING id, scheduled_at, metadata`, due).Scan(&id, &scheduled, &metadata))
 	require.NoError(t, tdb.Pool.QueryRow(ctx, `SELECT `+jobmetasql.DueAtSQL("j")+` FROM river_job AS j WHERE id = $1`, id).Scan(&sqlDue))
 	require.True(t, due.Equal(sqlDue), "SQL: want %s, got %s", due, sqlDue)
-	goDue := jobmetasql.DueAt(scheduled, metadata)
+	goDue := jobmetasql.DueAt(scheduled, time.Time{}, nil, metadata)
 	require.True(t, due.Equal(goDue), "Go: want %s, got %s", due, goDue)
 }
 
@@ -202,6 +203,57 @@ func TestHeldSQL(t *testing.T) {
 			require.NoError(t, tdb.Pool.QueryRow(context.Background(),
 				`SELECT `+jobmetasql.HeldSQL("j")+` FROM river_job AS j WHERE id = $1`, id).Scan(&got))
 			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+// TestDueAtOfAJobPlacedByTurns: a job fair share by turns placed at its
+// insert (jobmetasql.TurnTag, its turn in scheduled_at before its
+// created_at) became due at its created_at; without the tag, or with a
+// scheduled_at not before created_at, the rule is scheduled_at's; a kept
+// pair still comes first. PostgreSQL and Go agree.
+func TestDueAtOfAJobPlacedByTurns(t *testing.T) {
+	t.Parallel()
+	tdb := testdb.New(t)
+	ctx := context.Background()
+
+	created := time.Date(2026, 11, 28, 7, 0, 0, 250000000, time.UTC)
+	turn := time.Date(2026, 11, 28, 6, 0, 0, 1000, time.UTC)
+	later := time.Date(2026, 11, 28, 7, 0, 1, 0, time.UTC)
+	kept := time.Date(2026, 11, 28, 6, 59, 0, 0, time.UTC) // 1795849140000000 µs
+	tests := []struct {
+		name      string
+		scheduled time.Time
+		tags      []string
+		metadata  string
+		want      time.Time
+	}{
+		{"placed at its insert", turn, []string{"a", jobmetasql.TurnTag}, `{}`, created},
+		{"no tag", turn, []string{"a"}, `{}`, turn},
+		{"tag, scheduled after its insert", later, []string{jobmetasql.TurnTag}, `{}`, later},
+		{"tag, metadata not an object", turn, []string{jobmetasql.TurnTag}, `[1]`, created},
+		{"a kept pair comes first", turn, []string{jobmetasql.TurnTag},
+			`{"tierq:due_at": 1795849140000000, "tierq:moved_at": 1795845600000001}`, kept},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var (
+				id       int64
+				printed  []byte
+				sqlDue   time.Time
+				schedule time.Time
+				at       time.Time
+				tags     []string
+			)
+			require.NoError(t, tdb.Pool.QueryRow(ctx, `
+				INSERT INTO river_job (state, queue, priority, kind, args, metadata, max_attempts, scheduled_at, created_at, tags)
+				VALUES ('available', 'analysis_default', 4, 'loadtest', '{}', $1::jsonb, 1, $2, $3, $4)
+				RETURNING id, scheduled_at, created_at, tags, metadata`, tt.metadata, tt.scheduled, created, tt.tags).
+				Scan(&id, &schedule, &at, &tags, &printed))
+			require.NoError(t, tdb.Pool.QueryRow(ctx, `SELECT `+jobmetasql.DueAtSQL("j")+` FROM river_job AS j WHERE id = $1`, id).Scan(&sqlDue))
+			require.True(t, tt.want.Equal(sqlDue), "SQL: want %s, got %s", tt.want, sqlDue)
+			goDue := jobmetasql.DueAt(schedule, at, tags, printed)
+			require.True(t, tt.want.Equal(goDue), "Go: want %s, got %s", tt.want, goDue)
 		})
 	}
 }

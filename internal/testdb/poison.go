@@ -123,7 +123,7 @@ func BeforeFiniteTimestamps(t testing.TB, db *DB) {
 		 DROP TRIGGER IF EXISTS tierq_tenant_rate ON `+riverschema.JobTable+`; DROP FUNCTION IF EXISTS tierq_tenant_rate();
 		 DROP INDEX IF EXISTS river_job_tierq_capped_idx;
 		 DROP TRIGGER IF EXISTS tierq_tenant_turn ON `+riverschema.JobTable+`; DROP FUNCTION IF EXISTS tierq_tenant_turn();
-		 DROP FUNCTION IF EXISTS tierq_turn_tag(text, smallint, text, timestamptz); DROP FUNCTION IF EXISTS tierq_due_micros(timestamptz, jsonb);
+		 DROP FUNCTION IF EXISTS tierq_turn_tag(text, smallint, text, timestamptz); DROP FUNCTION IF EXISTS tierq_due_micros(timestamptz, timestamptz, text[], jsonb);
 		 DROP INDEX IF EXISTS river_job_tierq_turn_idx, river_job_tierq_turn_due_idx;
 		 ALTER TABLE fair_share_slots DROP COLUMN IF EXISTS turns;
 		 ALTER TABLE dead_letter_jobs DROP COLUMN IF EXISTS tenant, DROP COLUMN IF EXISTS tier;

@@ -8,9 +8,11 @@
 -- into scheduled_at (never after the job's own time), River's own fetch
 -- order takes the tenants in turns: nothing is held, no pass runs.
 --
--- The job's due time is kept as every move keeps it (tierq:due_at,
--- tierq:moved_at = the tag: jobmetasql.DueAtSQL), so every view of waiting
--- work measures from when the job became due, not from its tag.
+-- The job's due time is kept, so every view of waiting work measures from
+-- when the job became due, not from its tag (jobmetasql.DueAtSQL): a job
+-- placed at its insert, due then, gets River's tag tierq_turn (due at its
+-- created_at); any other placed job keeps it as every move does
+-- (tierq:due_at, tierq:moved_at = the tag).
 --
 -- A job moved to another line while it waits (escalation's move to
 -- another queue, aging's better priority, lending) takes a turn in its new
@@ -30,15 +32,17 @@ CREATE INDEX IF NOT EXISTS river_job_tierq_turn_due_idx
     WHERE state = 'available' AND metadata ? 'tierq:turn_due';
 
 -- A tenant's last tag in a line: its latest placed job waiting there (a
--- placed job carries tierq:moved_at), by the bounded tenant key (migration
--- 00009). Only placed rows enter it: without turns nothing pays for it.
+-- placed job's scheduled_at is before its created_at), by the bounded
+-- tenant key (migration 00009). Only placed rows enter it (and rows a
+-- producer inserted with a scheduled_at in the past): without turns
+-- nothing pays for it.
 CREATE INDEX IF NOT EXISTS river_job_tierq_turn_idx
     ON river_job (queue, priority,
                   (CASE WHEN octet_length(coalesce(metadata->>'tierq:tenant', '')) <= 200
                         THEN coalesce(metadata->>'tierq:tenant', '')
                         ELSE left(metadata->>'tierq:tenant', 200) || '#md5:' || md5(metadata->>'tierq:tenant') END),
                   scheduled_at)
-    WHERE state = 'available' AND metadata ? 'tierq:moved_at';
+    WHERE state = 'available' AND scheduled_at < created_at;
 
 -- tierq_turn_tag returns the start tag of a job of tenant key p_tenant at
 -- p_priority in p_queue, due at p_due: the line's head, or one step after
@@ -65,7 +69,7 @@ BEGIN
        AND (CASE WHEN octet_length(coalesce(j.metadata->>'tierq:tenant', '')) <= 200
                  THEN coalesce(j.metadata->>'tierq:tenant', '')
                  ELSE left(j.metadata->>'tierq:tenant', 200) || '#md5:' || md5(j.metadata->>'tierq:tenant') END) = p_tenant
-       AND j.scheduled_at <= now() AND j.metadata ? 'tierq:moved_at'
+       AND j.scheduled_at <= now() AND j.scheduled_at < j.created_at
      ORDER BY j.scheduled_at DESC LIMIT 1;
     IF last IS NULL OR last < head THEN
         RETURN least(head, p_due);
@@ -76,17 +80,21 @@ $$;
 -- +goose StatementEnd
 
 -- tierq_due_micros is the due time (Unix microseconds) of a job with
--- scheduled_at s and metadata m, by jobmetasql.DueAtSQL's rule for the
--- current keys: tierq:due_at while tierq:moved_at equals s.
+-- scheduled_at s, created_at c, tags g and metadata m, by
+-- jobmetasql.DueAtSQL's rule for the current keys: tierq:due_at while
+-- tierq:moved_at equals s (and the due time is at most a day after it),
+-- else c for a job placed by turns at its insert (tag tierq_turn, s before
+-- c), else s.
 -- +goose StatementBegin
-CREATE OR REPLACE FUNCTION tierq_due_micros(s timestamptz, m jsonb) RETURNS bigint
+CREATE OR REPLACE FUNCTION tierq_due_micros(s timestamptz, c timestamptz, g text[], m jsonb) RETURNS bigint
 LANGUAGE sql STABLE AS $$
-    SELECT CASE WHEN jsonb_typeof(m->'tierq:moved_at') = 'number' AND m->>'tierq:moved_at' ~ '^[0-9]{1,18}$'
+    SELECT CASE WHEN jsonb_typeof(m) = 'object'
+                 AND jsonb_typeof(m->'tierq:moved_at') = 'number' AND m->>'tierq:moved_at' ~ '^[0-9]{1,18}$'
                  AND jsonb_typeof(m->'tierq:due_at') = 'number' AND m->>'tierq:due_at' ~ '^[0-9]{1,18}$'
-            THEN CASE WHEN (m->>'tierq:moved_at')::numeric = extract(epoch FROM s) * 1000000
-                       AND (m->>'tierq:due_at')::numeric <= (m->>'tierq:moved_at')::numeric + 86400000000
-                 THEN (m->>'tierq:due_at')::bigint
-                 ELSE (extract(epoch FROM s) * 1000000)::bigint END
+                 AND (m->>'tierq:moved_at')::numeric = extract(epoch FROM s) * 1000000
+                 AND (m->>'tierq:due_at')::numeric <= (m->>'tierq:moved_at')::numeric + 86400000000
+            THEN (m->>'tierq:due_at')::bigint
+            WHEN s < c AND 'tierq_turn' = ANY (g) THEN (extract(epoch FROM c) * 1000000)::bigint
             ELSE (extract(epoch FROM s) * 1000000)::bigint END
 $$;
 -- +goose StatementEnd
@@ -115,11 +123,25 @@ BEGIN
     tkey := CASE WHEN octet_length(coalesce(NEW.metadata->>'tierq:tenant', '')) <= 200
                  THEN coalesce(NEW.metadata->>'tierq:tenant', '')
                  ELSE left(NEW.metadata->>'tierq:tenant', 200) || '#md5:' || md5(NEW.metadata->>'tierq:tenant') END;
-    due := tierq_due_micros(NEW.scheduled_at, NEW.metadata);
+    due := tierq_due_micros(NEW.scheduled_at, NEW.created_at, NEW.tags, NEW.metadata);
     s := tierq_turn_tag(NEW.queue, NEW.priority, tkey, NEW.scheduled_at);
     IF s < NEW.scheduled_at THEN
-        NEW.metadata := (NEW.metadata - 'tierq:turn_due')
-            || jsonb_build_object('tierq:due_at', due, 'tierq:moved_at', (extract(epoch FROM s) * 1000000)::bigint);
+        IF TG_OP = 'INSERT' AND s < NEW.created_at
+           AND NEW.scheduled_at BETWEEN NEW.created_at - interval '50 milliseconds' AND NEW.created_at + interval '50 milliseconds' THEN
+            -- Due at its insert (River stamps both with the same time
+            -- unless a producer gives its own): River's tag tierq_turn says
+            -- so (due = created_at), with no key in the metadata, which
+            -- River's GIN index would take in for every version of the row.
+            IF NOT coalesce('tierq_turn' = ANY (NEW.tags), false) THEN
+                NEW.tags := NEW.tags || '{tierq_turn}'::varchar(255)[];
+            END IF;
+            IF NEW.metadata ? 'tierq:turn_due' THEN
+                NEW.metadata := NEW.metadata - 'tierq:turn_due';
+            END IF;
+        ELSE
+            NEW.metadata := (NEW.metadata - 'tierq:turn_due')
+                || jsonb_build_object('tierq:due_at', due, 'tierq:moved_at', (extract(epoch FROM s) * 1000000)::bigint);
+        END IF;
         NEW.scheduled_at := s;
     ELSIF NEW.metadata ? 'tierq:turn_due' THEN
         NEW.metadata := NEW.metadata - 'tierq:turn_due';
@@ -148,7 +170,7 @@ CREATE TRIGGER tierq_tenant_turn
 -- +goose Down
 DROP TRIGGER IF EXISTS tierq_tenant_turn ON river_job;
 DROP FUNCTION IF EXISTS tierq_tenant_turn();
-DROP FUNCTION IF EXISTS tierq_due_micros(timestamptz, jsonb);
+DROP FUNCTION IF EXISTS tierq_due_micros(timestamptz, timestamptz, text[], jsonb);
 DROP FUNCTION IF EXISTS tierq_turn_tag(text, smallint, text, timestamptz);
 DROP INDEX IF EXISTS river_job_tierq_turn_idx;
 DROP INDEX IF EXISTS river_job_tierq_turn_due_idx;
