@@ -344,7 +344,9 @@ SELECT from_queue, to_queue FROM moved, (SELECT count(*) FROM notified) AS n`
 
 // sweepDueSQL is a CTE body of sweepSQL: at most $4 jobs of the from queues
 // ($1, paired with their targets $2) matching where, that waited longer than
-// $3 seconds in line (scheduled_at, never -infinity), out of and into
+// $3 seconds in line (scheduled_at, never -infinity, and their due time: a
+// job fair share by turns placed has its turn in scheduled_at, before it
+// was due), out of and into
 // queues not paused, locked (SKIP LOCKED), with the time each became due.
 func sweepDueSQL(where string) string {
 	return `
@@ -354,6 +356,7 @@ func sweepDueSQL(where string) string {
     JOIN unnest($1::text[], $2::text[]) AS m(from_queue, to_queue) ON m.from_queue = j.queue
     WHERE ` + where + `
       AND j.scheduled_at <= now() - make_interval(secs => $3)
+      AND ` + jobmetasql.DueAtSQL("j") + ` <= now() - make_interval(secs => $3)
       AND j.scheduled_at > '-infinity'
       AND NOT ` + db.PausedSQL("j.queue") + `
       AND NOT ` + db.PausedSQL("m.to_queue") + `

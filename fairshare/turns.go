@@ -25,8 +25,11 @@ const (
 
 // placeSQL tags the marked jobs of the queues $1 that are due, and returns
 // how many, and the soonest due time of those still marked (NULL: none).
+// Every tag is computed against the statement's snapshot, so a tenant's
+// jobs placed together take consecutive turns from its first (k steps of
+// 1 ms / weight after it), not one turn each.
 var placeSQL = `
-WITH due AS (
+WITH locked AS (
     SELECT j.id, j.queue, j.priority, ` + tenantSQL("j") + ` AS tenant, j.scheduled_at
     FROM ` + riverschema.JobTable + ` AS j
     WHERE j.state = 'available' AND j.metadata ? 'tierq:turn_due' AND j.queue = ANY($1::text[])
@@ -35,9 +38,15 @@ WITH due AS (
     LIMIT ` + itoa(placeBatch) + `
     FOR UPDATE SKIP LOCKED
 ),
+due AS (
+    SELECT l.*, row_number() OVER (PARTITION BY l.queue, l.priority, l.tenant ORDER BY l.scheduled_at, l.id) - 1 AS k
+    FROM locked AS l
+),
 tagged AS (
-    SELECT d.id, d.scheduled_at, tierq_turn_tag(d.queue, d.priority, d.tenant, d.scheduled_at) AS s
+    SELECT d.id, least(tierq_turn_tag(d.queue, d.priority, d.tenant, d.scheduled_at)
+                       + d.k * (interval '1 millisecond' / coalesce(w.weight, 1)), d.scheduled_at) AS s
     FROM due AS d
+    LEFT JOIN fair_share_weights AS w ON w.tenant = d.tenant
 ),
 placed AS (
     UPDATE ` + riverschema.JobTable + ` AS j

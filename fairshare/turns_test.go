@@ -84,49 +84,85 @@ func TestTurns(t *testing.T) {
 	t.Run("TheDueTimeIsKept", func(t *testing.T) {
 		t.Parallel()
 		b := runTurns(t, 4)
-		// Due at a known time in the past: placed at the head of an empty
-		// line (an hour before now), its due time still reads as its own.
+		// Two rows a producer wrote with a scheduled_at of its own, in the
+		// past: z's is the head of the line (nothing older waits: it keeps
+		// its own time), a's is placed at z's turn, before its own time,
+		// and keeps its due time in its metadata.
 		_, err := b.db.Pool.Exec(ctx, `
+			INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata, scheduled_at)
+			VALUES ('fair_test', '{}', $1, 2, 'available', 25, '{"tierq:tenant": "z"}', '2026-11-27T09:00:00Z')`, queue)
+		require.NoError(t, err)
+		_, err = b.db.Pool.Exec(ctx, `
 			INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata, scheduled_at)
 			VALUES ('fair_test', '{}', $1, 2, 'available', 25, '{"tierq:tenant": "a"}', '2026-11-27T10:00:00.123456Z')`, queue)
 		require.NoError(t, err)
-		var due, scheduled time.Time
-		var before bool
-		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT `+jobmetasql.DueAtSQL("j")+`, j.scheduled_at, j.scheduled_at < now() - interval '59 minutes'
-			FROM river_job AS j WHERE j.queue = $1`, queue).Scan(&due, &scheduled, &before))
-		require.Equal(t, time.Date(2026, 11, 27, 10, 0, 0, 123456000, time.UTC), due.UTC())
-		require.True(t, before, "placed at %s", scheduled)
+		var (
+			due, scheduled time.Time
+			keyed          bool
+		)
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT `+jobmetasql.DueAtSQL("j")+`, j.scheduled_at, j.metadata ? 'tierq:moved_at'
+			FROM river_job AS j WHERE j.metadata->>'tierq:tenant' = 'a'`).Scan(&due, &scheduled, &keyed))
+		require.Equal(t, time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC), scheduled.UTC(), "a's turn")
+		require.Equal(t, time.Date(2026, 11, 27, 10, 0, 0, 123456000, time.UTC), due.UTC(), "a's due time")
+		require.True(t, keyed)
+		require.Equal(t, []string{"z", "a"}, b.fetch(t, 2))
 	})
 
-	t.Run("AJobNotDueYetIsPlacedWhenDue", func(t *testing.T) {
+	t.Run("JobsNotDueYetArePlacedWhenDue", func(t *testing.T) {
 		t.Parallel()
 		b := runTurns(t, 4)
 		b.insertTenants(t, "a", "a", "a", "a", "a", "a")
-		// A retry River wrote available 300 ms ahead: left where River put
-		// it, marked, and placed by the placing loop once due.
+		// Three retries of one tenant River wrote available 300 ms ahead:
+		// left where River put them, marked, and placed by the placing
+		// loop once due, in consecutive turns (not all at the head's).
 		_, err := b.db.Pool.Exec(ctx, `
 			INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata, scheduled_at)
-			VALUES ('fair_test', '{}', $1, 2, 'available', 25, '{"tierq:tenant": "r"}', now() + interval '300 milliseconds')`, queue)
+			SELECT 'fair_test', '{}', $1, 2, 'available', 25, '{"tierq:tenant": "r"}', now() + interval '300 milliseconds'
+			FROM generate_series(1, 3)`, queue)
 		require.NoError(t, err)
-		var marked bool
-		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT metadata ? 'tierq:turn_due' FROM river_job WHERE metadata->>'tierq:tenant' = 'r'`).Scan(&marked))
-		require.True(t, marked)
+		var marked int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE metadata ? 'tierq:turn_due'`).Scan(&marked))
+		require.Equal(t, 3, marked)
 		require.Eventually(t, func() bool {
-			var placed bool
-			err := b.db.Pool.QueryRow(ctx, `SELECT NOT metadata ? 'tierq:turn_due' AND scheduled_at < now() - interval '59 minutes'
-				FROM river_job WHERE metadata->>'tierq:tenant' = 'r'`).Scan(&placed)
-			return err == nil && placed
+			var placed int
+			err := b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job
+				WHERE metadata->>'tierq:tenant' = 'r' AND NOT metadata ? 'tierq:turn_due' AND scheduled_at < now() - interval '59 minutes'`).Scan(&placed)
+			return err == nil && placed == 3
 		}, 10*time.Second, 10*time.Millisecond)
-		// Placed at the head of the line: second, not seventh.
-		require.Equal(t, []string{"a", "r", "a"}, b.fetch(t, 3))
+		// Due 300 ms after their insert, not at their turn, an hour back.
+		var recent int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job AS j
+			WHERE j.metadata->>'tierq:tenant' = 'r' AND `+jobmetasql.DueAtSQL("j")+` > j.created_at + interval '299 milliseconds'
+			  AND `+jobmetasql.DueAtSQL("j")+` < j.created_at + interval '1 second'`).Scan(&recent))
+		require.Equal(t, 3, recent)
+		require.Equal(t, []string{"a", "r", "a", "r", "a", "r", "a"}, b.fetch(t, 7))
 	})
 
-	t.Run("AJobMovedInTakesATurnWithItsDueTime", func(t *testing.T) {
+	t.Run("AJobAgedToABetterPriorityTakesATurnThere", func(t *testing.T) {
 		t.Parallel()
 		b := runTurns(t, 4)
 		b.insertTenants(t, "a", "a", "a", "a")
-		// Escalation's move from another queue: scheduled_at now() (the
-		// back of the line), the due time kept in the metadata.
+		_, err := b.db.Pool.Exec(ctx, `
+			INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
+			VALUES ('fair_test', '{}', $1, 3, 'available', 25, '{"tierq:tenant": "g"}')`, queue)
+		require.NoError(t, err)
+		// Aging raises g's job to priority 2: it takes a turn in that line
+		// (the head's, after a's first), its due time (its insert) kept.
+		_, err = b.db.Pool.Exec(ctx, `UPDATE river_job SET priority = 2 WHERE metadata->>'tierq:tenant' = 'g'`)
+		require.NoError(t, err)
+		var atInsert bool
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT `+jobmetasql.DueAtSQL("j")+` = j.created_at FROM river_job AS j WHERE j.metadata->>'tierq:tenant' = 'g'`).Scan(&atInsert))
+		require.True(t, atInsert)
+		require.Equal(t, []string{"a", "g", "a"}, b.fetch(t, 3))
+	})
+
+	t.Run("AJobMovedToAnotherQueueWaitsAtTheBack", func(t *testing.T) {
+		t.Parallel()
+		b := runTurns(t, 4)
+		b.insertTenants(t, "a", "a", "a")
+		// Escalation's move from another queue: scheduled_at now(), the back
+		// of the line, as under windows (escalation counts a job's time in
+		// its queue from there), the due time kept in the metadata.
 		_, err := b.db.Pool.Exec(ctx, `
 			INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata, scheduled_at)
 			VALUES ('fair_test', '{}', 'fair_other', 2, 'available', 25, '{"tierq:tenant": "e"}', '2026-11-27T10:00:00Z')`)
@@ -139,7 +175,20 @@ func TestTurns(t *testing.T) {
 		var due time.Time
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT `+jobmetasql.DueAtSQL("j")+` FROM river_job AS j WHERE j.metadata->>'tierq:tenant' = 'e'`).Scan(&due))
 		require.Equal(t, time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC), due.UTC())
-		require.Equal(t, []string{"a", "e", "a"}, b.fetch(t, 3))
+		require.Equal(t, []string{"a", "a", "a", "e"}, b.fetch(t, 4))
+	})
+
+	t.Run("ARowWhoseMetadataIsNotAnObjectTakesATurn", func(t *testing.T) {
+		t.Parallel()
+		b := runTurns(t, 4)
+		b.insertTenants(t, "a", "a", "a")
+		// Written directly by another producer: no tenant (the key of none),
+		// nowhere to mark; due at its insert, it takes the head's turn.
+		_, err := b.db.Pool.Exec(ctx, `
+			INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata)
+			VALUES ('fair_test', '{}', $1, 2, 'available', 25, '[1]')`, queue)
+		require.NoError(t, err)
+		require.Equal(t, []string{"a", "", "a", "a"}, b.fetch(t, 4))
 	})
 
 	t.Run("AQueueNotPlacedByTurnsIsLeftAlone", func(t *testing.T) {

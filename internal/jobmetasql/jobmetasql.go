@@ -43,18 +43,17 @@ import (
 // A kept due time counts only when both keys hold JSON numbers written as
 // plain non-negative integers of at most 18 digits (PostgreSQL prints a jsonb
 // number in that form whatever form it was written in), the moved key
-// equals scheduled_at in microseconds, and the due key is at most a day
-// after it (a move to another queue or priority writes a scheduled_at after
-// the due time; fair share by turns, fairshare.Queue.Turns, one before it,
-// the job's turn in line).
-// Anything else (a string, a fraction, a key in another case, a due time
-// more than a day after the move) means scheduled_at. DueAtSQL and DueAt apply this one rule;
+// equals scheduled_at in microseconds. (A move to another queue or priority
+// writes a scheduled_at after the due time; fair share by turns,
+// fairshare.Queue.Turns, one before it, the job's turn in line, which may be
+// any time back.) Anything else (a string, a fraction, a key in another
+// case) means scheduled_at. DueAtSQL and DueAt apply this one rule;
 // TestDueAtAgreesWithDueAtSQL checks that they agree.
 const keptMicrosPattern = `^[0-9]{1,18}$`
 
 // DueAtSQL is an SQL expression for when the current attempt of the
-// river_job row aliased alias became due (see jobmeta.DueAt): a timestamptz
-// that is at most a day after scheduled_at. It reads metadata of any shape without
+// river_job row aliased alias became due (see jobmeta.DueAt): a timestamptz.
+// It reads metadata of any shape without
 // failing: an array, a scalar, a key of the wrong type or a number out of
 // range all mean "scheduled_at" (or created_at for a job placed by turns at
 // its insert: TurnTag).
@@ -91,7 +90,6 @@ func dueAtSQL(alias, dueKey, movedKey string) string {
       AND jsonb_typeof(` + m + `->'` + movedKey + `') = 'number' AND ` + moved + ` ~ '` + keptMicrosPattern + `'
       AND jsonb_typeof(` + m + `->'` + dueKey + `') = 'number' AND ` + due + ` ~ '` + keptMicrosPattern + `'
     THEN CASE WHEN (` + moved + `)::numeric = extract(epoch FROM ` + s + `) * 1000000
-                AND (` + due + `)::numeric <= (` + moved + `)::numeric + 86400000000
         THEN to_timestamp((` + due + `)::float8 / 1000000)
         ELSE ` + fallbackDueSQL(alias) + ` END
     ELSE ` + fallbackDueSQL(alias) + ` END)`
@@ -117,7 +115,7 @@ func DueAt(scheduledAt, createdAt time.Time, tags []string, metadata []byte) tim
 	}
 	moved, ok1 := keptMicros(m[movedKey])
 	due, ok2 := keptMicros(m[dueKey])
-	if !ok1 || !ok2 || moved != scheduledAt.UnixMicro() || due > moved+86400000000 {
+	if !ok1 || !ok2 || moved != scheduledAt.UnixMicro() {
 		return fallback
 	}
 	return time.UnixMicro(due)

@@ -14,9 +14,11 @@
 -- created_at); any other placed job keeps it as every move does
 -- (tierq:due_at, tierq:moved_at = the tag).
 --
--- A job moved to another line while it waits (escalation's move to
--- another queue, aging's better priority, lending) takes a turn in its new
--- line the same way, its due time kept.
+-- A job aging gives a better priority while it waits takes a turn in its
+-- new line the same way, its due time kept. A job moved to another queue
+-- (escalation, lending) is left where the move put it, the back of its new
+-- line (scheduled_at now()), as under windows: escalation counts a job's
+-- time in its queue from there.
 --
 -- A row made available more than 50 ms before it is due (River's short
 -- retries and snoozes, its scheduler's look-ahead; River's inserts stamp
@@ -27,6 +29,11 @@
 -- +goose Up
 ALTER TABLE fair_share_slots ADD COLUMN IF NOT EXISTS turns boolean NOT NULL DEFAULT false;
 
+-- Both indexes are built in the migration's transaction, as 00007's: few
+-- or no rows enter them, but the build reads the whole table (about a
+-- second per million rows here) while writes to river_job wait. On a table
+-- much larger than that, build them beforehand with CREATE INDEX
+-- CONCURRENTLY and these exact definitions: IF NOT EXISTS then skips them.
 CREATE INDEX IF NOT EXISTS river_job_tierq_turn_due_idx
     ON river_job (queue, scheduled_at)
     WHERE state = 'available' AND metadata ? 'tierq:turn_due';
@@ -81,21 +88,22 @@ $$;
 
 -- tierq_due_micros is the due time (Unix microseconds) of a job with
 -- scheduled_at s, created_at c, tags g and metadata m, by
--- jobmetasql.DueAtSQL's rule for the current keys: tierq:due_at while
--- tierq:moved_at equals s (and the due time is at most a day after it),
--- else c for a job placed by turns at its insert (tag tierq_turn, s before
--- c), else s.
+-- jobmetasql.DueAtSQL's rule: the kept due time while the kept move time
+-- equals s (the "tierq:" pair, or the legacy "tierq_" pair when the
+-- metadata has no tierq:moved_at), else c for a job placed by turns at its
+-- insert (tag tierq_turn, s before c), else s.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION tierq_due_micros(s timestamptz, c timestamptz, g text[], m jsonb) RETURNS bigint
 LANGUAGE sql STABLE AS $$
     SELECT CASE WHEN jsonb_typeof(m) = 'object'
-                 AND jsonb_typeof(m->'tierq:moved_at') = 'number' AND m->>'tierq:moved_at' ~ '^[0-9]{1,18}$'
-                 AND jsonb_typeof(m->'tierq:due_at') = 'number' AND m->>'tierq:due_at' ~ '^[0-9]{1,18}$'
-                 AND (m->>'tierq:moved_at')::numeric = extract(epoch FROM s) * 1000000
-                 AND (m->>'tierq:due_at')::numeric <= (m->>'tierq:moved_at')::numeric + 86400000000
-            THEN (m->>'tierq:due_at')::bigint
+                 AND jsonb_typeof(m->k.moved) = 'number' AND m->>k.moved ~ '^[0-9]{1,18}$'
+                 AND jsonb_typeof(m->k.due) = 'number' AND m->>k.due ~ '^[0-9]{1,18}$'
+                 AND (m->>k.moved)::numeric = extract(epoch FROM s) * 1000000
+            THEN (m->>k.due)::bigint
             WHEN s < c AND 'tierq_turn' = ANY (g) THEN (extract(epoch FROM c) * 1000000)::bigint
             ELSE (extract(epoch FROM s) * 1000000)::bigint END
+    FROM (SELECT CASE WHEN m ? 'tierq:moved_at' THEN 'tierq:moved_at' ELSE 'tierq_moved_at' END AS moved,
+                 CASE WHEN m ? 'tierq:moved_at' THEN 'tierq:due_at' ELSE 'tierq_due_at' END AS due) AS k
 $$;
 -- +goose StatementEnd
 
@@ -108,8 +116,7 @@ DECLARE
     due  bigint;
 BEGIN
     IF NEW.state <> 'available'
-       OR (TG_OP = 'UPDATE' AND OLD.state = 'available' AND OLD.queue = NEW.queue AND OLD.priority = NEW.priority)
-       OR jsonb_typeof(NEW.metadata) <> 'object' THEN
+       OR (TG_OP = 'UPDATE' AND OLD.state = 'available' AND (OLD.queue <> NEW.queue OR OLD.priority = NEW.priority)) THEN
         RETURN NEW;
     END IF;
     PERFORM FROM fair_share_slots AS f WHERE f.queue = NEW.queue AND f.turns AND f.expires_at > now() LIMIT 1;
@@ -117,10 +124,14 @@ BEGIN
         RETURN NEW;
     END IF;
     IF NEW.scheduled_at > clock_timestamp() + interval '50 milliseconds' THEN
-        NEW.metadata := NEW.metadata || '{"tierq:turn_due": true}';
+        IF jsonb_typeof(NEW.metadata) = 'object' THEN
+            NEW.metadata := NEW.metadata || '{"tierq:turn_due": true}';
+        END IF;
         RETURN NEW;
     END IF;
-    tkey := CASE WHEN octet_length(coalesce(NEW.metadata->>'tierq:tenant', '')) <= 200
+    -- (metadata that is not an object has no tenant: the key of none, '')
+    tkey := CASE WHEN jsonb_typeof(NEW.metadata) <> 'object' THEN ''
+                 WHEN octet_length(coalesce(NEW.metadata->>'tierq:tenant', '')) <= 200
                  THEN coalesce(NEW.metadata->>'tierq:tenant', '')
                  ELSE left(NEW.metadata->>'tierq:tenant', 200) || '#md5:' || md5(NEW.metadata->>'tierq:tenant') END;
     due := tierq_due_micros(NEW.scheduled_at, NEW.created_at, NEW.tags, NEW.metadata);
@@ -135,15 +146,17 @@ BEGIN
             IF NOT coalesce('tierq_turn' = ANY (NEW.tags), false) THEN
                 NEW.tags := NEW.tags || '{tierq_turn}'::varchar(255)[];
             END IF;
-            IF NEW.metadata ? 'tierq:turn_due' THEN
+            IF jsonb_typeof(NEW.metadata) = 'object' AND NEW.metadata ? 'tierq:turn_due' THEN
                 NEW.metadata := NEW.metadata - 'tierq:turn_due';
             END IF;
-        ELSE
+        ELSIF jsonb_typeof(NEW.metadata) = 'object' THEN
             NEW.metadata := (NEW.metadata - 'tierq:turn_due')
                 || jsonb_build_object('tierq:due_at', due, 'tierq:moved_at', (extract(epoch FROM s) * 1000000)::bigint);
+        ELSE
+            RETURN NEW; -- nowhere to keep its due time: left where River put it
         END IF;
         NEW.scheduled_at := s;
-    ELSIF NEW.metadata ? 'tierq:turn_due' THEN
+    ELSIF jsonb_typeof(NEW.metadata) = 'object' AND NEW.metadata ? 'tierq:turn_due' THEN
         NEW.metadata := NEW.metadata - 'tierq:turn_due';
     END IF;
     RETURN NEW;
@@ -162,7 +175,7 @@ $$;
 
 DROP TRIGGER IF EXISTS tierq_tenant_turn ON river_job;
 CREATE TRIGGER tierq_tenant_turn
-    BEFORE INSERT OR UPDATE OF state, queue, priority ON river_job
+    BEFORE INSERT OR UPDATE OF state, priority ON river_job
     FOR EACH ROW
     WHEN (NEW.state = 'available')
     EXECUTE FUNCTION tierq_tenant_turn();
