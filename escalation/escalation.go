@@ -374,6 +374,7 @@ WHERE j.state = '` + riverschema.StateAvailable + `'
   AND j.queue = ANY($1::text[])
   AND j.priority = ANY('{1,2,3,4}'::smallint[])
   AND j.scheduled_at <= now() - make_interval(secs => $3)
+  AND ` + jobmetasql.DueAtSQL("j") + ` <= now() - make_interval(secs => $3)
   AND ` + db.SkipReasonSQL("j") + ` IS NOT NULL
   AND NOT ` + db.PausedSQL("j.queue") + `
   AND NOT ` + db.PausedSQL("m.to_queue") + `

@@ -406,3 +406,31 @@ func TestEscalationNeverRacesAFetch(t *testing.T) {
 	require.Positive(t, movedCount, "no escalation won a race: the test exercised nothing")
 	require.Positive(t, refused, "no fetch won a race: the test exercised nothing")
 }
+
+// TestSweepCountsAJobPlacedByTurnsFromItsDueTime: fair share by turns puts
+// a waiting job's turn in its scheduled_at, an hour or more back; the sweep
+// counts its wait from its due time (here its insert, River's tag
+// jobmetasql.TurnTag), so a job that just arrived is not escalated, and one
+// due two hours ago is.
+func TestSweepCountsAJobPlacedByTurnsFromItsDueTime(t *testing.T) {
+	t.Parallel()
+	serviceQueues := testdb.Registry(t).Queues()
+	db := testdb.New(t)
+	ctx := context.Background()
+
+	var fresh, old int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `
+		INSERT INTO river_job (state, queue, priority, kind, args, metadata, max_attempts, scheduled_at, tags)
+		VALUES ('available', 'analysis_scheduled', 4, 'loadtest', '{}', '{}', 3, now() - interval '3 hours', '{`+jobmetasql.TurnTag+`}')
+		RETURNING id`).Scan(&fresh))
+	require.NoError(t, db.Pool.QueryRow(ctx, `
+		INSERT INTO river_job (state, queue, priority, kind, args, metadata, max_attempts, scheduled_at, created_at, tags)
+		VALUES ('available', 'analysis_scheduled', 4, 'loadtest', '{}', '{}', 3, now() - interval '3 hours', now() - interval '2 hours', '{`+jobmetasql.TurnTag+`}')
+		RETURNING id`).Scan(&old))
+
+	res, err := escalation.Sweep(ctx, db.Pool, serviceQueues, escalation.Rules(time.Hour, 0), 10)
+	require.NoError(t, err)
+	require.Equal(t, map[escalation.Move]int{{From: "analysis_scheduled", To: "analysis_default"}: 1}, res.Moved)
+	require.Equal(t, "analysis_scheduled", db.Jobs(t, "id = $1", fresh)[0].Queue)
+	require.Equal(t, "analysis_default", db.Jobs(t, "id = $1", old)[0].Queue)
+}
