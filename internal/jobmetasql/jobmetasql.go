@@ -152,13 +152,15 @@ func BasePrioritySQL(alias string) string {
 }
 
 // WithMoveSQL is an SQL expression for the metadata m (an object) after a
-// move: legacy keys renamed (UpgradeKeysSQL), the entries of fields (an SQL
+// move: legacy keys renamed (UpgradeKeysSQL), fair share by turns' mark of a
+// job not due yet dropped (a moved job stays where the move puts it), the
+// entries of fields (an SQL
 // expression for a JSON object of jobmeta keys) set, and move (an SQL
 // expression for a JSON object, see jobmeta.Move) added to jobmeta.Moves,
 // keeping the last jobmeta.MaxMoves.
 func WithMoveSQL(m, fields, move string) string {
 	moves := m + `->'` + jobmeta.Moves + `'`
-	return `(` + UpgradeKeysSQL(m) + ` || ` + fields + ` || jsonb_build_object('` + jobmeta.Moves + `',
+	return `((` + UpgradeKeysSQL(m) + ` - 'tierq:turn_due') || ` + fields + ` || jsonb_build_object('` + jobmeta.Moves + `',
         (CASE WHEN jsonb_typeof(` + moves + `) = 'array'
               THEN jsonb_path_query_array(` + moves + `, 'lax $[last-` + strconv.Itoa(jobmeta.MaxMoves-2) + ` to last]')
               ELSE '[]'::jsonb END) || jsonb_build_array(` + move + `)))`

@@ -87,7 +87,12 @@ func TestDueAtAgreesWithDueAtSQL(t *testing.T) {
 				INSERT INTO river_job (state, queue, priority, kind, args, metadata, max_attempts, scheduled_at)
 				VALUES ('available', 'analysis_default', 4, 'loadtest', '{}', $1::jsonb, 1, $2)
 				RETURNING id, scheduled_at, created_at, metadata`, tt.metadata, scheduled).Scan(&id, &schedule, &created, &printed))
-			require.NoError(t, tdb.Pool.QueryRow(ctx, `SELECT `+jobmetasql.DueAtSQL("j")+` FROM river_job AS j WHERE id = $1`, id).Scan(&sqlDue))
+			// The same rule in migration 00017's tierq_due_micros, which the
+			// turn trigger keeps a due time by.
+			var fnDue int64
+			require.NoError(t, tdb.Pool.QueryRow(ctx, `SELECT `+jobmetasql.DueAtSQL("j")+`, tierq_due_micros(j.scheduled_at, j.created_at, j.tags, j.metadata)
+				FROM river_job AS j WHERE id = $1`, id).Scan(&sqlDue, &fnDue))
+			require.Equal(t, tt.want.UnixMicro(), fnDue, "tierq_due_micros")
 			goDue := jobmetasql.DueAt(schedule, created, nil, printed)
 			require.True(t, tt.want.Equal(sqlDue), fmt.Sprintf("SQL: want %s, got %s", tt.want, sqlDue))
 			require.True(t, tt.want.Equal(goDue), fmt.Sprintf("Go: want %s, got %s", tt.want, goDue))
@@ -249,8 +254,11 @@ func TestDueAtOfAJobPlacedByTurns(t *testing.T) {
 				VALUES ('available', 'analysis_default', 4, 'loadtest', '{}', $1::jsonb, 1, $2, $3, $4)
 				RETURNING id, scheduled_at, created_at, tags, metadata`, tt.metadata, tt.scheduled, created, tt.tags).
 				Scan(&id, &schedule, &at, &tags, &printed))
-			require.NoError(t, tdb.Pool.QueryRow(ctx, `SELECT `+jobmetasql.DueAtSQL("j")+` FROM river_job AS j WHERE id = $1`, id).Scan(&sqlDue))
+			var fnDue int64
+			require.NoError(t, tdb.Pool.QueryRow(ctx, `SELECT `+jobmetasql.DueAtSQL("j")+`, tierq_due_micros(j.scheduled_at, j.created_at, j.tags, j.metadata)
+				FROM river_job AS j WHERE id = $1`, id).Scan(&sqlDue, &fnDue))
 			require.True(t, tt.want.Equal(sqlDue), "SQL: want %s, got %s", tt.want, sqlDue)
+			require.Equal(t, tt.want.UnixMicro(), fnDue, "tierq_due_micros")
 			goDue := jobmetasql.DueAt(schedule, at, tags, printed)
 			require.True(t, tt.want.Equal(goDue), "Go: want %s, got %s", tt.want, goDue)
 		})

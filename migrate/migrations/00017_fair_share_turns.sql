@@ -39,9 +39,10 @@ CREATE INDEX IF NOT EXISTS river_job_tierq_turn_due_idx
     WHERE state = 'available' AND metadata ? 'tierq:turn_due';
 
 -- A tenant's last tag in a line: its latest placed job waiting there (a
--- placed job's scheduled_at is before its created_at), by the bounded
--- tenant key (migration 00009). Only placed rows enter it (and rows a
--- producer inserted with a scheduled_at in the past): without turns
+-- job placed at its insert has a scheduled_at before its created_at, any
+-- other a kept move time, tierq:moved_at), by the bounded tenant key
+-- (migration 00009). Only such rows enter it (and rows a producer inserted
+-- with a scheduled_at in the past, or moved): without turns almost
 -- nothing pays for it.
 CREATE INDEX IF NOT EXISTS river_job_tierq_turn_idx
     ON river_job (queue, priority,
@@ -49,17 +50,21 @@ CREATE INDEX IF NOT EXISTS river_job_tierq_turn_idx
                         THEN coalesce(metadata->>'tierq:tenant', '')
                         ELSE left(metadata->>'tierq:tenant', 200) || '#md5:' || md5(metadata->>'tierq:tenant') END),
                   scheduled_at)
-    WHERE state = 'available' AND scheduled_at < created_at;
+    WHERE state = 'available' AND (scheduled_at < created_at OR metadata ? 'tierq:moved_at');
 
 -- tierq_turn_tag returns the start tag of a job of tenant key p_tenant at
 -- p_priority in p_queue, due at p_due: the line's head, or one step after
 -- the tenant's last job waiting in the line if that is later; never after
 -- p_due. Nothing is written and nothing locked: two transactions placing
 -- one tenant's jobs at once may give them the same tag (ties go by id).
+-- STABLE: within one statement (the placing loop's) every call reads the
+-- statement's snapshot; the trigger calls it from a plpgsql expression,
+-- which takes a new snapshot each time, so the rows a multi-row insert
+-- placed before are read.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION tierq_turn_tag(p_queue text, p_priority smallint, p_tenant text, p_due timestamptz)
 RETURNS timestamptz
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql STABLE AS $$
 DECLARE
     head timestamptz;
     last timestamptz;
@@ -76,7 +81,7 @@ BEGIN
        AND (CASE WHEN octet_length(coalesce(j.metadata->>'tierq:tenant', '')) <= 200
                  THEN coalesce(j.metadata->>'tierq:tenant', '')
                  ELSE left(j.metadata->>'tierq:tenant', 200) || '#md5:' || md5(j.metadata->>'tierq:tenant') END) = p_tenant
-       AND j.scheduled_at <= now() AND j.scheduled_at < j.created_at
+       AND j.scheduled_at <= now() AND (j.scheduled_at < j.created_at OR j.metadata ? 'tierq:moved_at')
      ORDER BY j.scheduled_at DESC LIMIT 1;
     IF last IS NULL OR last < head THEN
         RETURN least(head, p_due);
