@@ -1,12 +1,13 @@
--- Fair share by turns (prototype; docs/design/fair-share-turns.md).
+-- Fair share by turns, experimental (QUEUE_FAIR_SHARE_MODE=turns;
+-- docs/fairness.md, docs/design/fair-share-turns.md).
 --
 -- River fetches by (priority, scheduled_at, id). Start-time fair queuing
 -- gives each job a start tag S = max(V, F(tenant)), F the tenant's last
 -- tag waiting in the line + 1 ms / weight, V the scheduled_at of the head
 -- of the job's line (its queue and priority; an empty line starts an hour
--- back). Written
--- into scheduled_at (never after the job's own time), River's own fetch
--- order takes the tenants in turns: nothing is held, no pass runs.
+-- back). Written into scheduled_at (never after the job's own time),
+-- River's own fetch order takes the tenants in turns: nothing is held, no
+-- pass runs.
 --
 -- The job's due time is kept, so every view of waiting work measures from
 -- when the job became due, not from its tag (jobmetasql.DueAtSQL): a job
@@ -21,10 +22,9 @@
 -- time in its queue from there.
 --
 -- A row made available more than 50 ms before it is due (River's short
--- retries and snoozes, its scheduler's look-ahead; River's inserts stamp
--- scheduled_at with the client's clock, a few ms after the transaction's
--- now()) is left where River put it, marked
--- tierq:turn_due; the workers' placing loop gives it its tag once due.
+-- retries and snoozes, its scheduler's look-ahead, a producer's own
+-- scheduled_at) is left where River put it, marked tierq:turn_due; the
+-- workers' placing loop gives it its tag once due.
 
 -- +goose Up
 ALTER TABLE fair_share_slots ADD COLUMN IF NOT EXISTS turns boolean NOT NULL DEFAULT false;
