@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tierq/tierq/internal/riverschema"
+	"github.com/tierq/tierq/jobmeta"
 )
 
 // Fair share by turns (experimental, Queue.Turns; migration 00017): the
@@ -32,7 +33,7 @@ var placeSQL = `
 WITH locked AS (
     SELECT j.id, j.queue, j.priority, ` + tenantSQL("j") + ` AS tenant, j.scheduled_at
     FROM ` + riverschema.JobTable + ` AS j
-    WHERE j.state = 'available' AND j.metadata ? 'tierq:turn_due' AND j.queue = ANY($1::text[])
+    WHERE j.state = 'available' AND j.metadata ? '` + jobmeta.TurnDue + `' AND j.queue = ANY($1::text[])
       AND j.scheduled_at <= now()
     ORDER BY j.scheduled_at, j.id
     LIMIT ` + itoa(placeBatch) + `
@@ -52,17 +53,17 @@ placed AS (
     UPDATE ` + riverschema.JobTable + ` AS j
     SET scheduled_at = t.s,
         metadata = CASE WHEN t.s < j.scheduled_at
-            THEN (j.metadata - 'tierq:turn_due') || jsonb_build_object(
-                'tierq:due_at', tierq_due_micros(j.scheduled_at, j.created_at, j.tags, j.metadata),
-                'tierq:moved_at', (extract(epoch FROM t.s) * 1000000)::bigint)
-            ELSE j.metadata - 'tierq:turn_due' END
+            THEN (j.metadata - '` + jobmeta.TurnDue + `') || jsonb_build_object(
+                '` + jobmeta.DueAt + `', tierq_due_micros(j.scheduled_at, j.created_at, j.tags, j.metadata),
+                '` + jobmeta.MovedAt + `', (extract(epoch FROM t.s) * 1000000)::bigint)
+            ELSE j.metadata - '` + jobmeta.TurnDue + `' END
     FROM tagged AS t
     WHERE j.id = t.id
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM placed)::int,
        (SELECT min(j.scheduled_at) FROM ` + riverschema.JobTable + ` AS j
-         WHERE j.state = 'available' AND j.metadata ? 'tierq:turn_due' AND j.queue = ANY($1::text[])
+         WHERE j.state = 'available' AND j.metadata ? '` + jobmeta.TurnDue + `' AND j.queue = ANY($1::text[])
            AND j.scheduled_at > now())`
 
 // placeLoop runs placeSQL until ctx ends.

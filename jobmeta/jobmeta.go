@@ -63,6 +63,11 @@ const (
 	// it and removes it when it admits the job; a pending job without it is
 	// someone else's and is never admitted by tierq.
 	HeldAt = Prefix + "held_at"
+	// TurnDue marks an available job that fair share by turns
+	// (fairshare.Queue.Turns) left where River put it because it was not
+	// due yet; the placing loop gives it its turn once due and drops the
+	// mark, and so does a move to another queue. Its value is true.
+	TurnDue = Prefix + "turn_due"
 
 	// Capped is the service whose concurrency cap the job counts against
 	// (its tenant's MaxRunning, package limits): written by the database's

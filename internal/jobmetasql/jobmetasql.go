@@ -160,7 +160,7 @@ func BasePrioritySQL(alias string) string {
 // keeping the last jobmeta.MaxMoves.
 func WithMoveSQL(m, fields, move string) string {
 	moves := m + `->'` + jobmeta.Moves + `'`
-	return `((` + UpgradeKeysSQL(m) + ` - 'tierq:turn_due') || ` + fields + ` || jsonb_build_object('` + jobmeta.Moves + `',
+	return `((` + UpgradeKeysSQL(m) + ` - '` + jobmeta.TurnDue + `') || ` + fields + ` || jsonb_build_object('` + jobmeta.Moves + `',
         (CASE WHEN jsonb_typeof(` + moves + `) = 'array'
               THEN jsonb_path_query_array(` + moves + `, 'lax $[last-` + strconv.Itoa(jobmeta.MaxMoves-2) + ` to last]')
               ELSE '[]'::jsonb END) || jsonb_build_array(` + move + `)))`
