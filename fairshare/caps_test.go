@@ -106,6 +106,43 @@ func TestPassWithCaps(t *testing.T) {
 		require.Equal(t, 5, b.counts(t)["f/available"])
 	})
 
+	t.Run("WorkHeldOnlyByLimitsWakesNoPass", func(t *testing.T) {
+		t.Parallel()
+		b := setupCaps(t)
+		// Pro tenant p, capped at 1, has 3 jobs: one runs, two wait held
+		// by the cap. Only the cap holds anything: a job starting or
+		// ending gives p no room (its own job's end is the refill's).
+		b.insertTier(t, queue, "pro", "p", 1, 3)
+		b.start(t, 1)
+		p, err := b.admitter.Pass(ctx, queue)
+		require.NoError(t, err)
+		require.Equal(t, fairshare.Pass{Ran: true, HeldTenants: 1, Capacity: 5, AtCap: 1}, p)
+		require.False(t, b.admitter.Waiting(queue))
+
+		// Free tenants f and g queue 8 jobs each for 5 workers: the pass
+		// holds back each beyond its window of 3.
+		b.insertTier(t, queue, "free", "f", 3, 8)
+		b.insertTier(t, queue, "free", "g", 3, 8)
+		p, err = b.admitter.Pass(ctx, queue)
+		require.NoError(t, err)
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 10, Tenants: 2, HeldTenants: 1, Capacity: 5, AtCap: 1}, p)
+		require.True(t, b.admitter.Waiting(queue))
+
+		// Their windows, not a limit, keep their jobs held: a job starting
+		// or ending may give them a place.
+		p, err = b.admitter.Pass(ctx, queue)
+		require.NoError(t, err)
+		require.Equal(t, fairshare.Pass{Ran: true, Tenants: 2, HeldTenants: 3, Capacity: 5, AtCap: 1, WindowHeld: 2}, p)
+		require.True(t, b.admitter.Waiting(queue))
+
+		// Once they are gone, only the cap holds again.
+		b.exec(t, `DELETE FROM river_job WHERE metadata->>'tierq:tenant' IN ('f', 'g')`)
+		p, err = b.admitter.Pass(ctx, queue)
+		require.NoError(t, err)
+		require.Equal(t, fairshare.Pass{Ran: true, HeldTenants: 1, Capacity: 5, AtCap: 1}, p)
+		require.False(t, b.admitter.Waiting(queue))
+	})
+
 	t.Run("AJobEndingInAnotherQueueOfTheServiceMakesRoomAtOnce", func(t *testing.T) {
 		t.Parallel()
 		b := setupCaps(t)

@@ -15,3 +15,7 @@ var LoneCheckSQL = loneCheckSQL
 func (a *Admitter) Release(ctx context.Context, queue string) (int, error) {
 	return a.release(ctx, a.queues[queue])
 }
+
+// Waiting tells whether the hook wakes queue's loop for a pass when a job
+// of the queue starts or ends.
+func (a *Admitter) Waiting(queue string) bool { return a.queues[queue].waiting() }

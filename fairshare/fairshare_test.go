@@ -131,10 +131,11 @@ func TestPass(t *testing.T) {
 		require.Equal(t, []string{"a", "a", "a", "b"}, b.fetch(t, 4))
 
 		// b has nothing waiting (a running job takes no place in line): a,
-		// alone again, has the whole capacity for its window.
+		// alone again, has the whole capacity for its window, which, not a
+		// limit, keeps its other 93 jobs held.
 		p, err = b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
-		require.Equal(t, fairshare.Pass{Ran: true, Held: 0, Admitted: 4, Tenants: 1, HeldTenants: 1, Capacity: 4}, p)
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 0, Admitted: 4, Tenants: 1, HeldTenants: 1, Capacity: 4, WindowHeld: 1}, p)
 		require.Equal(t, map[string]int{"a/available": 4, "a/pending": 93, "a/running": 3, "b/running": 1}, b.counts(t))
 	})
 

@@ -111,7 +111,7 @@ func TestPassCountsOnlyFetchableWork(t *testing.T) {
 		p, err := b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
 		// Two tenants with work: windows of 1 each, both empty.
-		require.Equal(t, fairshare.Pass{Ran: true, Admitted: 2, Tenants: 2, HeldTenants: 2, Capacity: 2}, p)
+		require.Equal(t, fairshare.Pass{Ran: true, Admitted: 2, Tenants: 2, HeldTenants: 2, Capacity: 2, WindowHeld: 2}, p)
 		require.Equal(t, 2, b.fetchable(t))
 		// The misrouted rows stay where they are, available.
 		require.Equal(t, 2, b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'misrouted' AND state = 'available'`))
@@ -144,7 +144,7 @@ func TestPassCountsOnlyFetchableWork(t *testing.T) {
 		// its window and closed b's (a worse level): nothing fetchable.
 		p, err := b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
-		require.Equal(t, fairshare.Pass{Ran: true, Admitted: 2, Tenants: 1, HeldTenants: 1, Capacity: 2}, p)
+		require.Equal(t, fairshare.Pass{Ran: true, Admitted: 2, Tenants: 1, HeldTenants: 1, Capacity: 2, WindowHeld: 1}, p)
 		require.Equal(t, 2, b.fetchable(t))
 		require.Equal(t, 3, b.db.Count(t, `SELECT count(*) FROM river_job
 			WHERE queue = $1 AND state = 'pending' AND metadata->>'tierq:tenant' = 'a' AND scheduled_at > now() + interval '59 minutes'`, queue))
@@ -188,7 +188,7 @@ func TestPassCountsOnlyFetchableWork(t *testing.T) {
 
 		p, err := b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
-		require.Equal(t, fairshare.Pass{Ran: true, Admitted: 2, Tenants: 1, HeldTenants: 1, Capacity: 2}, p)
+		require.Equal(t, fairshare.Pass{Ran: true, Admitted: 2, Tenants: 1, HeldTenants: 1, Capacity: 2, WindowHeld: 1}, p)
 		require.Equal(t, 2, b.fetchable(t))
 
 		// The release makes them available, where they wait in plain sight

@@ -19,14 +19,13 @@ import (
 // starts, in this process, the tenant may have room for its next held job
 // at once. A pass would find it too, but a pass reads the whole queue and
 // may be resting (passRest) or running in another replica; the refill
-// admits the tenant's one best job held by a limit (jobmeta.CapHeldAt or
-// RateHeldAt), in one small statement by the tenant's key through
-// river_job_tierq_held_idx, within a millisecond or two of the hook. The
-// database's triggers decide, as for every admission: a tenant still at its
-// cap, or without a token, gets the job held again. Jobs held by fair
-// share for their turn (jobmeta.HeldAt alone) are the passes' to admit,
-// and a tenant with a job already in line in a queue gets none there: its
-// place in line is its window's.
+// admits the tenant's next best job held by a limit (jobmeta.CapHeldAt or
+// RateHeldAt), one for each of its jobs that ended or started, in one small
+// statement by the tenant's key through river_job_tierq_held_idx, within a
+// millisecond or two of the hook. The database's triggers decide, as for
+// every admission: a tenant still at its cap, or without a token, gets the
+// job held again. Jobs held by fair share for their turn (jobmeta.HeldAt
+// alone) are the passes' to admit.
 
 // refillMax is the most tenants one refill statement serves: the hook
 // queues at most this many and drops the rest (the passes admit them).
@@ -121,18 +120,27 @@ func (a *Admitter) Refill(ctx context.Context, metadata, queues []string) (int, 
 	return n, nil
 }
 
-// refillSQL admits, for each (metadata $1[i], queue $2[i]), the tenant's
-// best job held by a limit (the service's queues in their order: priority,
-// default, scheduled; then River's fetch order), due, of a kind a live
-// heartbeat of its queue fetches, in a queue not paused where the tenant
-// has no job available; SKIP LOCKED, as a pass. The triggers re-check the limits.
+// refillSQL admits, for each tenant of the jobs given (metadata $1[i],
+// queue $2[i]: jobs that ended or started), as many of its best jobs held
+// by a limit as jobs of it were given (the service's queues in their
+// order: priority, default, scheduled; then River's fetch order), due, of a
+// kind a live heartbeat of its queue fetches, in queues not paused; SKIP
+// LOCKED, as a pass. The triggers re-check the limits: a job beyond the
+// tenant's cap or tokens is held again, keeping its place. A job of the
+// tenant already in line does not stop it: the cap counts that job, and
+// while every worker is busy the passes hold a tenant's line to its
+// window. (One job per tenant, and none beside a job in line, left a
+// capped tenant whose two jobs ended together, or one after the other
+// before the first refill's job started, to a pass: 20–40 ms later on a
+// loaded 2-core machine, and the passes slowed every refill.)
 // River's insert notification goes to each queue that gained a job.
 var refillSQL = `
 WITH e AS (
-    SELECT DISTINCT ` + tenantSQL("e0") + ` AS tenant, s.queues
+    SELECT ` + tenantSQL("e0") + ` AS tenant, s.queues, count(*)::int AS n
     FROM unnest($1::jsonb[], $2::text[]) AS e0(` + riverschema.JobMetadata + `, queue)
     JOIN tierq_services AS s ON e0.queue = ANY (s.queues)
     WHERE coalesce(e0.` + riverschema.JobMetadata + `->>'` + jobmeta.Tenant + `', '') <> ''
+    GROUP BY 1, 2
 ),
 pick AS (
     SELECT x.id
@@ -141,21 +149,18 @@ pick AS (
         SELECT h.id
         FROM unnest(e.queues) WITH ORDINALITY AS q(name, pos)
         CROSS JOIN LATERAL (
-            SELECT j.id
+            SELECT j.id, j.priority, j.scheduled_at
             FROM ` + riverschema.JobTable + ` AS j
             WHERE ` + jobmetasql.HeldSQL("j") + ` AND j.queue = q.name AND ` + tenantSQL("j") + ` = e.tenant
               AND (j.metadata ? '` + jobmeta.CapHeldAt + `' OR j.metadata ? '` + jobmeta.RateHeldAt + `')
               AND j.scheduled_at <= now()
               AND ` + startableSQL("j") + `
             ORDER BY j.priority, j.scheduled_at, j.id
-            LIMIT 1
+            LIMIT e.n
         ) AS h
         WHERE NOT ` + db.PausedSQL("q.name") + `
-          AND NOT EXISTS (SELECT 1 FROM ` + riverschema.JobTable + ` AS a
-                          WHERE a.state = '` + riverschema.StateAvailable + `' AND a.metadata ? '` + jobmeta.Capped + `'
-                            AND ` + tenantSQL("a") + ` = e.tenant AND a.queue = q.name)
-        ORDER BY q.pos
-        LIMIT 1
+        ORDER BY q.pos, h.priority, h.scheduled_at, h.id
+        LIMIT e.n
     ) AS x
 ),
 locked AS (

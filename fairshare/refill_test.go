@@ -6,7 +6,29 @@ import (
 
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tierq/tierq/limits"
 )
+
+// start makes the n best available jobs running, as River's fetch would,
+// and returns them as the hook sees them.
+func (b *capsBundle) start(t *testing.T, n int) []*rivertype.JobRow {
+	t.Helper()
+	rows, err := b.db.Pool.Query(t.Context(), `
+		UPDATE river_job SET state = 'running', attempted_at = now(), attempt = attempt + 1
+		WHERE id IN (SELECT id FROM river_job WHERE state = 'available' ORDER BY priority, scheduled_at, id LIMIT $1)
+		RETURNING id, queue, metadata`, n)
+	require.NoError(t, err)
+	var jobs []*rivertype.JobRow
+	for rows.Next() {
+		j := &rivertype.JobRow{}
+		require.NoError(t, rows.Scan(&j.ID, &j.Queue, &j.Metadata))
+		jobs = append(jobs, j)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, jobs, n)
+	return jobs
+}
 
 // beat records a live heartbeat of 5 workers fetching every kind in each
 // of the service's priority and default queues, as a running worker's
@@ -75,6 +97,46 @@ func TestRefill(t *testing.T) {
 		n, err = b.admitter.Refill(ctx, []string{string(meta)}, []string{queue})
 		require.NoError(t, err)
 		require.Equal(t, 0, n)
+	})
+
+	t.Run("AJobForEachEndedOneBesideAJobInLine", func(t *testing.T) {
+		t.Parallel()
+		b := setupCaps(t)
+		two := 2
+		_, err := limits.SetOverride(ctx, b.db.Pool, "fair", "p", limits.Override{MaxRunning: &two})
+		require.NoError(t, err)
+		// p, capped at 2, has 6 jobs: two start, four wait held by the cap.
+		b.insertTier(t, queue, "pro", "p", 1, 6)
+		require.Equal(t, map[string]int{"p/available": 2, "p/pending": 4}, b.counts(t))
+		started := b.start(t, 2)
+		end, ok := b.admitter.Hook().(rivertype.HookWorkEnd)
+		require.True(t, ok)
+
+		// Both end in this process at once (River has not written either):
+		// one refill of both admits two.
+		for _, j := range started {
+			require.NoError(t, end.WorkEnd(ctx, j, nil))
+		}
+		n, err := b.admitter.Refill(ctx, []string{string(started[0].Metadata), string(started[1].Metadata)}, []string{queue, queue})
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		require.Equal(t, map[string]int{"p/running": 2, "p/available": 2, "p/pending": 2}, b.counts(t))
+
+		// River writes them; one of the two in line starts and ends: the
+		// refill admits the next beside the job still in line.
+		b.exec(t, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE state = 'running'`)
+		started = b.start(t, 1)
+		require.NoError(t, end.WorkEnd(ctx, started[0], nil))
+		n, err = b.admitter.Refill(ctx, []string{string(started[0].Metadata)}, []string{queue})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, map[string]int{"p/completed": 2, "p/running": 1, "p/available": 2, "p/pending": 1}, b.counts(t))
+
+		// Two in line: at its cap, none more.
+		n, err = b.admitter.Refill(ctx, []string{string(started[0].Metadata)}, []string{queue})
+		require.NoError(t, err)
+		require.Equal(t, 0, n)
+		require.Equal(t, map[string]int{"p/completed": 2, "p/running": 1, "p/available": 2, "p/pending": 1}, b.counts(t))
 	})
 
 	t.Run("Rate", func(t *testing.T) {

@@ -105,7 +105,7 @@ func TestATenantAloneIsNotHeld(t *testing.T) {
 	require.NoError(t, err)
 	p, err = a.pass(ctx, q, look)
 	require.NoError(t, err)
-	require.Equal(t, Pass{Ran: true, Admitted: 1, Tenants: 1, HeldTenants: 1, Capacity: 2}, p)
+	require.Equal(t, Pass{Ran: true, Admitted: 1, Tenants: 1, HeldTenants: 1, Capacity: 2, WindowHeld: 1}, p)
 	require.Equal(t, 58, db.Count(t, `SELECT count(*) FROM river_job WHERE state = 'pending'`))
 }
 
