@@ -154,9 +154,6 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return nil
 	}
 	return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `UPDATE load_test_executions SET completed_at = now() WHERE id = $1`, execution); err != nil {
-			return fmt.Errorf("record load-test completion: %w", err)
-		}
 		completed, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 		if err != nil {
 			return fmt.Errorf("complete job: %w", err)
@@ -167,6 +164,13 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		if completed.State != rivertype.JobStateCompleted || completed.Attempt != job.Attempt {
 			return fmt.Errorf("load test: job %d attempt %d was no longer this execution's to complete (state %s, attempt %d)",
 				job.ID, job.Attempt, completed.State, completed.Attempt)
+		}
+		// The execution ends at the job's last statement (the clock now,
+		// not the transaction's start, which came two statements earlier):
+		// what runs after it is the commit and River's bookkeeping. Running
+		// intervals read from these times never end early.
+		if _, err := tx.Exec(ctx, `UPDATE load_test_executions SET completed_at = clock_timestamp() WHERE id = $1`, execution); err != nil {
+			return fmt.Errorf("record load-test completion: %w", err)
 		}
 		return nil
 	})
