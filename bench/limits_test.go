@@ -118,6 +118,7 @@ func TestLimitsKeepsTheCap(t *testing.T) {
 	require.Len(t, met, 10)
 	require.True(t, met["caps_alone_done"])
 	require.True(t, met["snooze_alone_idle_p99_ms"])
+	require.True(t, met["snooze_alone_done"])
 	require.True(t, met["max_running_per_tenant"])
 	require.True(t, met["caps_capped_max_running"])
 	require.True(t, met["rate_bucket_excess"])
