@@ -109,38 +109,69 @@ func TestPassWithCaps(t *testing.T) {
 	t.Run("WorkHeldOnlyByLimitsWakesNoPass", func(t *testing.T) {
 		t.Parallel()
 		b := setupCaps(t)
-		// Pro tenant p, capped at 1, has 3 jobs: one runs, two wait held
-		// by the cap. Only the cap holds anything: a job starting or
-		// ending gives p no room (its own job's end is the refill's).
-		b.insertTier(t, queue, "pro", "p", 1, 3)
-		b.start(t, 1)
+		two := 2
+		_, err := limits.SetOverride(ctx, b.db.Pool, "fair", "p", limits.Override{MaxRunning: &two})
+		require.NoError(t, err)
+		begin, ok := b.admitter.Hook().(rivertype.HookWorkBegin)
+		require.True(t, ok)
+		end, ok := b.admitter.Hook().(rivertype.HookWorkEnd)
+		require.True(t, ok)
+		other := &rivertype.JobRow{Queue: queue, Metadata: []byte(`{"tierq:tenant": "x"}`)}
+
+		// p, capped at 2, has 5 jobs: two in line, three held by the cap.
+		// One starts and ends: p has room for one, which the pass admits;
+		// the cap, not p's window (2), keeps its other two held.
+		b.insertTier(t, queue, "pro", "p", 1, 5)
+		started := b.start(t, 1)
+		b.exec(t, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, started[0].ID)
 		p, err := b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
-		require.Equal(t, fairshare.Pass{Ran: true, HeldTenants: 1, Capacity: 5, AtCap: 1}, p)
+		require.Equal(t, fairshare.Pass{Ran: true, Admitted: 1, Tenants: 1, HeldTenants: 1, Capacity: 5}, p)
+		require.True(t, b.admitter.Woken(queue), "held work found: the loop looks once more")
 		require.False(t, b.admitter.Waiting(queue))
+		// Another tenant's job starting or ending gives p no room: no pass.
+		require.NoError(t, begin.WorkBegin(ctx, other))
+		require.False(t, b.admitter.Woken(queue))
+		require.NoError(t, end.WorkEnd(ctx, other, nil))
+		require.False(t, b.admitter.Woken(queue))
 
-		// Free tenants f and g queue 8 jobs each for 5 workers: the pass
-		// holds back each beyond its window of 3.
+		// After limitedFor, starts and ends wake passes again.
+		b.admitter.EndLimited(queue)
+		require.True(t, b.admitter.Waiting(queue))
+		require.NoError(t, begin.WorkBegin(ctx, other))
+		require.True(t, b.admitter.Woken(queue))
+		require.NoError(t, end.WorkEnd(ctx, other, nil))
+		require.True(t, b.admitter.Woken(queue))
+
+		// Free tenants f and g queue 8 jobs each for 5 workers: p's two
+		// in line take 2 of the capacity at priority 1, and the pass holds
+		// f and g back beyond their windows of 2 of the other 3.
 		b.insertTier(t, queue, "free", "f", 3, 8)
 		b.insertTier(t, queue, "free", "g", 3, 8)
 		p, err = b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
-		require.Equal(t, fairshare.Pass{Ran: true, Held: 10, Tenants: 2, HeldTenants: 1, Capacity: 5, AtCap: 1}, p)
+		require.Equal(t, fairshare.Pass{Ran: true, Held: 12, Tenants: 3, HeldTenants: 1, Capacity: 5, AtCap: 1}, p)
+		require.True(t, b.admitter.Woken(queue), "no longer only limits: the loop looks once more")
 		require.True(t, b.admitter.Waiting(queue))
+		require.NoError(t, begin.WorkBegin(ctx, other))
+		require.True(t, b.admitter.Woken(queue))
 
 		// Their windows, not a limit, keep their jobs held: a job starting
 		// or ending may give them a place.
 		p, err = b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
-		require.Equal(t, fairshare.Pass{Ran: true, Tenants: 2, HeldTenants: 3, Capacity: 5, AtCap: 1, WindowHeld: 2}, p)
-		require.True(t, b.admitter.Waiting(queue))
+		require.Equal(t, fairshare.Pass{Ran: true, Tenants: 3, HeldTenants: 3, Capacity: 5, AtCap: 1, WindowHeld: 2}, p)
+		require.NoError(t, end.WorkEnd(ctx, other, nil))
+		require.True(t, b.admitter.Woken(queue))
 
 		// Once they are gone, only the cap holds again.
 		b.exec(t, `DELETE FROM river_job WHERE metadata->>'tierq:tenant' IN ('f', 'g')`)
 		p, err = b.admitter.Pass(ctx, queue)
 		require.NoError(t, err)
-		require.Equal(t, fairshare.Pass{Ran: true, HeldTenants: 1, Capacity: 5, AtCap: 1}, p)
+		require.Equal(t, fairshare.Pass{Ran: true, Tenants: 1, HeldTenants: 1, Capacity: 5, AtCap: 1}, p)
 		require.False(t, b.admitter.Waiting(queue))
+		require.NoError(t, begin.WorkBegin(ctx, other))
+		require.False(t, b.admitter.Woken(queue))
 	})
 
 	t.Run("AJobEndingInAnotherQueueOfTheServiceMakesRoomAtOnce", func(t *testing.T) {

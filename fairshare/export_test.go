@@ -19,3 +19,18 @@ func (a *Admitter) Release(ctx context.Context, queue string) (int, error) {
 // Waiting tells whether the hook wakes queue's loop for a pass when a job
 // of the queue starts or ends.
 func (a *Admitter) Waiting(queue string) bool { return a.queues[queue].waiting() }
+
+// Woken reports whether queue's loop has a wake-up waiting, and takes it
+// (no loop runs in these tests).
+func (a *Admitter) Woken(queue string) bool {
+	select {
+	case <-a.queues[queue].wake:
+		return true
+	default:
+		return false
+	}
+}
+
+// EndLimited ends the quiet time of queue after a pass that found only
+// limits holding its jobs, as limitedFor passing does.
+func (a *Admitter) EndLimited(queue string) { a.queues[queue].limitedUntil.Store(1) }

@@ -295,15 +295,17 @@ type queueState struct {
 	every   bool         // cfg.Kinds is nil: every kind is fetched
 	running atomic.Int64 // jobs of the queue this process works right now
 	held    atomic.Bool  // the last pass saw held jobs
-	// limited: at the last pass a concurrency cap or rate limit, not fair
-	// share, kept every tenant's held jobs held (the pass held nothing back
-	// and Pass.WindowHeld was 0): a job starting or ending gives none of
-	// them room, so the hook wakes no pass for it. Their room comes from a
-	// limited job ending or a rated one starting (the refill, which wakes
-	// the passes when it cannot admit), a token (the loop's rate timer) or
-	// a change of limits or heartbeats (the next Tick).
-	limited atomic.Bool
-	wake    chan struct{}
+	// limitedUntil: at the last pass a concurrency cap or rate limit, not
+	// fair share, kept every tenant's held jobs held (the pass held nothing
+	// back, Pass.WindowHeld and Pass.Refused were 0), and until this time
+	// (Unix nanoseconds; limitedFor after the pass) a job starting or
+	// ending wakes no pass for held work: it gives none of them room.
+	// Their room comes from a limited job ending or a rated one starting
+	// (the refill, which wakes the passes when it cannot admit), a token
+	// (the loop's rate timer), or a change of limits or heartbeats. 0: the
+	// last pass found work a start or an end may let in.
+	limitedUntil atomic.Int64
+	wake         chan struct{}
 	// capEnd: a job counted against a concurrency cap ended in this
 	// process (its tenant has room): it ends a rest (passRest) at once.
 	capEnd chan struct{}
@@ -380,15 +382,22 @@ func (q *queueState) localKinds() []string {
 }
 
 // waiting tells the hook whether a job starting or ending may let a pass
-// admit held work: the last pass saw held jobs, not all of tenants at a
-// limit (queueState.limited). Woken at every job's start and end while
-// capped tenants' jobs waited held, passes raced the refill for the same
-// jobs: in tierctl bench limits' reaction phase (quick), 11 passes of 6–66
-// ms in a 445 ms window on a 2-core machine, while each refill waited for
-// the CPU.
+// admit held work: the last pass saw held jobs, and not only of tenants a
+// limit bounds (queueState.limitedUntil), or that pass is more than
+// limitedFor old. Woken at every job's start and end while capped tenants'
+// jobs waited held, passes raced the refill for the same jobs: in tierctl
+// bench limits' reaction phase (quick), 11 passes of 6–66 ms in a 445 ms
+// window on a 2-core machine, while each refill waited for the CPU.
 func (q *queueState) waiting() bool {
-	return q.held.Load() && !q.limited.Load()
+	return q.held.Load() && time.Now().UnixNano() >= q.limitedUntil.Load()
 }
+
+// limitedFor is how long a pass's finding that only limits hold its
+// queue's jobs keeps the hook from waking passes: what the pass did not
+// see (a pass of another replica holding jobs for fair share, a refill
+// that dropped tenants, an admission the triggers refused) waits at most
+// this long for a pass a start or an end wakes, not a Tick.
+const limitedFor = 250 * time.Millisecond
 
 func (q *queueState) signal() {
 	select {
@@ -602,10 +611,13 @@ type Pass struct {
 	// WindowHeld counts the tenants with held jobs whose window, not a
 	// concurrency cap or rate limit, bounded what the pass admitted of
 	// them: a job of the queue starting or ending may give them a place.
-	// A pass that held nothing back and found only tenants a limit bounds
-	// (WindowHeld 0) is not run again for a job starting or ending: their
-	// room comes from the refill (queueState.limited).
-	WindowHeld int
+	// Refused counts the jobs the pass admitted that the triggers held
+	// again (another process's admission of the tenant committed first).
+	// After a pass that held nothing back, with both 0, a job starting or
+	// ending wakes no pass for held work for a while (limitedFor): the
+	// refill gives the tenants their room (a busy queue's saturated
+	// workers still wake passes for fair share).
+	WindowHeld, Refused int
 	// RateWait, when above 0, is how long until the next token of the
 	// soonest tenant that lacks only a token: the queue's loop runs a pass
 	// then.
@@ -688,7 +700,7 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 	began := time.Now()
 	locked, err := a.locked(ctx, q.name, true, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, passSQL, q.name, q.cfg.Workers, q.cfg.Fair, q.localKinds(), q.every && q.cfg.Workers > 0).Scan(
-			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded, &p.AtCap, &p.RateLimited, &rateWait, &p.WindowHeld)
+			&p.Ran, &p.Held, &p.Admitted, &p.Tenants, &p.HeldTenants, &p.Capacity, &notified, &lone, &now, &p.Yielded, &p.AtCap, &p.RateLimited, &rateWait, &p.WindowHeld, &p.Refused)
 	}, a.hook.capped.setting(time.Now()))
 	if err != nil {
 		return Pass{}, fmt.Errorf("fair share pass over %s: %w", q.name, err)
@@ -715,7 +727,14 @@ func (a *Admitter) pass(ctx context.Context, q *queueState, kind passKind) (Pass
 	// held jobs had no room (it may have had room for all of them: the
 	// next pass finds out, at the cost of one statement).
 	held := p.Held > 0 || p.HeldTenants > 0
-	q.limited.Store(p.Held == 0 && p.WindowHeld == 0 && p.HeldTenants > 0)
+	var until int64
+	if p.Held == 0 && p.WindowHeld == 0 && p.Refused == 0 && p.HeldTenants > 0 {
+		until = time.Now().Add(limitedFor).UnixNano()
+	}
+	if q.limitedUntil.Swap(until) != 0 && until == 0 && held {
+		// As with held below: the hook kept quiet while this pass ran.
+		q.signal()
+	}
 	// The hook wakes the loop on held work only once held is set: while
 	// this pass ran, the workers may have fetched and finished every job
 	// it left in the line, and woken nobody (short jobs never have every

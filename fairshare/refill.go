@@ -28,15 +28,17 @@ import (
 // alone) are the passes' to admit.
 
 // refillMax is the most tenants one refill statement serves: the hook
-// queues at most this many and drops the rest (the passes admit them).
+// queues at most this many and drops the rest (the passes the refill then
+// wakes admit them).
 const refillMax = 256
 
 // refill is the tenants whose next held job the refill loop admits.
 type refill struct {
-	mu   sync.Mutex
-	meta [][]byte // the jobs' metadata (their tenant)
-	q    []string // the jobs' queues (their service)
-	wake chan struct{}
+	mu      sync.Mutex
+	meta    [][]byte // the jobs' metadata (their tenant)
+	q       []string // the jobs' queues (their service)
+	dropped bool     // some beyond refillMax were not queued
+	wake    chan struct{}
 }
 
 func newRefill() *refill { return &refill{wake: make(chan struct{}, 1)} }
@@ -47,6 +49,8 @@ func (r *refill) add(queue string, metadata []byte) {
 	if len(r.q) < refillMax {
 		r.meta = append(r.meta, metadata)
 		r.q = append(r.q, queue)
+	} else {
+		r.dropped = true
 	}
 	r.mu.Unlock()
 	select {
@@ -55,16 +59,18 @@ func (r *refill) add(queue string, metadata []byte) {
 	}
 }
 
-func (r *refill) take() ([]string, []string) {
+// take returns the queued jobs' metadata and queues, and whether some
+// were dropped, and empties the queue.
+func (r *refill) take() (meta, queues []string, dropped bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	meta := make([]string, len(r.meta))
+	meta = make([]string, len(r.meta))
 	for i, m := range r.meta {
 		meta[i] = string(m)
 	}
-	q := r.q
-	r.meta, r.q = nil, nil
-	return meta, q
+	queues, dropped = r.q, r.dropped
+	r.meta, r.q, r.dropped = nil, nil, false
+	return meta, queues, dropped
 }
 
 // refillLoop runs refills until ctx ends.
@@ -75,7 +81,7 @@ func (a *Admitter) refillLoop(ctx context.Context) {
 			return
 		case <-a.hook.refill.wake:
 		}
-		meta, queues := a.hook.refill.take()
+		meta, queues, dropped := a.hook.refill.take()
 		if len(queues) == 0 {
 			continue
 		}
@@ -85,13 +91,14 @@ func (a *Admitter) refillLoop(ctx context.Context) {
 		}
 		// Each job that ended or started freed room for one: when the
 		// refill admitted one for each, the passes have nothing to add.
-		// Otherwise (no job held by a limit, a trigger's refusal, two jobs
-		// of one tenant, an error) every queue's loop runs a pass, which
-		// also learns when a rated tenant's next token is due. Waking them
+		// Otherwise (no job held by a limit, a trigger's refusal, jobs
+		// dropped beyond refillMax, an error) every queue's loop runs a
+		// pass, which also learns when a rated tenant's next token is
+		// due. Waking them
 		// after every refill cost tierctl bench limits a tenth of its
 		// throughput with caps on (a pass per queue per capped job's end)
 		// and half its reaction time.
-		if err != nil || n < len(queues) {
+		if err != nil || n < len(queues) || dropped {
 			a.hook.wakeAll()
 		}
 	}

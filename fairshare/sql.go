@@ -546,7 +546,8 @@ SELECT coalesce((SELECT ok FROM lock), false),
        (SELECT count(*) FROM room WHERE rate_room = 0 AND cap_room > 0)::int,
        (SELECT min(rate_wait) FROM room),
        (SELECT count(*) FROM held_levels AS h JOIN windows AS w USING (tenant)
-        WHERE greatest(0, w.w - w.n) < coalesce((SELECT r.room FROM room AS r WHERE r.tenant = h.tenant), ` + itoa(unlimited) + `))::int`
+        WHERE greatest(0, w.w - w.n) < coalesce((SELECT r.room FROM room AS r WHERE r.tenant = h.tenant), ` + itoa(unlimited) + `))::int,
+       (SELECT count(*) FROM admitted WHERE state <> '` + riverschema.StateAvailable + `')::int`
 
 // watermarkSQL is the database's clock as a look's watermark sees it: now,
 // or the start of the oldest transaction of another session of the

@@ -168,7 +168,8 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		// The execution ends at the job's last statement (the clock now,
 		// not the transaction's start, which came two statements earlier):
 		// what runs after it is the commit and River's bookkeeping. Running
-		// intervals read from these times never end early.
+		// intervals read from these times end no earlier than the job's
+		// last statement.
 		if _, err := tx.Exec(ctx, `UPDATE load_test_executions SET completed_at = clock_timestamp() WHERE id = $1`, execution); err != nil {
 			return fmt.Errorf("record load-test completion: %w", err)
 		}
