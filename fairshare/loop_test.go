@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/internal/testdb"
+	"github.com/tierq/tierq/jobmeta"
 )
 
 // statementCounter counts the executions of one statement on a pool, alone
@@ -417,4 +418,33 @@ func TestRefillPlanReadsRowsByID(t *testing.T) {
 	plan := strings.Join(lines, "\n")
 	requireIDsByKey(t, lines)
 	require.Equal(t, 2, strings.Count(plan, "Index Cond: (id = ANY"), "rows found by id read by the primary key (locked, admitted):\n%s", plan)
+}
+
+// TestPlacingLooksThroughTheTurnIndex: the placing loop's look for marked
+// jobs due (dueSQL, with sorts off as placeLoop sends it) reads
+// river_job_tierq_turn_due_idx, on statistics taken before the backlog
+// arrived: River's fetching index would read every available job of the
+// queue at each look.
+func TestPlacingLooksThroughTheTurnIndex(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	_, pool := oneConnection(t, db, &Config{Queues: map[string]Queue{loopQueue: {Workers: 2, Fair: true}}})
+	ctx := context.Background()
+	testdb.SeedFinished(t, db, 20_000)
+	_, err := db.Pool.Exec(ctx, `ANALYZE river_job`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `
+		INSERT INTO river_job (kind, args, queue, priority, state, scheduled_at, max_attempts, metadata)
+		SELECT 'fair_test', '{}', $1, 2, 'available', now() - interval '1 hour' + i * interval '1 millisecond', 25,
+		       CASE WHEN i % 100 = 0 THEN jsonb_build_object('tierq:tenant', 't' || i % 100, $2::text, true)
+		            ELSE jsonb_build_object('tierq:tenant', 't' || i % 100) END
+		FROM generate_series(1, 5000) AS i`, loopQueue, jobmeta.TurnDue)
+	require.NoError(t, err)
+	// sortsOffSQL's setting, for the session rather than for placeLoop's
+	// one implicit transaction.
+	_, err = pool.Exec(ctx, strings.Replace(sortsOffSQL, "true", "false", 1))
+	require.NoError(t, err)
+	plan := strings.Join(genericPlan(t, pool, `due (text[]) AS `+dueSQL, `due(ARRAY['`+loopQueue+`'])`), "\n")
+	require.Equal(t, 2, strings.Count(plan, "river_job_tierq_turn_due_idx"), plan)
+	require.NotContains(t, plan, "river_job_prioritized_fetching_index", plan)
 }
