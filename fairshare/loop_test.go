@@ -447,4 +447,11 @@ func TestPlacingLooksThroughTheTurnIndex(t *testing.T) {
 	plan := strings.Join(genericPlan(t, pool, `due (text[]) AS `+dueSQL, `due(ARRAY['`+loopQueue+`'])`), "\n")
 	require.Equal(t, 2, strings.Count(plan, "river_job_tierq_turn_due_idx"), plan)
 	require.NotContains(t, plan, "river_job_prioritized_fetching_index", plan)
+
+	// The jobs it found are placed by id, through the primary key.
+	_, err = pool.Exec(ctx, `RESET enable_sort`)
+	require.NoError(t, err)
+	lines := genericPlan(t, pool, `place (text[], bigint[]) AS `+placeSQL, `place(ARRAY['`+loopQueue+`'], ARRAY[100, 200]::bigint[])`)
+	requireIDsByKey(t, lines)
+	require.Contains(t, strings.Join(lines, "\n"), "Index Cond: (id = ANY", strings.Join(lines, "\n"))
 }

@@ -65,7 +65,11 @@ CROSS JOIN LATERAL (
 const sortsOffSQL = `SELECT set_config('enable_sort', 'off', true)`
 
 // placeSQL tags the jobs $2 (dueSQL's) of the queues $1 that are still
-// marked and due, at most placeBatch, and returns how many. Every tag is
+// marked and due, at most placeBatch, and returns how many: found by id
+// through the primary key (stillAvailableSQL; with the state written as
+// state = 'available', its generic plan read River's fetching index over
+// every available job, 12.8 ms a statement in a quick traffic run, by the
+// server's statement log). Every tag is
 // computed against the statement's snapshot, so a tenant's jobs placed
 // together take consecutive turns from its first (k steps of 1 ms /
 // weight after it), not one turn each.
@@ -73,7 +77,7 @@ var placeSQL = `
 WITH locked AS (
     SELECT j.id, j.queue, j.priority, ` + tenantSQL("j") + ` AS tenant, j.scheduled_at
     FROM ` + riverschema.JobTable + ` AS j
-    WHERE j.id = ANY($2::bigint[]) AND j.state = 'available' AND j.metadata ? '` + jobmeta.TurnDue + `'
+    WHERE j.id = ANY($2::bigint[]) AND ` + stillAvailableSQL("j") + ` AND j.metadata ? '` + jobmeta.TurnDue + `'
       AND j.queue = ANY($1::text[]) AND j.scheduled_at <= now()
     ORDER BY j.scheduled_at, j.id
     LIMIT ` + itoa(placeBatch) + `
