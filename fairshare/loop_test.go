@@ -421,10 +421,12 @@ func TestRefillPlanReadsRowsByID(t *testing.T) {
 }
 
 // TestPlacingLooksThroughTheTurnIndex: the placing loop's look for marked
-// jobs due (dueSQL, with sorts off as placeLoop sends it) reads
-// river_job_tierq_turn_due_idx, on statistics taken before the backlog
-// arrived: River's fetching index would read every available job of the
-// queue at each look.
+// jobs due (dueSQL, sent after sortsOffSQL in one batch, as place sends
+// it) reads river_job_tierq_turn_due_idx on statistics taken before the
+// backlog arrived, where with sorts on it read River's fetching index
+// (every available job of the queue at each look: this test failed so with
+// the batch's first statement a plain SELECT); and the placing statement
+// reads the jobs it is given by primary key.
 func TestPlacingLooksThroughTheTurnIndex(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -440,8 +442,20 @@ func TestPlacingLooksThroughTheTurnIndex(t *testing.T) {
 		            ELSE jsonb_build_object('tierq:tenant', 't' || i % 100) END
 		FROM generate_series(1, 5000) AS i`, loopQueue, jobmeta.TurnDue)
 	require.NoError(t, err)
-	// sortsOffSQL's setting, for the session rather than for placeLoop's
-	// one implicit transaction.
+	// As place sends it: after sortsOffSQL, in one batch.
+	batch := sortsOffBatch()
+	var lines []string
+	batch.Queue(`EXPLAIN `+dueSQL, []string{loopQueue}).Query(func(rows pgx.Rows) error {
+		var err error
+		lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	require.NoError(t, pool.SendBatch(ctx, batch).Close())
+	require.Equal(t, 2, strings.Count(strings.Join(lines, "\n"), "river_job_tierq_turn_due_idx"), strings.Join(lines, "\n"))
+	require.NotContains(t, strings.Join(lines, "\n"), "river_job_prioritized_fetching_index")
+
+	// Its generic plan too (pgx prepares it), with the setting for the
+	// session rather than the batch's transaction.
 	_, err = pool.Exec(ctx, strings.Replace(sortsOffSQL, "true", "false", 1))
 	require.NoError(t, err)
 	plan := strings.Join(genericPlan(t, pool, `due (text[]) AS `+dueSQL, `due(ARRAY['`+loopQueue+`'])`), "\n")
@@ -451,7 +465,7 @@ func TestPlacingLooksThroughTheTurnIndex(t *testing.T) {
 	// The jobs it found are placed by id, through the primary key.
 	_, err = pool.Exec(ctx, `RESET enable_sort`)
 	require.NoError(t, err)
-	lines := genericPlan(t, pool, `place (text[], bigint[]) AS `+placeSQL, `place(ARRAY['`+loopQueue+`'], ARRAY[100, 200]::bigint[])`)
+	lines = genericPlan(t, pool, `place (text[], bigint[]) AS `+placeSQL, `place(ARRAY['`+loopQueue+`'], ARRAY[100, 200]::bigint[])`)
 	requireIDsByKey(t, lines)
 	require.Contains(t, strings.Join(lines, "\n"), "Index Cond: (id = ANY", strings.Join(lines, "\n"))
 }

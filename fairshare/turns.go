@@ -16,9 +16,10 @@ import (
 // as it becomes available. A job made available before it is due (River's
 // short retries and snoozes, its scheduler's look-ahead) keeps River's
 // scheduled_at, marked tierq:turn_due, and the placing loop gives it its
-// tag once due: one statement for every queue of the process placed by
-// turns, run when the soonest marked job is due (at most every
-// placeMinWait), or when a job of the process failed or snoozed.
+// tag once due: a look for every queue of the process placed by turns
+// (dueSQL), and a placing statement when it finds some (placeSQL), run
+// when the soonest marked job is due (at most every placeMinWait), or
+// when a job of the process failed or snoozed.
 
 const (
 	placeMinWait = 20 * time.Millisecond
@@ -29,7 +30,7 @@ const (
 // dueSQL lists the marked jobs of the queues $1 that are due, soonest
 // first (at most placeBatch a queue), and the soonest due time of those not
 // due yet (NULL: none), through river_job_tierq_turn_due_idx. It runs with
-// sorts off (placeLoop sends it after sortsOffSQL, in one implicit
+// sorts off (place sends it after sortsOffSQL, in one implicit
 // transaction): on statistics taken before a backlog arrived (a table
 // analyzed while the service was quiet; every run of tierctl bench
 // traffic), the planner costed River's fetching index, which needs a sort
@@ -110,14 +111,16 @@ SELECT (SELECT count(*) FROM placed)::int`
 // placeLoop runs placeSQL until ctx ends.
 func (a *Admitter) placeLoop(ctx context.Context) {
 	for {
-		n, next, err := a.place(ctx)
+		found, n, next, err := a.place(ctx)
 		wait := placeMaxWait
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return
 		case err != nil:
 			a.cfg.Logger.ErrorContext(ctx, "fair share: placing jobs by turns", slog.String("error", err.Error()))
-		case n >= placeBatch:
+		case n >= placeBatch || found >= placeBatch:
+			// More may be due: a full batch placed, or a full look whose
+			// jobs another process placed, or River fetched, first.
 			wait = 0
 		case next != nil:
 			wait = min(max(time.Until(*next), placeMinWait), placeMaxWait)
@@ -144,21 +147,29 @@ func (a *Admitter) placeLoop(ctx context.Context) {
 }
 
 // place looks for the marked jobs due (dueSQL) and places them (placeSQL),
-// and returns how many it placed and when the next marked job is due (nil:
-// none). Most looks find none and cost one small statement.
-func (a *Admitter) place(ctx context.Context) (n int, next *time.Time, err error) {
+// and returns how many it found and placed, and when the next marked job
+// is due (nil: none). Most looks find none and cost one small statement.
+func (a *Admitter) place(ctx context.Context) (found, n int, next *time.Time, err error) {
 	var ids []int64
-	batch := &pgx.Batch{}
-	batch.Queue(sortsOffSQL)
+	batch := sortsOffBatch()
 	batch.Queue(dueSQL, a.turns).QueryRow(func(row pgx.Row) error { return row.Scan(&ids, &next) })
 	if err := a.pool.SendBatch(ctx, batch).Close(); err != nil {
-		return 0, nil, err
+		return 0, 0, nil, err
 	}
 	if len(ids) == 0 {
-		return 0, next, nil
+		return 0, 0, next, nil
 	}
 	if err := a.pool.QueryRow(ctx, placeSQL, a.turns, ids).Scan(&n); err != nil {
-		return 0, nil, err
+		return len(ids), 0, nil, err
 	}
-	return n, next, nil
+	return len(ids), n, next, nil
+}
+
+// sortsOffBatch is a batch whose statements queued after its first are
+// planned with sorts off: sent outside a transaction, a batch runs as one
+// implicit transaction, and sortsOffSQL's setting is the transaction's.
+func sortsOffBatch() *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue(sortsOffSQL)
+	return b
 }
