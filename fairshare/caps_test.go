@@ -109,9 +109,7 @@ func TestPassWithCaps(t *testing.T) {
 	t.Run("WorkHeldOnlyByLimitsWakesNoPass", func(t *testing.T) {
 		t.Parallel()
 		b := setupCaps(t)
-		two := 2
-		_, err := limits.SetOverride(ctx, b.db.Pool, "fair", "p", limits.Override{MaxRunning: &two})
-		require.NoError(t, err)
+		b.capAt(t, "p", 2)
 		begin, ok := b.admitter.Hook().(rivertype.HookWorkBegin)
 		require.True(t, ok)
 		end, ok := b.admitter.Hook().(rivertype.HookWorkEnd)

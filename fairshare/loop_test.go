@@ -351,6 +351,17 @@ func genericPlan(t *testing.T, pool *pgxpool.Pool, statement, execute string) []
 	return lines
 }
 
+// staleStatistics seeds 20,000 finished jobs and analyzes river_job, as a
+// service's table is analyzed while nothing waits (tierctl bench traffic
+// analyzes its finished jobs first): the planner then takes the jobs that
+// come later, available or pending, for rare.
+func staleStatistics(t *testing.T, db *testdb.DB) {
+	t.Helper()
+	testdb.SeedFinished(t, db, 20_000)
+	_, err := db.Pool.Exec(context.Background(), `ANALYZE river_job`)
+	require.NoError(t, err)
+}
+
 // requireIDsByKey fails when a plan's line filters rows by "id = ANY":
 // rows a statement found by id read through another index than the
 // primary key, whatever the filter's other conditions.
@@ -402,13 +413,10 @@ func TestRefillPlanReadsRowsByID(t *testing.T) {
 	db := testdb.New(t)
 	_, pool := oneConnection(t, db, &Config{Queues: map[string]Queue{loopQueue: {Workers: 2, Fair: true}}})
 	ctx := context.Background()
-	// Statistics taken before anything was held, as a service's table
-	// has them (tierctl bench traffic analyzes its finished jobs first):
-	// the planner takes pending jobs for rare.
-	testdb.SeedFinished(t, db, 20_000)
-	_, err := db.Pool.Exec(ctx, `ANALYZE river_job`)
-	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `
+	// Statistics taken before anything was held: the planner takes
+	// pending jobs for rare.
+	staleStatistics(t, db)
+	_, err := db.Pool.Exec(ctx, `
 		INSERT INTO river_job (kind, args, queue, priority, state, scheduled_at, max_attempts, metadata)
 		SELECT 'fair_test', '{}', $1, 2, 'pending', now() - interval '1 hour' + i * interval '1 millisecond', 25,
 		       jsonb_build_object('tierq:tenant', 't' || i % 100, 'tierq:held_at', now())
@@ -432,10 +440,8 @@ func TestPlacingLooksThroughTheTurnIndex(t *testing.T) {
 	db := testdb.New(t)
 	_, pool := oneConnection(t, db, &Config{Queues: map[string]Queue{loopQueue: {Workers: 2, Fair: true}}})
 	ctx := context.Background()
-	testdb.SeedFinished(t, db, 20_000)
-	_, err := db.Pool.Exec(ctx, `ANALYZE river_job`)
-	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `
+	staleStatistics(t, db)
+	_, err := db.Pool.Exec(ctx, `
 		INSERT INTO river_job (kind, args, queue, priority, state, scheduled_at, max_attempts, metadata)
 		SELECT 'fair_test', '{}', $1, 2, 'available', now() - interval '1 hour' + i * interval '1 millisecond', 25,
 		       CASE WHEN i % 100 = 0 THEN jsonb_build_object('tierq:tenant', 't' || i % 100, $2::text, true)

@@ -30,6 +30,13 @@ func (b *capsBundle) start(t *testing.T, n int) []*rivertype.JobRow {
 	return jobs
 }
 
+// capAt caps tenant at n jobs running by an override.
+func (b *capsBundle) capAt(t *testing.T, tenant string, n int) {
+	t.Helper()
+	_, err := limits.SetOverride(t.Context(), b.db.Pool, "fair", tenant, limits.Override{MaxRunning: &n})
+	require.NoError(t, err)
+}
+
 // beat records a live heartbeat of 5 workers fetching every kind in each
 // of the service's priority and default queues, as a running worker's
 // would: the refill admits only jobs a live worker fetches.
@@ -102,9 +109,7 @@ func TestRefill(t *testing.T) {
 	t.Run("AJobForEachEndedOneBesideAJobInLine", func(t *testing.T) {
 		t.Parallel()
 		b := setupCaps(t)
-		two := 2
-		_, err := limits.SetOverride(ctx, b.db.Pool, "fair", "p", limits.Override{MaxRunning: &two})
-		require.NoError(t, err)
+		b.capAt(t, "p", 2)
 		// p, capped at 2, has 6 jobs: two start, four wait held by the cap.
 		b.insertTier(t, queue, "pro", "p", 1, 6)
 		require.Equal(t, map[string]int{"p/available": 2, "p/pending": 4}, b.counts(t))
