@@ -362,6 +362,19 @@ func staleStatistics(t *testing.T, db *testdb.DB) {
 	require.NoError(t, err)
 }
 
+// insertLine inserts n jobs into loopQueue at priority 2 in state, 1 ms
+// apart from an hour ago, of 100 tenants, with metadata meta: an SQL
+// expression of i (1 to n) and m (the job's tenant as metadata).
+func insertLine(t *testing.T, db *testdb.DB, state string, n int, meta string) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), `
+		INSERT INTO river_job (kind, args, queue, priority, state, scheduled_at, max_attempts, metadata)
+		SELECT 'fair_test', '{}', $1, 2, $2::river_job_state, now() - interval '1 hour' + i * interval '1 millisecond', 25, `+meta+`
+		FROM generate_series(1, $3) AS i
+		CROSS JOIN LATERAL (SELECT jsonb_build_object('tierq:tenant', 't' || i % 100) AS m) AS t`, loopQueue, state, n)
+	require.NoError(t, err)
+}
+
 // requireIDsByKey fails when a plan's line filters rows by "id = ANY":
 // rows a statement found by id read through another index than the
 // primary key, whatever the filter's other conditions.
@@ -412,16 +425,10 @@ func TestRefillPlanReadsRowsByID(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	_, pool := oneConnection(t, db, &Config{Queues: map[string]Queue{loopQueue: {Workers: 2, Fair: true}}})
-	ctx := context.Background()
 	// Statistics taken before anything was held: the planner takes
 	// pending jobs for rare.
 	staleStatistics(t, db)
-	_, err := db.Pool.Exec(ctx, `
-		INSERT INTO river_job (kind, args, queue, priority, state, scheduled_at, max_attempts, metadata)
-		SELECT 'fair_test', '{}', $1, 2, 'pending', now() - interval '1 hour' + i * interval '1 millisecond', 25,
-		       jsonb_build_object('tierq:tenant', 't' || i % 100, 'tierq:held_at', now())
-		FROM generate_series(1, 2500) AS i`, loopQueue)
-	require.NoError(t, err)
+	insertLine(t, db, "pending", 2500, `m || jsonb_build_object('tierq:held_at', now())`)
 	lines := genericPlan(t, pool, `refill (jsonb[], text[]) AS `+refillSQL, `refill(ARRAY['{"tierq:tenant": "t1"}']::jsonb[], ARRAY['`+loopQueue+`'])`)
 	plan := strings.Join(lines, "\n")
 	requireIDsByKey(t, lines)
@@ -441,13 +448,7 @@ func TestPlacingLooksThroughTheTurnIndex(t *testing.T) {
 	_, pool := oneConnection(t, db, &Config{Queues: map[string]Queue{loopQueue: {Workers: 2, Fair: true}}})
 	ctx := context.Background()
 	staleStatistics(t, db)
-	_, err := db.Pool.Exec(ctx, `
-		INSERT INTO river_job (kind, args, queue, priority, state, scheduled_at, max_attempts, metadata)
-		SELECT 'fair_test', '{}', $1, 2, 'available', now() - interval '1 hour' + i * interval '1 millisecond', 25,
-		       CASE WHEN i % 100 = 0 THEN jsonb_build_object('tierq:tenant', 't' || i % 100, $2::text, true)
-		            ELSE jsonb_build_object('tierq:tenant', 't' || i % 100) END
-		FROM generate_series(1, 5000) AS i`, loopQueue, jobmeta.TurnDue)
-	require.NoError(t, err)
+	insertLine(t, db, "available", 5000, `CASE WHEN i % 100 = 0 THEN m || jsonb_build_object('`+jobmeta.TurnDue+`', true) ELSE m END`)
 	// As place sends it: after sortsOffSQL, in one batch.
 	batch := sortsOffBatch()
 	var lines []string
@@ -462,7 +463,7 @@ func TestPlacingLooksThroughTheTurnIndex(t *testing.T) {
 
 	// Its generic plan too (pgx prepares it), with the setting for the
 	// session rather than the batch's transaction.
-	_, err = pool.Exec(ctx, strings.Replace(sortsOffSQL, "true", "false", 1))
+	_, err := pool.Exec(ctx, strings.Replace(sortsOffSQL, "true", "false", 1))
 	require.NoError(t, err)
 	plan := strings.Join(genericPlan(t, pool, `due (text[]) AS `+dueSQL, `due(ARRAY['`+loopQueue+`'])`), "\n")
 	require.Equal(t, 2, strings.Count(plan, "river_job_tierq_turn_due_idx"), plan)

@@ -46,8 +46,7 @@ SELECT coalesce(array_agg(x.id), '{}'),
         CROSS JOIN LATERAL (
             SELECT j.scheduled_at AS at
             FROM ` + riverschema.JobTable + ` AS j
-            WHERE j.state = 'available' AND j.metadata ? '` + jobmeta.TurnDue + `' AND j.queue = q.name
-              AND j.scheduled_at > now()
+            WHERE ` + markedSQL + ` AND j.scheduled_at > now()
             ORDER BY j.scheduled_at
             LIMIT 1
         ) AS n)
@@ -55,11 +54,14 @@ FROM unnest($1::text[]) AS q(name)
 CROSS JOIN LATERAL (
     SELECT j.id
     FROM ` + riverschema.JobTable + ` AS j
-    WHERE j.state = 'available' AND j.metadata ? '` + jobmeta.TurnDue + `' AND j.queue = q.name
-      AND j.scheduled_at <= now()
+    WHERE ` + markedSQL + ` AND j.scheduled_at <= now()
     ORDER BY j.scheduled_at
     LIMIT ` + itoa(placeBatch) + `
 ) AS x`
+
+// markedSQL is dueSQL's condition, river_job_tierq_turn_due_idx's: the row
+// j is an available job of queue q.name marked not due yet.
+var markedSQL = `j.state = 'available' AND j.metadata ? '` + jobmeta.TurnDue + `' AND j.queue = q.name`
 
 // sortsOffSQL turns the planner's sorts off for the rest of the
 // transaction (dueSQL).
