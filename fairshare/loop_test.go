@@ -2,6 +2,7 @@ package fairshare
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -362,6 +363,53 @@ func staleStatistics(t *testing.T, db *testdb.DB) {
 	require.NoError(t, err)
 }
 
+// TestTurnLookupsPlanOnce: the turn trigger and the tag function plan
+// their statements once per connection (migration 00018), and the generic
+// plans of the tag's two look-ups, taken from the function's own source,
+// read the line's head through River's fetching index and the tenant's
+// last turn through river_job_tierq_turn_last_idx, on statistics taken
+// before the backlog arrived (through river_job_tierq_turn_idx, with the
+// state written state = 'available', the generic plan read the fetching
+// index and filtered the whole line for a tenant with no job in it: 5,000
+// rows, 2.5 ms, against 0.03 ms).
+func TestTurnLookupsPlanOnce(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	_, pool := oneConnection(t, db, &Config{Queues: map[string]Queue{loopQueue: {Workers: 2, Fair: true}}})
+	ctx := context.Background()
+
+	rows, err := pool.Query(ctx, `SELECT proname::text, array_to_string(proconfig, ' ') FROM pg_proc
+		WHERE proname IN ('tierq_tenant_turn', 'tierq_turn_tag') AND pronamespace = current_schema()::regnamespace ORDER BY proname`)
+	require.NoError(t, err)
+	type fn struct{ Name, Config string }
+	fns, err := pgx.CollectRows(rows, pgx.RowToStructByPos[fn])
+	require.NoError(t, err)
+	require.Len(t, fns, 2)
+	for _, f := range fns {
+		require.Contains(t, f.Config, "plan_cache_mode=force_generic_plan", f.Name)
+	}
+
+	staleStatistics(t, db)
+	insertLine(t, db, "available", 5000, `m`)
+	var src string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT prosrc FROM pg_proc WHERE proname = 'tierq_turn_tag' AND pronamespace = current_schema()::regnamespace`).Scan(&src))
+	lookups := regexp.MustCompile(`(?s)SELECT j\.scheduled_at INTO (head|last) (FROM .*?);`).FindAllStringSubmatch(src, -1)
+	require.Len(t, lookups, 2, src)
+	params := strings.NewReplacer("p_queue", "$1", "p_priority", "$2", "p_tenant", "$3")
+	plans := map[string]string{}
+	for _, l := range lookups {
+		stmt := `SELECT j.scheduled_at ` + params.Replace(l[2])
+		if l[1] == "head" {
+			plans[l[1]] = strings.Join(genericPlan(t, pool, `head (text, smallint) AS `+stmt, `head('`+loopQueue+`', 2)`), "\n")
+		} else {
+			plans[l[1]] = strings.Join(genericPlan(t, pool, `last (text, smallint, text) AS `+stmt, `last('`+loopQueue+`', 2, 't7')`), "\n")
+		}
+	}
+	require.Contains(t, plans["head"], "river_job_prioritized_fetching_index", plans["head"])
+	require.Contains(t, plans["last"], "river_job_tierq_turn_last_idx", plans["last"])
+	require.NotContains(t, plans["last"], "river_job_prioritized_fetching_index", plans["last"])
+}
+
 // insertLine inserts n jobs into loopQueue at priority 2 in state, 1 ms
 // apart from an hour ago, of 100 tenants, with metadata meta: an SQL
 // expression of i (1 to n) and m (the job's tenant as metadata).
@@ -450,7 +498,7 @@ func TestPlacingLooksThroughTheTurnIndex(t *testing.T) {
 	staleStatistics(t, db)
 	insertLine(t, db, "available", 5000, `CASE WHEN i % 100 = 0 THEN m || jsonb_build_object('`+jobmeta.TurnDue+`', true) ELSE m END`)
 	// As place sends it: after sortsOffSQL, in one batch.
-	batch := sortsOffBatch()
+	batch := placingBatch(true)
 	var lines []string
 	batch.Queue(`EXPLAIN `+dueSQL, []string{loopQueue}).Query(func(rows pgx.Rows) error {
 		var err error

@@ -110,11 +110,12 @@ func AllowInfinite(t testing.TB, db *DB) {
 // 00013's cap trigger, its function and its index, 00014's job_wait_stats
 // dropped, 00015's rate trigger, its function and tenant_rate_buckets
 // dropped, 00016's tier and tenant columns of dead_letter_jobs dropped,
-// 00017's turn trigger, its functions, indexes and slots column dropped),
+// 00017's turn trigger, its functions, indexes and slots column dropped,
+// 00018's index dropped),
 // and their versions forgotten, so that the next migrate.Up
 // applies 00010 and every later one again, as to a database upgraded from
 // that version. (goose refuses to apply a migration below the latest
-// recorded: a migration added after 00017 must be undone here too.)
+// recorded: a migration added after 00018 must be undone here too.)
 func BeforeFiniteTimestamps(t testing.TB, db *DB) {
 	t.Helper()
 	AllowInfinite(t, db)
@@ -124,7 +125,7 @@ func BeforeFiniteTimestamps(t testing.TB, db *DB) {
 		 DROP INDEX IF EXISTS river_job_tierq_capped_idx;
 		 DROP TRIGGER IF EXISTS tierq_tenant_turn ON `+riverschema.JobTable+`; DROP FUNCTION IF EXISTS tierq_tenant_turn();
 		 DROP FUNCTION IF EXISTS tierq_turn_tag(text, smallint, text, timestamptz); DROP FUNCTION IF EXISTS tierq_due_micros(timestamptz, timestamptz, text[], jsonb);
-		 DROP INDEX IF EXISTS river_job_tierq_turn_idx, river_job_tierq_turn_due_idx;
+		 DROP INDEX IF EXISTS river_job_tierq_turn_idx, river_job_tierq_turn_last_idx, river_job_tierq_turn_due_idx;
 		 ALTER TABLE fair_share_slots DROP COLUMN IF EXISTS turns;
 		 ALTER TABLE dead_letter_jobs DROP COLUMN IF EXISTS tenant, DROP COLUMN IF EXISTS tier;
 		 DROP TABLE IF EXISTS tierq_services, tier_limits, tenant_limits, tenant_quota_usage, job_wait_stats, tenant_rate_buckets; DELETE FROM tierq_schema_version WHERE version_id >= 10`)
