@@ -22,7 +22,7 @@ import (
 // when a job of the process failed or snoozed.
 
 const (
-	placeMinWait = 20 * time.Millisecond
+	placeMinWait = 100 * time.Millisecond
 	placeMaxWait = time.Second
 	placeBatch   = 1000
 )
