@@ -511,7 +511,7 @@ func TestPlacingLooksThroughTheTurnIndex(t *testing.T) {
 
 	// Its generic plan too (pgx prepares it), with the setting for the
 	// session rather than the batch's transaction.
-	_, err := pool.Exec(ctx, strings.Replace(sortsOffSQL, "true", "false", 1))
+	_, err := pool.Exec(ctx, `SELECT `+strings.Replace(sortsOffSQL, "true", "false", 1))
 	require.NoError(t, err)
 	plan := strings.Join(genericPlan(t, pool, `due (text[]) AS `+dueSQL, `due(ARRAY['`+loopQueue+`'])`), "\n")
 	require.Equal(t, 2, strings.Count(plan, "river_job_tierq_turn_due_idx"), plan)
