@@ -488,16 +488,17 @@ func (e *env) trafficHistory(ctx context.Context, queues []string) error {
 // checkpoint starts each run from a checkpoint, so that no run pays for
 // another's dirty pages and none has a timed checkpoint start midway
 // (checkpoint_timeout counts from the last one: 5 min by default, longer
-// than a run). Once the time-based checkpoint came during a run, that run
-// wrote a full page image into the WAL for each page it first changed
-// after it, and every commit waits on the WAL flush (WALWrite was the most
-// sampled wait of a quick run, ahead of any statement's own work). A role
-// that may not checkpoint (CHECKPOINT needs superuser or pg_checkpoint)
-// runs without.
+// than a run). A run still writes a full page image into the WAL for each
+// page it first changes (the history's), every run alike; a timed
+// checkpoint midway made one run flush its dirty pages and write a second
+// round of images, and every commit waits on the WAL flush (WALWrite was
+// the most sampled wait of a quick run, ahead of any statement's own
+// work). A role that may not checkpoint (CHECKPOINT needs superuser or
+// pg_checkpoint) runs without, with a warning.
 func (e *env) checkpoint(ctx context.Context) error {
 	_, err := e.Pool.Exec(ctx, `CHECKPOINT`)
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
-		e.opts.logger().Debug("bench: no checkpoint before the run", slog.String("error", err.Error()))
+		e.opts.logger().Warn("bench: no checkpoint before the run", slog.String("error", err.Error()))
 		return nil
 	}
 	if err != nil {

@@ -387,6 +387,7 @@ func TestTurnLookupsPlanOnce(t *testing.T) {
 	require.Len(t, fns, 2)
 	for _, f := range fns {
 		require.Contains(t, f.Config, "plan_cache_mode=force_generic_plan", f.Name)
+		require.Contains(t, f.Config, "search_path="+db.Schema+", pg_catalog", f.Name)
 	}
 
 	staleStatistics(t, db)
@@ -402,7 +403,7 @@ func TestTurnLookupsPlanOnce(t *testing.T) {
 		if l[1] == "head" {
 			plans[l[1]] = strings.Join(genericPlan(t, pool, `head (text, smallint) AS `+stmt, `head('`+loopQueue+`', 2)`), "\n")
 		} else {
-			plans[l[1]] = strings.Join(genericPlan(t, pool, `last (text, smallint, text) AS `+stmt, `last('`+loopQueue+`', 2, 't7')`), "\n")
+			plans[l[1]] = strings.Join(genericPlan(t, pool, `last (text, smallint, text) AS `+stmt, `last('`+loopQueue+`', 2, 'absent')`), "\n")
 		}
 	}
 	require.Contains(t, plans["head"], "river_job_prioritized_fetching_index", plans["head"])
@@ -497,7 +498,8 @@ func TestPlacingLooksThroughTheTurnIndex(t *testing.T) {
 	ctx := context.Background()
 	staleStatistics(t, db)
 	insertLine(t, db, "available", 5000, `CASE WHEN i % 100 = 0 THEN m || jsonb_build_object('`+jobmeta.TurnDue+`', true) ELSE m END`)
-	// As place sends it: after sortsOffSQL, in one batch.
+	// In place's batch, after its settings (EXPLAIN with the parameter
+	// bound shows the custom plan; the generic one is below).
 	batch := placingBatch(true)
 	var lines []string
 	batch.Queue(`EXPLAIN `+dueSQL, []string{loopQueue}).Query(func(rows pgx.Rows) error {
@@ -523,4 +525,19 @@ func TestPlacingLooksThroughTheTurnIndex(t *testing.T) {
 	lines = genericPlan(t, pool, `place (text[], bigint[]) AS `+placeSQL, `place(ARRAY['`+loopQueue+`'], ARRAY[100, 200]::bigint[])`)
 	requireIDsByKey(t, lines)
 	require.Contains(t, strings.Join(lines, "\n"), "Index Cond: (id = ANY", strings.Join(lines, "\n"))
+
+	// Placing three jobs computes three tags (inlined, its tagged CTE was
+	// evaluated for each use of the tag in the update: six here).
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only check, rolled back
+	_, err = tx.Exec(ctx, `SET LOCAL track_functions = 'pl'`)
+	require.NoError(t, err)
+	var ids []int64
+	require.NoError(t, tx.QueryRow(ctx, `SELECT array_agg(id) FROM (SELECT id FROM river_job WHERE metadata ? '`+jobmeta.TurnDue+`' ORDER BY id LIMIT 3) AS s`).Scan(&ids))
+	var placed int
+	require.NoError(t, tx.QueryRow(ctx, placeSQL, []string{loopQueue}, ids).Scan(&placed))
+	var calls int64
+	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_stat_get_xact_function_calls('tierq_turn_tag(text, smallint, text, timestamptz)'::regprocedure)`).Scan(&calls))
+	require.Equal(t, []int64{3, 3}, []int64{int64(placed), calls})
 }

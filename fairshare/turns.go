@@ -80,7 +80,8 @@ const (
 // state = 'available', its generic plan read River's fetching index over
 // every available job, 12.8 ms a statement in a quick traffic run, by the
 // server's statement log). tagged is materialized: inlined, each tag was
-// computed once for every use of s in placed, three times a job. Every
+// computed once for every use of s in placed, two or three times a job
+// (TestPlacingLooksThroughTheTurnIndex). Every
 // tag is computed against the statement's snapshot, so a tenant's jobs placed
 // together take consecutive turns from its first (k steps of 1 ms /
 // weight after it), not one turn each.

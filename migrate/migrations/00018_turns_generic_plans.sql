@@ -22,6 +22,9 @@
 -- The index is built in the migration's transaction, as 00017's (few rows
 -- enter it; on a large table, build it beforehand with CREATE INDEX
 -- CONCURRENTLY and this exact definition: IF NOT EXISTS then skips it).
+-- Dropping the old index locks river_job against every access, River's
+-- fetch included, until the migration commits: on a busy table, drop it
+-- beforehand with DROP INDEX CONCURRENTLY (IF EXISTS then skips it).
 
 -- +goose Up
 CREATE INDEX IF NOT EXISTS river_job_tierq_turn_last_idx
