@@ -81,10 +81,10 @@ const (
 // every available job, 12.8 ms a statement in a quick traffic run, by the
 // server's statement log). tagged is materialized: inlined, each tag was
 // computed once for every use of s in placed, two or three times a job
-// (TestPlacingLooksThroughTheTurnIndex). Every
-// tag is computed against the statement's snapshot, so a tenant's jobs placed
-// together take consecutive turns from its first (k steps of 1 ms /
-// weight after it), not one turn each.
+// (TestPlacingLooksThroughTheTurnIndex). Every tag is computed against the
+// statement's snapshot, so a tenant's jobs placed together take
+// consecutive turns from its first (k steps of 1 ms / weight after it),
+// not one turn each.
 var placeSQL = `
 WITH locked AS (
     SELECT j.id, j.queue, j.priority, ` + tenantSQL("j") + ` AS tenant, j.scheduled_at
@@ -159,7 +159,8 @@ func (a *Admitter) placeLoop(ctx context.Context) {
 
 // place looks for the marked jobs due (dueSQL) and places them (placeSQL),
 // and returns how many it found and placed, and when the next marked job
-// is due (nil: none). Most looks find none and cost one small statement.
+// is due (nil: none). Most looks find none and cost one round trip: the
+// settings and one small statement.
 func (a *Admitter) place(ctx context.Context) (found, n int, next *time.Time, err error) {
 	var ids []int64
 	look := placingBatch(true)
