@@ -489,8 +489,9 @@ func TestRefillPlanReadsRowsByID(t *testing.T) {
 // it) reads river_job_tierq_turn_due_idx on statistics taken before the
 // backlog arrived, where with sorts on it read River's fetching index
 // (every available job of the queue at each look: this test failed so with
-// the batch's first statement a plain SELECT); and the placing statement
-// reads the jobs it is given by primary key.
+// the batch's first statement a plain SELECT); the placing statement
+// reads the jobs it is given by primary key; and it computes one tag per
+// job it places (six for three with its tagged CTE inlined: checked).
 func TestPlacingLooksThroughTheTurnIndex(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
