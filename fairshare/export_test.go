@@ -34,3 +34,7 @@ func (a *Admitter) Woken(queue string) bool {
 // EndLimited ends the quiet time of queue after a pass that found only
 // limits holding its jobs, as limitedFor passing does.
 func (a *Admitter) EndLimited(queue string) { a.queues[queue].limitedUntil.Store(1) }
+
+// MarkBacklog marks the backlog of the queues placed by turns that no other
+// live process places (the placing loop's first step).
+func (a *Admitter) MarkBacklog(ctx context.Context) (int64, error) { return a.markBacklog(ctx) }

@@ -285,6 +285,7 @@ type Admitter struct {
 	lend     *lendState // nil without Config.Lend
 	turns    []string   // queues placed by turns
 	turnWake chan struct{}
+	beaten   chan struct{} // closed once the first heartbeat is recorded
 }
 
 // queueState is what the hook and the queue's loop share.
@@ -416,7 +417,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Admitter, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	a := &Admitter{cfg: c, pool: pool, queues: map[string]*queueState{}, turnWake: make(chan struct{}, 1)}
+	a := &Admitter{cfg: c, pool: pool, queues: map[string]*queueState{}, turnWake: make(chan struct{}, 1), beaten: make(chan struct{})}
 	for name, q := range c.Queues {
 		if q.Turns {
 			q.Fair = false
@@ -998,9 +999,13 @@ func (a *Admitter) heartbeat(ctx context.Context) {
 	lease := (3 * a.cfg.Heartbeat).Seconds()
 	ticker := time.NewTicker(a.cfg.Heartbeat)
 	defer ticker.Stop()
+	beaten := false
 	for {
 		if _, err := a.pool.Exec(ctx, heartbeatSQL, a.cfg.ClientID, a.names, slots, lease, kinds, turns); err != nil && ctx.Err() == nil {
 			a.cfg.Logger.ErrorContext(ctx, "fair share heartbeat", slog.String("error", err.Error()))
+		} else if err == nil && !beaten {
+			beaten = true
+			close(a.beaten)
 		}
 		select {
 		case <-ctx.Done():

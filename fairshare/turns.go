@@ -84,7 +84,11 @@ const (
 // (TestPlacingLooksThroughTheTurnIndex). Every tag is computed against the
 // statement's snapshot, so a tenant's jobs placed together take
 // consecutive turns from its first (k steps of 1 ms / weight after it),
-// not one turn each.
+// not one turn each. A tag is never after now() (the trigger's, never
+// after the job's own time, is the same at an insert): a job due a while
+// ago (a backlog markBacklog marked) takes its turn among the tenants
+// waiting now, later than its own time if its tenant's turn is, its due
+// time kept in its metadata.
 var placeSQL = `
 WITH locked AS (
     SELECT j.id, j.queue, j.priority, ` + tenantSQL("j") + ` AS tenant, j.scheduled_at
@@ -100,15 +104,15 @@ due AS (
     FROM locked AS l
 ),
 tagged AS MATERIALIZED (
-    SELECT d.id, least(tierq_turn_tag(d.queue, d.priority, d.tenant, d.scheduled_at)
-                       + d.k * (interval '1 millisecond' / coalesce(w.weight, 1)), d.scheduled_at) AS s
+    SELECT d.id, least(tierq_turn_tag(d.queue, d.priority, d.tenant, now())
+                       + d.k * (interval '1 millisecond' / coalesce(w.weight, 1)), now()) AS s
     FROM due AS d
     LEFT JOIN fair_share_weights AS w ON w.tenant = d.tenant
 ),
 placed AS (
     UPDATE ` + riverschema.JobTable + ` AS j
     SET scheduled_at = t.s,
-        metadata = CASE WHEN t.s < j.scheduled_at
+        metadata = CASE WHEN t.s <> j.scheduled_at
             THEN (j.metadata - '` + jobmeta.TurnDue + `') || jsonb_build_object(
                 '` + jobmeta.DueAt + `', tierq_due_micros(j.scheduled_at, j.created_at, j.tags, j.metadata),
                 '` + jobmeta.MovedAt + `', (extract(epoch FROM t.s) * 1000000)::bigint)
@@ -119,8 +123,82 @@ placed AS (
 )
 SELECT (SELECT count(*) FROM placed)::int`
 
-// placeLoop runs placeSQL until ctx ends.
+// backlogQueuesSQL lists the queues of $1 that no other live process ($2
+// this one's client id) places by turns.
+const backlogQueuesSQL = `
+SELECT coalesce(array_agg(q.name), '{}')
+FROM unnest($1::text[]) AS q(name)
+WHERE NOT EXISTS (
+    SELECT FROM fair_share_slots AS f
+    WHERE f.queue = q.name AND f.turns AND f.client_id <> $2 AND f.expires_at > now())`
+
+// backlogSQL marks, as the trigger marks a job not due yet, up to
+// backlogBatch available jobs of the queues $1 that no process placed: made
+// available while no live process placed the queue by turns (a backlog
+// queued before the first worker started, or while every worker was down,
+// or under windows), they keep River's time, first in first out, behind
+// every turn placed since. Marked, the placing loop gives them their turns
+// (a tenant's jobs consecutive ones, every tenant's first at the head's),
+// as it does a retry once due. A row whose metadata is not an object has
+// nowhere to be marked and stays where it is.
+var backlogSQL = `
+WITH backlog AS (
+    SELECT j.id
+    FROM ` + riverschema.JobTable + ` AS j
+    WHERE j.state = 'available' AND j.queue = ANY($1::text[]) AND jsonb_typeof(j.metadata) = 'object'
+      AND NOT j.metadata ? '` + jobmeta.TurnDue + `'
+      AND NOT (j.scheduled_at < j.created_at OR j.metadata ? '` + jobmeta.MovedAt + `')
+    ORDER BY j.id
+    LIMIT ` + itoa(backlogBatch) + `
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE ` + riverschema.JobTable + ` AS j
+SET metadata = j.metadata || '{"` + jobmeta.TurnDue + `": true}'
+FROM backlog AS b
+WHERE j.id = b.id`
+
+// backlogBatch is how many jobs one backlogSQL marks: each batch is one
+// short transaction, so River's fetches skip few locked rows at a time.
+const backlogBatch = 5000
+
+// markBacklog marks (backlogSQL) the backlog of the queues placed by turns
+// that no other live process places, once this process's heartbeat says it
+// places them (so that every job made available from then on is placed by
+// the trigger), and returns how many it marked. A process that starts while
+// another places the queue leaves the line alone: its rows were placed as
+// they came.
+func (a *Admitter) markBacklog(ctx context.Context) (int64, error) {
+	var queues []string
+	if err := a.pool.QueryRow(ctx, backlogQueuesSQL, a.turns, a.cfg.ClientID).Scan(&queues); err != nil {
+		return 0, err
+	}
+	var marked int64
+	for len(queues) > 0 {
+		tag, err := a.pool.Exec(ctx, backlogSQL, queues)
+		if err != nil {
+			return marked, err
+		}
+		marked += tag.RowsAffected()
+		if tag.RowsAffected() < backlogBatch {
+			break
+		}
+	}
+	return marked, nil
+}
+
+// placeLoop runs placeSQL until ctx ends, after marking the queues' backlog
+// (markBacklog) once the process's first heartbeat is recorded.
 func (a *Admitter) placeLoop(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-a.beaten:
+	}
+	if n, err := a.markBacklog(ctx); err != nil && ctx.Err() == nil {
+		a.cfg.Logger.ErrorContext(ctx, "fair share: marking a backlog to place by turns", slog.String("error", err.Error()))
+	} else if n > 0 {
+		a.cfg.Logger.InfoContext(ctx, "fair share: placing a backlog by turns", slog.Int64("jobs", n))
+	}
 	for {
 		found, n, next, err := a.place(ctx)
 		wait := placeMaxWait

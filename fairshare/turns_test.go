@@ -16,21 +16,35 @@ import (
 // heartbeat: from then on the trigger places the queue's jobs.
 func runTurns(t *testing.T, workers int) *bundle {
 	t.Helper()
+	b := setupTurns(t, workers)
+	b.run(t)
+	return b
+}
+
+// setupTurns is runTurns without starting the Admitter.
+func setupTurns(t *testing.T, workers int) *bundle {
+	t.Helper()
 	db := testdb.New(t)
 	a, err := fairshare.New(db.Pool, &fairshare.Config{
 		Queues: map[string]fairshare.Queue{queue: {Workers: workers, Fair: true, Turns: true}},
 	})
 	require.NoError(t, err)
+	return &bundle{db: db, admitter: a}
+}
+
+// run starts b's Admitter and waits for its heartbeat.
+func (b *bundle) run(t *testing.T) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); a.Run(ctx) }()
+	go func() { defer close(done); b.admitter.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	require.Eventually(t, func() bool {
 		var on bool
-		err := db.Pool.QueryRow(context.Background(), `SELECT coalesce(bool_or(turns), false) FROM fair_share_slots WHERE queue = $1`, queue).Scan(&on)
+		err := b.db.Pool.QueryRow(context.Background(), `SELECT coalesce(bool_or(turns), false) FROM fair_share_slots WHERE queue = $1 AND client_id = $2`,
+			queue, b.admitter.ClientID()).Scan(&on)
 		return err == nil && on
 	}, 10*time.Second, 5*time.Millisecond)
-	return &bundle{db: db, admitter: a}
 }
 
 // insertTenants inserts, in one statement, one available job per entry of
@@ -189,6 +203,46 @@ func TestTurns(t *testing.T) {
 			VALUES ('fair_test', '{}', $1, 2, 'available', 25, '[1]')`, queue)
 		require.NoError(t, err)
 		require.Equal(t, []string{"a", "", "a", "a"}, b.fetch(t, 4))
+	})
+
+	t.Run("ABacklogQueuedWhileNoProcessPlacedTakesTurns", func(t *testing.T) {
+		t.Parallel()
+		b := setupTurns(t, 4)
+		// Queued before any process placed the queue (the first start, every
+		// worker down, a switch from windows): River's time, first in first
+		// out.
+		b.insertTenants(t, "a", "a", "a", "a", "a", "b", "b", "b", "c")
+		b.run(t)
+		// The first process to place the queue marks the backlog and places
+		// it: the tenants take turns as if it had been inserted now.
+		require.Eventually(t, func() bool {
+			return b.db.Count(t, `SELECT count(*) FROM river_job WHERE metadata ? 'tierq:moved_at' AND NOT metadata ? 'tierq:turn_due'`) == 9
+		}, 10*time.Second, 10*time.Millisecond)
+		// Each still due at its insert (its created_at: River wrote both
+		// times the same), not at its turn.
+		require.Equal(t, 9, b.db.Count(t, `SELECT count(*) FROM river_job AS j WHERE `+jobmetasql.DueAtSQL("j")+` = j.created_at`))
+		require.Equal(t, []string{"a", "b", "c", "a", "b", "a", "b", "a", "a"}, b.fetch(t, 9))
+	})
+
+	t.Run("ABacklogBesideAnotherLiveProcessIsLeftAlone", func(t *testing.T) {
+		t.Parallel()
+		b := setupTurns(t, 4)
+		// Another process places the queue by turns: what it did not place,
+		// it left where it is on purpose (a tenant's turn later than the
+		// job's own time keeps the job at its own time).
+		_, err := b.db.Pool.Exec(ctx, `
+			INSERT INTO fair_share_slots (client_id, queue, slots, heartbeat_at, expires_at, turns)
+			VALUES ('other', $1, 4, now(), now() + interval '1 hour', true)`, queue)
+		require.NoError(t, err)
+		_, err = b.db.Pool.Exec(ctx, `ALTER TABLE river_job DISABLE TRIGGER tierq_tenant_turn`)
+		require.NoError(t, err)
+		b.insertTenants(t, "a", "a", "b")
+		_, err = b.db.Pool.Exec(ctx, `ALTER TABLE river_job ENABLE TRIGGER tierq_tenant_turn`)
+		require.NoError(t, err)
+		n, err := b.admitter.MarkBacklog(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		require.Equal(t, []string{"a", "a", "b"}, b.fetch(t, 3))
 	})
 
 	t.Run("AQueueNotPlacedByTurnsIsLeftAlone", func(t *testing.T) {
