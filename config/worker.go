@@ -94,11 +94,11 @@ type Worker struct {
 	FairSharePassInterval time.Duration `env:"FAIR_SHARE_PASS_INTERVAL" envDefault:"2ms"`
 
 	// FairShareMode is how the queues with fair share on share their
-	// workers: "windows" (held jobs and passes) or "turns" (experimental:
-	// each job's turn written into scheduled_at as it becomes available,
-	// nothing held; docs/fairness.md). Every worker process of a queue
-	// must use the same. Default windows.
-	FairShareMode string `env:"QUEUE_FAIR_SHARE_MODE" envDefault:"windows"`
+	// workers: "turns" (each job's turn written into scheduled_at as it
+	// becomes available, nothing held) or "windows" (held jobs and passes;
+	// docs/fairness.md). Every worker process of a queue must use the
+	// same. Default turns.
+	FairShareMode string `env:"QUEUE_FAIR_SHARE_MODE" envDefault:"turns"`
 
 	// LoadTestWorkload registers the load-test workload kind (`loadtest`, a
 	// job that sleeps for the time its args say) on this worker, for tests
@@ -165,7 +165,7 @@ func (w *Worker) Config(registry *service.Registry, logger *slog.Logger) (worker
 		Default:               tuning(w.DefaultFetchCooldown, w.DefaultFetchPollInterval, w.DefaultFairShare),
 		Scheduled:             tuning(w.ScheduledFetchCooldown, w.ScheduledFetchPollInterval, w.ScheduledFairShare),
 		FairSharePassInterval: w.FairSharePassInterval,
-		FairShareTurns:        w.FairShareMode == "turns",
+		FairShareWindows:      w.FairShareMode == "windows",
 		LoadTestWorkload:      w.LoadTestWorkload,
 		JobTimeout:            w.JobTimeout,
 		WarnJobTimeout:        w.JobTimeoutSet(),

@@ -35,6 +35,6 @@ func (a *Admitter) Woken(queue string) bool {
 // limits holding its jobs, as limitedFor passing does.
 func (a *Admitter) EndLimited(queue string) { a.queues[queue].limitedUntil.Store(1) }
 
-// MarkBacklog marks the backlog of the queues placed by turns that no other
-// live process places (the placing loop's first step).
-func (a *Admitter) MarkBacklog(ctx context.Context) (int64, error) { return a.markBacklog(ctx) }
+// PlaceBacklog places the backlog of the queues placed by turns that no
+// other live process places (the placing loop's first step).
+func (a *Admitter) PlaceBacklog(ctx context.Context) (int64, error) { return a.placeBacklog(ctx) }

@@ -75,36 +75,44 @@ const (
 )
 
 // placeSQL tags the jobs $2 (dueSQL's) of the queues $1 that are still
-// marked and due, at most placeBatch, and returns how many: found by id
-// through the primary key (stillAvailableSQL; with the state written as
-// state = 'available', its generic plan read River's fetching index over
-// every available job, 12.8 ms a statement in a quick traffic run, by the
-// server's statement log). tagged is materialized: inlined, each tag was
-// computed once for every use of s in placed, two or three times a job
-// (TestPlacingLooksThroughTheTurnIndex). Every tag is computed against the
-// statement's snapshot, so a tenant's jobs placed together take
-// consecutive turns from its first (k steps of 1 ms / weight after it),
-// not one turn each. A tag is never after now() (the trigger's, never
-// after the job's own time, is the same at an insert): a job due a while
-// ago (a backlog markBacklog marked) takes its turn among the tenants
-// waiting now, later than its own time if its tenant's turn is, its due
-// time kept in its metadata.
-var placeSQL = `
-WITH locked AS (
+// marked and due, at most placeBatch, and returns how many (placingSQL):
+// found by id through the primary key (stillAvailableSQL; with the state
+// written as state = 'available', its generic plan read River's fetching
+// index over every available job, 12.8 ms a statement in a quick traffic
+// run, by the server's statement log).
+var placeSQL = placingSQL(`
     SELECT j.id, j.queue, j.priority, ` + tenantSQL("j") + ` AS tenant, j.scheduled_at
     FROM ` + riverschema.JobTable + ` AS j
     WHERE j.id = ANY($2::bigint[]) AND ` + stillAvailableSQL("j") + ` AND j.metadata ? '` + jobmeta.TurnDue + `'
       AND j.queue = ANY($1::text[]) AND j.scheduled_at <= now()
     ORDER BY j.scheduled_at, j.id
     LIMIT ` + itoa(placeBatch) + `
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE SKIP LOCKED`)
+
+// placingSQL is a statement that gives the rows locked (its text: a
+// query of id, queue, priority, tenant key and scheduled_at, locking them)
+// their turns and returns how many. Every tag is computed against the
+// statement's snapshot, so a tenant's jobs placed together take
+// consecutive turns from its first (k steps of 1 ms / weight after it),
+// not one turn each: tierq_turn_tag is called once per tenant, for its
+// first (k = 0), and tagged is materialized (inlined, each tag was
+// computed once for every use of s in placed, two or three times a job:
+// TestPlacingLooksThroughTheTurnIndex). A tag is never after now() (the
+// trigger's, never after the job's own time, is the same at an insert): a
+// job due a while ago (a retry placed late, a backlog) takes its turn
+// among the tenants waiting now, later than its own time if its tenant's
+// turn is, its due time kept in its metadata.
+func placingSQL(locked string) string {
+	return `
+WITH locked AS (` + locked + `
 ),
 due AS (
     SELECT l.*, row_number() OVER (PARTITION BY l.queue, l.priority, l.tenant ORDER BY l.scheduled_at, l.id) - 1 AS k
     FROM locked AS l
 ),
 tagged AS MATERIALIZED (
-    SELECT d.id, least(tierq_turn_tag(d.queue, d.priority, d.tenant, now())
+    SELECT d.id, least(max(CASE WHEN d.k = 0 THEN tierq_turn_tag(d.queue, d.priority, d.tenant, now()) END)
+                           OVER (PARTITION BY d.queue, d.priority, d.tenant)
                        + d.k * (interval '1 millisecond' / coalesce(w.weight, 1)), now()) AS s
     FROM due AS d
     LEFT JOIN fair_share_weights AS w ON w.tenant = d.tenant
@@ -122,6 +130,7 @@ placed AS (
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM placed)::int`
+}
 
 // backlogQueuesSQL lists the queues of $1 that no other live process ($2
 // this one's client id) places by turns.
@@ -132,70 +141,79 @@ WHERE NOT EXISTS (
     SELECT FROM fair_share_slots AS f
     WHERE f.queue = q.name AND f.turns AND f.client_id <> $2 AND f.expires_at > now())`
 
-// backlogSQL marks, as the trigger marks a job not due yet, up to
-// backlogBatch available jobs of the queues $1 that no process placed: made
-// available while no live process placed the queue by turns (a backlog
-// queued before the first worker started, or while every worker was down,
-// or under windows), they keep River's time, first in first out, behind
-// every turn placed since. Marked, the placing loop gives them their turns
-// (a tenant's jobs consecutive ones, every tenant's first at the head's),
-// as it does a retry once due. A row whose metadata is not an object has
-// nowhere to be marked and stays where it is.
-var backlogSQL = `
-WITH backlog AS (
-    SELECT j.id
-    FROM ` + riverschema.JobTable + ` AS j
-    WHERE j.state = 'available' AND j.queue = ANY($1::text[]) AND jsonb_typeof(j.metadata) = 'object'
+// backlogSQL is the condition of a row j of the backlog of the queues $1:
+// an available job no process placed (no turn before its created_at, no
+// kept move time) or marked. Made available while no live process placed
+// the queue by turns (a backlog queued before the first worker started, or
+// while every worker was down, or under windows), such jobs keep River's
+// time, first in first out, behind every turn placed since. A row whose
+// metadata is not an object has nowhere to keep its due time and stays
+// where it is.
+var backlogSQL = `j.state = 'available' AND j.queue = ANY($1::text[]) AND jsonb_typeof(j.metadata) = 'object'
       AND NOT j.metadata ? '` + jobmeta.TurnDue + `'
-      AND NOT (j.scheduled_at < j.created_at OR j.metadata ? '` + jobmeta.MovedAt + `')
+      AND NOT (j.scheduled_at < j.created_at OR j.metadata ? '` + jobmeta.MovedAt + `')`
+
+// placeBacklogSQL places up to placeBatch due jobs of the backlog
+// (backlogSQL), oldest first, as if inserted now: a tenant's jobs take
+// consecutive turns from the head's (or after its last turn), every
+// tenant's first the head's.
+var placeBacklogSQL = placingSQL(`
+    SELECT j.id, j.queue, j.priority, ` + tenantSQL("j") + ` AS tenant, j.scheduled_at
+    FROM ` + riverschema.JobTable + ` AS j
+    WHERE ` + backlogSQL + ` AND j.scheduled_at <= now()
     ORDER BY j.id
-    LIMIT ` + itoa(backlogBatch) + `
-    FOR UPDATE SKIP LOCKED
-)
+    LIMIT ` + itoa(placeBatch) + `
+    FOR UPDATE SKIP LOCKED`)
+
+// markBacklogSQL marks the backlog's jobs not due yet as the trigger
+// marks them: the placing loop places them once due.
+var markBacklogSQL = `
 UPDATE ` + riverschema.JobTable + ` AS j
 SET metadata = j.metadata || '{"` + jobmeta.TurnDue + `": true}'
-FROM backlog AS b
-WHERE j.id = b.id`
+WHERE ` + backlogSQL + ` AND j.scheduled_at > now()`
 
-// backlogBatch is how many jobs one backlogSQL marks: each batch is one
-// short transaction, so River's fetches skip few locked rows at a time.
-const backlogBatch = 5000
-
-// markBacklog marks (backlogSQL) the backlog of the queues placed by turns
-// that no other live process places, once this process's heartbeat says it
-// places them (so that every job made available from then on is placed by
-// the trigger), and returns how many it marked. A process that starts while
-// another places the queue leaves the line alone: its rows were placed as
-// they came.
-func (a *Admitter) markBacklog(ctx context.Context) (int64, error) {
+// placeBacklog places (placeBacklogSQL, a batch at a time, each a short
+// transaction, so that River's fetches skip few locked rows) and marks
+// (markBacklogSQL) the backlog of the queues placed by turns that no other
+// live process places, once this process's heartbeat says it places them
+// (so that every job made available from then on is placed by the
+// trigger), and returns how many jobs it placed or marked. A process that
+// starts while another places the queue leaves the line alone: its rows
+// were placed as they came.
+func (a *Admitter) placeBacklog(ctx context.Context) (int64, error) {
 	var queues []string
-	if err := a.pool.QueryRow(ctx, backlogQueuesSQL, a.turns, a.cfg.ClientID).Scan(&queues); err != nil {
+	if err := a.pool.QueryRow(ctx, backlogQueuesSQL, a.turns, a.cfg.ClientID).Scan(&queues); err != nil || len(queues) == 0 {
 		return 0, err
 	}
-	var marked int64
-	for len(queues) > 0 {
-		tag, err := a.pool.Exec(ctx, backlogSQL, queues)
-		if err != nil {
-			return marked, err
+	tag, err := a.pool.Exec(ctx, markBacklogSQL, queues)
+	if err != nil {
+		return 0, err
+	}
+	done := tag.RowsAffected()
+	for {
+		var n int
+		placing := placingBatch(false)
+		placing.Queue(placeBacklogSQL, queues).QueryRow(func(row pgx.Row) error { return row.Scan(&n) })
+		if err := a.pool.SendBatch(ctx, placing).Close(); err != nil {
+			return done, err
 		}
-		marked += tag.RowsAffected()
-		if tag.RowsAffected() < backlogBatch {
-			break
+		done += int64(n)
+		if n < placeBatch {
+			return done, nil
 		}
 	}
-	return marked, nil
 }
 
-// placeLoop runs placeSQL until ctx ends, after marking the queues' backlog
-// (markBacklog) once the process's first heartbeat is recorded.
+// placeLoop runs placeSQL until ctx ends, after placing the queues' backlog
+// (placeBacklog) once the process's first heartbeat is recorded.
 func (a *Admitter) placeLoop(ctx context.Context) {
 	select {
 	case <-ctx.Done():
 		return
 	case <-a.beaten:
 	}
-	if n, err := a.markBacklog(ctx); err != nil && ctx.Err() == nil {
-		a.cfg.Logger.ErrorContext(ctx, "fair share: marking a backlog to place by turns", slog.String("error", err.Error()))
+	if n, err := a.placeBacklog(ctx); err != nil && ctx.Err() == nil {
+		a.cfg.Logger.ErrorContext(ctx, "fair share: placing a backlog by turns", slog.String("error", err.Error()))
 	} else if n > 0 {
 		a.cfg.Logger.InfoContext(ctx, "fair share: placing a backlog by turns", slog.Int64("jobs", n))
 	}

@@ -161,12 +161,15 @@ type Config struct {
 	// fairshare.DefaultPassInterval, 2ms.
 	FairSharePassInterval time.Duration
 
-	// FairShareTurns places the jobs of the queues with fair share on by
-	// turns (fairshare.Queue.Turns, experimental) instead of windows: each
-	// job's turn among its line's tenants is written into its scheduled_at
-	// as it becomes available, and nothing is held for its turn. Every
-	// process serving a queue must agree. Default false (windows).
-	FairShareTurns bool
+	// FairShareWindows shares the queues with fair share on by windows
+	// (held jobs admitted by passes: fairshare.Queue.Fair) instead of by
+	// turns (fairshare.Queue.Turns: each job's turn among its line's
+	// tenants is written into its scheduled_at as it becomes available, and
+	// nothing is held for its turn). Windows cost more throughput (docs/
+	// benchmarks.md, "traffic") and bound a newcomer's wait by the
+	// capacity plus one place per tenant; turns put a newcomer at the head.
+	// Every process serving a queue must agree. Default false (turns).
+	FairShareWindows bool
 
 	// LoadTestWorkload registers the load-test workload kind (package
 	// loadtest: a job that sleeps for the time its args say), for tests and

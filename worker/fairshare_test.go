@@ -109,51 +109,66 @@ func (b *fairBundle) startOrder(t *testing.T) []string {
 
 // TestFairShareAcrossReplicas: two worker replicas of 2 priority workers
 // each share the queue's 4 workers among three tenants by weight (a: 2, b
-// and c: 1), although a queued its 40 jobs first: once the first
-// fair-share pass has run, the start order is the weighted round robin,
-// each tenant within one job of its share at every point.
+// and c: 1), although a queued its 40 jobs first: from the first start of
+// c on, the start order is the weighted round robin, each tenant within
+// slack jobs of its share at every point. By windows, from the first pass
+// on, within 2. By turns (the default), within 3: the order is the jobs'
+// turns (fairshare TestTurns), but four workers in two processes fetch
+// concurrently and a fetch's jobs share one attempted_at (ordered here by
+// id), so a tenant can start up to 2.5 jobs behind its share (seen once in
+// make test, 2026-11-28, after 7 starts).
 func TestFairShareAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	b := setupFair(t)
-	ctx := context.Background()
-	_, err := b.db.Pool.Exec(ctx, `INSERT INTO fair_share_weights (tenant, weight) VALUES ('a', 2)`)
-	require.NoError(t, err)
-	b.startReplica(t, "MAILER_QUEUE_PRIORITY_WORKERS=2")
-	b.startReplica(t, "MAILER_QUEUE_PRIORITY_WORKERS=2")
-	b.waitCapacity(t, 4)
-	b.queue(t, "a", tiers.Pro, 40, 40)
-	b.queue(t, "b", tiers.Pro, 20, 40)
-	b.queue(t, "c", tiers.Pro, 20, 40)
-	testdb.WaitFor(t, 60*time.Second, "48 jobs started", func() bool {
-		return len(b.startOrder(t)) >= 48
-	})
-	order := b.startOrder(t)[:48]
-	t.Logf("start order: %v", order)
+	for _, c := range []struct {
+		mode  string
+		slack float64
+	}{{"turns", 3}, {"windows", 2}} {
+		t.Run(c.mode, func(t *testing.T) {
+			t.Parallel()
+			b := setupFair(t)
+			ctx := context.Background()
+			_, err := b.db.Pool.Exec(ctx, `INSERT INTO fair_share_weights (tenant, weight) VALUES ('a', 2)`)
+			require.NoError(t, err)
+			b.startReplica(t, "MAILER_QUEUE_PRIORITY_WORKERS=2", "QUEUE_FAIR_SHARE_MODE="+c.mode)
+			b.startReplica(t, "MAILER_QUEUE_PRIORITY_WORKERS=2", "QUEUE_FAIR_SHARE_MODE="+c.mode)
+			b.waitCapacity(t, 4)
+			b.queue(t, "a", tiers.Pro, 40, 40)
+			b.queue(t, "b", tiers.Pro, 20, 40)
+			b.queue(t, "c", tiers.Pro, 20, 40)
+			testdb.WaitFor(t, 60*time.Second, "48 jobs started", func() bool {
+				return len(b.startOrder(t)) >= 48
+			})
+			order := b.startOrder(t)[:48]
+			t.Logf("start order: %v", order)
 
-	// The first starts come before the first pass (a's jobs are first in
-	// line, and nothing is held until every worker is busy): skip up to
-	// the first start of c, the last tenant in line. Before the first hold
-	// come a look and a pass, each planned cold on the connection that runs
-	// it (100–250 ms on a 2-core machine, against 40 ms jobs on 4 workers:
-	// 100 starts a second): up to about 25 of a's starts. (The bound was 20,
-	// 200 ms, until make test's load made it 22 once, 2026-11-27; the pass's
-	// plan, with the rate limits' view, takes about 4 ms to make instead of
-	// 3. Before 2026-11-27 a worker also rested three times its first
-	// pass's time after it, and c came after all 40.)
-	first := 0
-	for first < len(order) && order[first] != "c" {
-		first++
-	}
-	require.Less(t, first, 26, "c started late: %v", order)
-	share := map[string]float64{"a": 0.5, "b": 0.25, "c": 0.25}
-	counts := map[string]int{}
-	for i, tenant := range order[first:] {
-		counts[tenant]++
-		n := float64(i + 1)
-		for name, s := range share {
-			require.InDelta(t, s*n, float64(counts[name]), 2.0,
-				"after %d starts, %s has %d: %v", i+1, name, counts[name], order[first:])
-		}
+			// By windows, the first starts come before the first pass (a's
+			// jobs are first in line, and nothing is held until every worker
+			// is busy): skip up to the first start of c, the last tenant in
+			// line. Before the first hold come a look and a pass, each planned
+			// cold on the connection that runs it (100–250 ms on a 2-core
+			// machine, against 40 ms jobs on 4 workers: 100 starts a second):
+			// up to about 25 of a's starts. (The bound was 20, 200 ms, until
+			// make test's load made it 22 once, 2026-11-27; the pass's plan,
+			// with the rate limits' view, takes about 4 ms to make instead of
+			// 3. Before 2026-11-27 a worker also rested three times its first
+			// pass's time after it, and c came after all 40.) By turns, only
+			// a's starts before b and c were inserted come first.
+			first := 0
+			for first < len(order) && order[first] != "c" {
+				first++
+			}
+			require.Less(t, first, 26, "c started late: %v", order)
+			share := map[string]float64{"a": 0.5, "b": 0.25, "c": 0.25}
+			counts := map[string]int{}
+			for i, tenant := range order[first:] {
+				counts[tenant]++
+				n := float64(i + 1)
+				for name, s := range share {
+					require.InDelta(t, s*n, float64(counts[name]), c.slack,
+						"after %d starts, %s has %d: %v", i+1, name, counts[name], order[first:])
+				}
+			}
+		})
 	}
 }
 

@@ -183,7 +183,7 @@ func (w *Deployment) RiverConfig(services *service.Registry, pool *pgxpool.Pool)
 func (w *Deployment) NewAdmitter(pool *pgxpool.Pool, observer fairshare.Observer) (*fairshare.Admitter, error) {
 	queues := map[string]fairshare.Queue{}
 	for _, q := range w.d.queues {
-		queues[q.Name] = fairshare.Queue{Workers: q.Workers, Fair: q.FairShare, Turns: q.FairShare && w.cfg.FairShareTurns, Kinds: slices.Clone(w.d.kinds)}
+		queues[q.Name] = fairshare.Queue{Workers: q.Workers, Fair: q.FairShare, Turns: q.FairShare && !w.cfg.FairShareWindows, Kinds: slices.Clone(w.d.kinds)}
 	}
 	var lend *fairshare.Lend
 	if w.d.lend != nil {

@@ -83,8 +83,13 @@ func TestInfiniteTimestampsNeverStopRiver(t *testing.T) {
 		}
 	})
 
+	// Windows: this schema has every migration but 00010's check, a state
+	// no upgrade passes through (00010 comes before 00017's trigger of
+	// turns). By turns, the trigger places the jobs River's scheduler makes
+	// available against a line whose head is -infinity, and the scheduler
+	// did not log River's scan error this test waits for (30 s, in vain).
 	logs := proctest.Start(t,
-		[]string{"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "DATABASE_MAX_CONNS=4", "SOFT_STOP_TIMEOUT=2s"},
+		[]string{"DATABASE_URL=" + db.URL, "DATABASE_SCHEMA=" + db.Schema, "DATABASE_MAX_CONNS=4", "SOFT_STOP_TIMEOUT=2s", "QUEUE_FAIR_SHARE_MODE=windows"},
 		proctest.Deployment{Name: "scheduler", Run: refapp.RunScheduler, Env: []string{"RESCUE_STUCK_JOBS_AFTER=1h"}},
 		proctest.Deployment{Name: "analyzer", Run: refapp.RunWorker, Env: []string{
 			"WORKER_SERVICE=analyzer", "LOAD_TEST_WORKLOAD=true", "ANALYZER_QUEUE_PRIORITY_WORKERS=4",
