@@ -438,7 +438,35 @@ func (t *trafficRunner) startWorkers(ctx context.Context, settings []string) err
 		}
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return t.waitHeartbeats(ctx, len(t.services)*t.sz.workers)
+}
+
+// waitHeartbeats waits until n worker processes have recorded their
+// fair-share heartbeat (fair_share_slots, written whether fair share is on
+// or off): a process logs "worker started" before its admitter's first
+// heartbeat, and by turns the jobs inserted before a queue's first
+// heartbeat are a backlog its first process then places again, a start
+// the run would measure instead of the steady state.
+func (t *trafficRunner) waitHeartbeats(ctx context.Context, n int) error {
+	deadline := time.Now().Add(processStartTimeout)
+	for {
+		var beats int
+		if err := t.e.Pool.QueryRow(ctx, `SELECT count(DISTINCT client_id) FROM fair_share_slots WHERE expires_at > now()`).Scan(&beats); err != nil {
+			return fmt.Errorf("count heartbeats: %w", err)
+		}
+		if beats >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d worker processes recorded a heartbeat after %s", beats, n, processStartTimeout)
+		}
+		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // resetTraffic empties the tables a run writes.
