@@ -41,6 +41,11 @@ import (
 //
 // Phases:
 //
+//   - warmup: one run with fair share on, checked like every run but
+//     counted in no rate or median: the first run of a database ran
+//     slowest (the first "on" run was the slowest of its bench in every
+//     full run of 2026-11-28's evening, 233.5–241.2 jobs/s against
+//     248.3–266.9 for the other on runs; docs/benchmarks.md, "traffic").
 //   - throughput: the traffic with fair share on and off (QUEUE_PRIORITY_FAIR_SHARE
 //     and QUEUE_DEFAULT_FAIR_SHARE), alternated on, off, on, off (Pairs
 //     pairs), fresh workers and tables each time. A run's rate is its
@@ -79,8 +84,8 @@ type TrafficResult struct {
 	Processes map[string]int `json:"processes"`
 	Pairs     int            `json:"pairs"`
 
-	// Runs are every run in order: the throughput phase's, then the
-	// faults phase's.
+	// Runs are every run in order: the warm-up, the throughput phase's,
+	// then the faults phase's.
 	Runs []TrafficRun `json:"runs"`
 
 	// JobsPerSOn and JobsPerSOff are the throughput phase's median rates,
@@ -105,7 +110,7 @@ type TrafficResult struct {
 
 // TrafficRun is one run of the traffic.
 type TrafficRun struct {
-	Phase     string `json:"phase"` // throughput or faults
+	Phase     string `json:"phase"` // warmup, throughput or faults
 	FairShare bool   `json:"fair_share"`
 	Jobs      int    `json:"jobs"`
 	// JobsPerS is the rate of the prompt jobs (Prompt of them): 99% of
@@ -335,6 +340,9 @@ func Traffic(ctx context.Context, opts Options) (TrafficResult, error) {
 	}
 
 	var modes []runMode
+	if sz.pairs > 0 {
+		modes = append(modes, runMode{phase: "warmup", fairShare: true})
+	}
 	for range sz.pairs {
 		modes = append(modes, runMode{phase: "throughput", fairShare: true}, runMode{phase: "throughput"})
 	}
@@ -358,9 +366,11 @@ func Traffic(ctx context.Context, opts Options) (TrafficResult, error) {
 		case m.phase == "throughput":
 			off = append(off, run.JobsPerS)
 		}
-		if m.fairShare {
+		switch {
+		case m.phase == "warmup":
+		case m.fairShare:
 			smallOn = append(smallOn, run.Small)
-		} else {
+		default:
 			smallOff = append(smallOff, run.Small)
 		}
 	}

@@ -80,9 +80,12 @@ func TestTrafficAccountsForEveryJob(t *testing.T) {
 	}
 	require.Zero(t, tr.Mix["fail_backoff"]+tr.Mix["snooze_long"], "no delay of 5 s or more at the tests' sizes")
 
-	require.Len(t, tr.Runs, 2, "on, then off; the kills after the on run")
+	require.Len(t, tr.Runs, 3, "the warm-up (on), on, then off; the kills after the second on run")
+	require.Equal(t, []string{"warmup", "throughput", "throughput"}, []string{tr.Runs[0].Phase, tr.Runs[1].Phase, tr.Runs[2].Phase})
+	// The ratio counts the throughput runs alone.
+	require.InDelta(t, tr.Runs[1].JobsPerS/tr.Runs[2].JobsPerS, tr.Ratio, 0.001)
 	for i, run := range tr.Runs {
-		require.Equal(t, i == 0, run.FairShare)
+		require.Equal(t, i < 2, run.FairShare)
 		require.Equal(t, tr.Jobs, run.Completed+run.Cancelled+run.DeadLettered, "run %d: every job ended: %v", i+1, run.Examples)
 		require.Equal(t, tr.Mix["bad_args"], run.Cancelled, "run %d", i+1)
 		require.Equal(t, tr.Mix["fail_short"], run.DeadLettered, "run %d", i+1)
@@ -94,7 +97,7 @@ func TestTrafficAccountsForEveryJob(t *testing.T) {
 		require.GreaterOrEqual(t, run.Small.Position, 1.0)
 	}
 	require.Positive(t, tr.Ratio)
-	require.Equal(t, "worker-analyzer-1", tr.Faults.KilledWorker)
+	require.Equal(t, "worker-analyzer-2", tr.Faults.KilledWorker, "the warm-up ran worker-analyzer-1")
 	require.True(t, strings.HasPrefix(tr.Faults.KilledScheduler, "scheduler-"))
 	require.NotEqual(t, tr.Faults.KilledScheduler, tr.Faults.NewLeader, "another scheduler took over")
 	require.Positive(t, tr.Faults.TakeoverSeconds)
@@ -114,7 +117,7 @@ func TestTrafficAccountsForEveryJob(t *testing.T) {
 	for _, k := range []string{"ratio", "jobs_per_s_on", "small", "small_off", "faults", "checks", "runs", "mix"} {
 		require.Contains(t, doc.Traffic, k)
 	}
-	require.Len(t, tr.Table(), 3, "a header and a row per run")
+	require.Len(t, tr.Table(), 4, "a header and a row per run")
 }
 
 func TestTrafficNeedsAnAppCommand(t *testing.T) {

@@ -540,7 +540,7 @@ func TestPlacingLooksThroughTheTurnIndex(t *testing.T) {
 	var ids []int64
 	require.NoError(t, tx.QueryRow(ctx, `SELECT array_agg(id) FROM (SELECT id FROM river_job WHERE metadata ? '`+jobmeta.TurnDue+`' ORDER BY id LIMIT 3) AS s`).Scan(&ids))
 	var placed int
-	require.NoError(t, tx.QueryRow(ctx, placeSQL, []string{loopQueue}, ids).Scan(&placed))
+	require.NoError(t, tx.QueryRow(ctx, placeSQL, []string{loopQueue}, ids).Scan(&placed, nil))
 	var calls int64
 	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_stat_get_xact_function_calls('tierq_turn_tag(text, smallint, text, timestamptz)'::regprocedure)`).Scan(&calls))
 	require.Equal(t, []int64{3, 1}, []int64{int64(placed), calls})

@@ -91,7 +91,7 @@ var placeSQL = placingSQL(`
 
 // placingSQL is a statement that gives the rows locked (its text: a
 // query of id, queue, priority, tenant key and scheduled_at, locking them)
-// their turns and returns how many. Every tag is computed against the
+// their turns and returns how many and the greatest id. Every tag is computed against the
 // statement's snapshot, so a tenant's jobs placed together take
 // consecutive turns from its first (k steps of 1 ms / weight after it),
 // not one turn each: tierq_turn_tag is called once per tenant, for its
@@ -127,9 +127,9 @@ placed AS (
             ELSE j.metadata - '` + jobmeta.TurnDue + `' END
     FROM tagged AS t
     WHERE j.id = t.id
-    RETURNING 1
+    RETURNING j.id
 )
-SELECT (SELECT count(*) FROM placed)::int`
+SELECT count(*)::int, coalesce(max(p.id), 0) FROM placed AS p`
 }
 
 // backlogQueuesSQL lists the queues of $1 that no other live process ($2
@@ -154,13 +154,15 @@ var backlogSQL = `j.state = 'available' AND j.queue = ANY($1::text[]) AND jsonb_
       AND NOT (j.scheduled_at < j.created_at OR j.metadata ? '` + jobmeta.MovedAt + `')`
 
 // placeBacklogSQL places up to placeBatch due jobs of the backlog
-// (backlogSQL), oldest first, as if inserted now: a tenant's jobs take
-// consecutive turns from the head's (or after its last turn), every
-// tenant's first the head's.
+// (backlogSQL) after id $2, oldest first, as if inserted now: a tenant's
+// jobs take consecutive turns from the head's (or after its last turn),
+// every tenant's first the head's. (A job whose turn is its own time stays
+// as it was, still a backlog job by backlogSQL: the id keeps each batch
+// after the last.)
 var placeBacklogSQL = placingSQL(`
     SELECT j.id, j.queue, j.priority, ` + tenantSQL("j") + ` AS tenant, j.scheduled_at
     FROM ` + riverschema.JobTable + ` AS j
-    WHERE ` + backlogSQL + ` AND j.scheduled_at <= now()
+    WHERE ` + backlogSQL + ` AND j.scheduled_at <= now() AND j.id > $2
     ORDER BY j.id
     LIMIT ` + itoa(placeBatch) + `
     FOR UPDATE SKIP LOCKED`)
@@ -190,10 +192,11 @@ func (a *Admitter) placeBacklog(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	done := tag.RowsAffected()
+	var after int64
 	for {
 		var n int
 		placing := placingBatch(false)
-		placing.Queue(placeBacklogSQL, queues).QueryRow(func(row pgx.Row) error { return row.Scan(&n) })
+		placing.Queue(placeBacklogSQL, queues, after).QueryRow(func(row pgx.Row) error { return row.Scan(&n, &after) })
 		if err := a.pool.SendBatch(ctx, placing).Close(); err != nil {
 			return done, err
 		}
@@ -268,7 +271,7 @@ func (a *Admitter) place(ctx context.Context) (found, n int, next *time.Time, er
 		return 0, 0, next, nil
 	}
 	placing := placingBatch(false)
-	placing.Queue(placeSQL, a.turns, ids).QueryRow(func(row pgx.Row) error { return row.Scan(&n) })
+	placing.Queue(placeSQL, a.turns, ids).QueryRow(func(row pgx.Row) error { return row.Scan(&n, nil) })
 	if err := a.pool.SendBatch(ctx, placing).Close(); err != nil {
 		return len(ids), 0, nil, err
 	}

@@ -227,6 +227,29 @@ func TestTurns(t *testing.T) {
 		require.Equal(t, []string{"a", "b", "c", "a", "b", "a", "b", "a", "a"}, b.fetch(t, 9))
 	})
 
+	t.Run("ABacklogLargerThanABatchIsPlacedWhole", func(t *testing.T) {
+		t.Parallel()
+		b := setupTurns(t, 4)
+		// 2,100 jobs, three batches: a's 700 queued first, then b's 100.5 ms
+		// later, then c's 100.5 ms after b's (never a whole number of turn
+		// steps apart, so that no job of b or c has its own time as its
+		// turn).
+		for i, tenant := range []string{"a", "b", "c"} {
+			_, err := b.db.Pool.Exec(ctx, `
+				INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata, scheduled_at, created_at)
+				SELECT 'fair_test', '{}', $1, 2, 'available', 25, jsonb_build_object('tierq:tenant', $2::text), at, at
+				FROM generate_series(1, 700), (SELECT now() - interval '10 seconds' + $3 * interval '100.5 milliseconds' AS at) AS t`, queue, tenant, i)
+			require.NoError(t, err)
+		}
+		b.run(t)
+		// Every job but the head (a's first, whose turn is its own time) is
+		// moved to its turn.
+		require.Eventually(t, func() bool {
+			return b.db.Count(t, `SELECT count(*) FROM river_job WHERE metadata ? 'tierq:moved_at'`) == 2099
+		}, 20*time.Second, 20*time.Millisecond)
+		require.Equal(t, []string{"a", "b", "c", "a", "b", "c", "a", "b", "c"}, b.fetch(t, 9))
+	})
+
 	t.Run("ABacklogBesideAnotherLiveProcessIsLeftAlone", func(t *testing.T) {
 		t.Parallel()
 		b := setupTurns(t, 4)
