@@ -20,7 +20,7 @@ import (
 // RESCUE_STUCK_JOBS_AFTER, 61 s here; River's rescuer looks every 30 s), and
 // the survivors and the new workers finish everything.
 //
-// Fair share is on (the default) and lending too; the load runs for several
+// Fair share is on, by windows (held jobs), and lending too; the load runs for several
 // tenants, and a flood tenant inserts a burst at the start and another
 // halfway, which fair share holds back nearly whole while the kills go on.
 // A killed worker may have been the one whose passes held jobs or lent them:
@@ -39,6 +39,7 @@ import (
 func TestWorkerCrash(t *testing.T) {
 	s := newSystem(t, "worker-crash")
 	ctx := context.Background()
+	s.fairShareByWindows()
 	s.lendIdlePriority()
 	s.capTenants(s.registry.Services()...)
 	s.fullTopology()

@@ -37,6 +37,7 @@ import (
 // and after the failover.
 func TestSchedulerFailover(t *testing.T) {
 	s := newSystem(t, "scheduler-failover")
+	s.fairShareByWindows()
 	ctx := context.Background()
 	s.lendIdlePriority()
 	// Caps in every service: a job held by a cap in a queue no worker

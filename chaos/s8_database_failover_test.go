@@ -72,6 +72,7 @@ func TestDatabaseFailover(t *testing.T) {
 	ctx := context.Background()
 	ha := startHA(t, filepath.Join(suite.base, "database-failover-ha"), "chaos_database_failover")
 	s := newSystemAt(t, "database-failover", withPassword(ha.exports["DATABASE_URL"]))
+	s.fairShareByWindows()
 	// The error paths of a lost database are where a connection string is
 	// most likely to be printed: every level is logged here. (The pause
 	// check reads River's debug lines too.)

@@ -284,6 +284,15 @@ func (s *system) worker(svc *service.Service, extra ...string) *proc {
 // default for the priority and default queues. Not every scenario lends:
 // a lent job changes queue without an escalation audit row, which the
 // operators-racing scenario's audit chains would rightly report.
+// fairShareByWindows has the scenario's workers share by windows
+// (QUEUE_FAIR_SHARE_MODE=windows): the scenarios that hold a flood back
+// and check what happens to held jobs under a fault (s1, s3, s8) test
+// windows, whose held jobs a fault could strand; by turns, the default,
+// fair share holds nothing, and the other scenarios run it.
+func (s *system) fairShareByWindows() {
+	s.workerEnv = append(s.workerEnv, "QUEUE_FAIR_SHARE_MODE=windows")
+}
+
 func (s *system) lendIdlePriority() {
 	for _, svc := range s.registry.Services() {
 		s.workerEnv = append(s.workerEnv, svc.EnvPrefix()+"LEND_IDLE_PRIORITY=true", svc.EnvPrefix()+"LEND_FLOOR=1")
