@@ -74,7 +74,11 @@ func TestProductionTraffic(t *testing.T) {
 		require.True(t, c.Met, "check %s: %d violations (%s); runs: %+v", c.Name, c.Violations, c.Detail, tr.Runs)
 	}
 	require.Positive(t, tr.Faults.KilledRunning, "the kill hit no running job: the scenario proved nothing")
-	require.Positive(t, run.HeldPeak, "fair share never held a job back")
+	// Fair share acted: by turns (the default) it holds nothing, but the
+	// small tenants start within about their bound (p99 of position over
+	// bound 1 in tierctl bench traffic's on runs), where first in first
+	// out puts them 40 times past it (its off runs, 2026-11-28).
+	require.Less(t, run.Small.OverBound, 10.0, "the small tenants waited as without fair share")
 	fmt.Printf("CHAOS %-18s inserted=%d completed=%d cancelled=%d dead_lettered=%d lost=%d redelivered=%d recover=%s settle=%s"+
 		" tenants=%d unfetchable=%d held_peak=%d lent=%d samples=%d outside=%d small_over_bound_p99=%g inverted_tenants=%d killed_running=%d takeover=%gs took=%s\n",
 		"production-traffic", run.Jobs, run.Completed, run.Cancelled, run.DeadLettered, run.Lost, tr.Faults.Rescued,
