@@ -30,9 +30,9 @@ import (
 // enterprise job routed with its tenant by the service under test's
 // InsertOpts into its priority queue, worked by its worker deployment with
 // fair share on by windows (QUEUE_FAIR_SHARE_MODE=windows unless --set
-// says otherwise: the passes it times are windows'), at its default worker counts (the reference app's 5
-// priority workers; --set ANALYZER_QUEUE_PRIORITY_WORKERS=… measures
-// others). Each case, in a fresh table:
+// says otherwise: the passes it times are windows'), at its default
+// worker counts (the reference app's 5 priority workers; --set
+// ANALYZER_QUEUE_PRIORITY_WORKERS=… measures others). Each case, in a fresh table:
 //
 //   - a backlog of IDs tenant ids is queued (one InsertMany per batch, the
 //     ids in turn: job i is tenant t<i mod IDs>'s), the worker started,

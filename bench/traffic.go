@@ -42,10 +42,11 @@ import (
 // Phases:
 //
 //   - warmup: one run with fair share on, checked like every run but
-//     counted in no rate or median: the first run of a database ran
-//     slowest (the first "on" run was the slowest of its bench in every
-//     full run of 2026-11-28's evening, 233.5–241.2 jobs/s against
-//     248.3–266.9 for the other on runs; docs/benchmarks.md, "traffic").
+//     counted in no rate or median: the first run of a database was the
+//     slowest of its bench in the three full runs of 2026-11-28's evening
+//     before the warm-up (233.5–241.2 jobs/s against 248.3–266.9 for the
+//     other on runs; not so in the two after: docs/benchmarks.md,
+//     "traffic").
 //   - throughput: the traffic with fair share on and off (QUEUE_PRIORITY_FAIR_SHARE
 //     and QUEUE_DEFAULT_FAIR_SHARE), alternated on, off, on, off (Pairs
 //     pairs), fresh workers and tables each time. A run's rate is its

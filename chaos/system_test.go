@@ -276,14 +276,6 @@ func (s *system) worker(svc *service.Service, extra ...string) *proc {
 	return s.start("worker", append(env, extra...)...)
 }
 
-// lendIdlePriority turns lending on for every service in the worker
-// processes started from now on (<NAME>_LEND_IDLE_PRIORITY, the floor at its
-// default of 1, set explicitly so the scenario does not change with the
-// default): while no paid job waits, idle priority workers take free jobs
-// from the service's default queue. Fair share needs nothing: it is on by
-// default for the priority and default queues. Not every scenario lends:
-// a lent job changes queue without an escalation audit row, which the
-// operators-racing scenario's audit chains would rightly report.
 // fairShareByWindows has the scenario's workers share by windows
 // (QUEUE_FAIR_SHARE_MODE=windows): the scenarios that hold a flood back
 // and check what happens to held jobs under a fault (s1, s3, s8) test
@@ -293,6 +285,14 @@ func (s *system) fairShareByWindows() {
 	s.workerEnv = append(s.workerEnv, "QUEUE_FAIR_SHARE_MODE=windows")
 }
 
+// lendIdlePriority turns lending on for every service in the worker
+// processes started from now on (<NAME>_LEND_IDLE_PRIORITY, the floor at its
+// default of 1, set explicitly so the scenario does not change with the
+// default): while no paid job waits, idle priority workers take free jobs
+// from the service's default queue. Fair share needs nothing: it is on by
+// default for the priority and default queues. Not every scenario lends:
+// a lent job changes queue without an escalation audit row, which the
+// operators-racing scenario's audit chains would rightly report.
 func (s *system) lendIdlePriority() {
 	for _, svc := range s.registry.Services() {
 		s.workerEnv = append(s.workerEnv, svc.EnvPrefix()+"LEND_IDLE_PRIORITY=true", svc.EnvPrefix()+"LEND_FLOOR=1")
