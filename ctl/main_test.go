@@ -49,8 +49,8 @@ func TestMigrateFreshSchemaThenIdempotent(t *testing.T) {
 
 	out, err := runTierctl(t, environ, "migrate")
 	require.NoError(t, err, out)
-	require.Contains(t, out, "tierq migrations applied: [1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18]")
-	require.Contains(t, out, "tierq schema version: 18")
+	require.Contains(t, out, "tierq migrations applied: [1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19]")
+	require.Contains(t, out, "tierq schema version: 19")
 
 	out, err = runTierctl(t, environ, "migrate")
 	require.NoError(t, err, out)

@@ -95,6 +95,25 @@ func TestTurns(t *testing.T) {
 		require.Equal(t, []string{"w", "a", "w", "w", "a", "w", "a", "a"}, b.fetch(t, 8))
 	})
 
+	t.Run("ASessionWhoseSearchPathLeadsElsewhereTakesTurns", func(t *testing.T) {
+		t.Parallel()
+		b := runTurns(t, 4)
+		// A producer whose search_path names no schema of tierq's (River's
+		// Schema setting names the table instead): the trigger and the tag
+		// function read this schema's rows all the same (migration 00019
+		// writes the schema into them).
+		config := b.db.Pool.Config().Copy()
+		config.MaxConns = 1
+		config.ConnConfig.RuntimeParams["search_path"] = "tierq_no_such_schema"
+		other := testdb.PoolFor(t, config)
+		for _, tenant := range []string{"a", "a", "a", "b"} {
+			_, err := other.Exec(ctx, `INSERT INTO `+b.db.Schema+`.river_job (kind, args, queue, priority, state, max_attempts, metadata)
+				VALUES ('fair_test', '{}', $1, 2, 'available', 25, jsonb_build_object('tierq:tenant', $2::text))`, queue, tenant)
+			require.NoError(t, err)
+		}
+		require.Equal(t, []string{"a", "b", "a", "a"}, b.fetch(t, 4))
+	})
+
 	t.Run("TheDueTimeIsKept", func(t *testing.T) {
 		t.Parallel()
 		b := runTurns(t, 4)

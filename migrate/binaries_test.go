@@ -90,7 +90,7 @@ func TestBinariesCheckSchema(t *testing.T) {
 		schema := pgx.Identifier{db.Schema}.Sanitize()
 		_, err := db.Pool.Exec(t.Context(), "DROP SCHEMA "+schema+" CASCADE; CREATE SCHEMA "+schema)
 		require.NoError(t, err)
-		refused(t, db, `database schema "`+db.Schema+`" is not migrated (no River or tierq migration recorded; this binary needs River migration 8, tierq migration 18)`+fix)
+		refused(t, db, `database schema "`+db.Schema+`" is not migrated (no River or tierq migration recorded; this binary needs River migration 8, tierq migration 19)`+fix)
 	})
 
 	t.Run("MissingSchema", func(t *testing.T) {
@@ -98,14 +98,14 @@ func TestBinariesCheckSchema(t *testing.T) {
 		db := testdb.New(t)
 		_, err := db.Pool.Exec(t.Context(), "DROP SCHEMA "+pgx.Identifier{db.Schema}.Sanitize()+" CASCADE")
 		require.NoError(t, err)
-		refused(t, db, `database schema "`+db.Schema+`" is not migrated (no River or tierq migration recorded; this binary needs River migration 8, tierq migration 18)`+fix)
+		refused(t, db, `database schema "`+db.Schema+`" is not migrated (no River or tierq migration recorded; this binary needs River migration 8, tierq migration 19)`+fix)
 	})
 
 	t.Run("OlderTierq", func(t *testing.T) {
 		t.Parallel()
 		db := testdb.New(t)
 		require.NoError(t, migrate.DownTo(t.Context(), db.Pool, 8))
-		refused(t, db, `database schema "`+db.Schema+`" is older than this binary (found River migration 8, tierq migration 8; needs River migration 8, tierq migration 18)`+fix)
+		refused(t, db, `database schema "`+db.Schema+`" is older than this binary (found River migration 8, tierq migration 8; needs River migration 8, tierq migration 19)`+fix)
 
 		// What the message says to do is enough.
 		migrateCmd := exec.Command(filepath.Join(dir, "tierctl"), "migrate") //nolint:gosec // built above
@@ -113,7 +113,7 @@ func TestBinariesCheckSchema(t *testing.T) {
 		out, err := migrateCmd.Output()
 		require.NoError(t, err)
 		// (Its log, River's "No migrations to apply", comes first.)
-		require.True(t, strings.HasSuffix(string(out), "\nriver migrations applied: none (up to date)\ntierq migrations applied: [9 10 11 12 13 14 15 16 17 18]\ntierq schema version: 18\n"), string(out))
+		require.True(t, strings.HasSuffix(string(out), "\nriver migrations applied: none (up to date)\ntierq migrations applied: [9 10 11 12 13 14 15 16 17 18 19]\ntierq schema version: 19\n"), string(out))
 		cmd, buf := command(t, dir, "tierctl", db.URL, db.Schema)
 		require.NoError(t, cmd.Run(), buf.String())
 		require.True(t, strings.HasPrefix(buf.String(), "no dead letters"), buf.String())
@@ -124,19 +124,19 @@ func TestBinariesCheckSchema(t *testing.T) {
 		db := testdb.New(t)
 		_, err := db.Pool.Exec(t.Context(), `DELETE FROM river_migration WHERE line = 'main' AND version = 8`)
 		require.NoError(t, err)
-		refused(t, db, `database schema "`+db.Schema+`" is older than this binary (found River migration 7, tierq migration 18; needs River migration 8, tierq migration 18)`+fix)
+		refused(t, db, `database schema "`+db.Schema+`" is older than this binary (found River migration 7, tierq migration 19; needs River migration 8, tierq migration 19)`+fix)
 	})
 
 	t.Run("Newer", func(t *testing.T) {
 		t.Parallel()
 		db := testdb.New(t)
-		// A newer tierq's 00019 and a newer River's migration 9.
+		// A newer tierq's 00020 and a newer River's migration 9.
 		_, err := db.Pool.Exec(t.Context(), `
-			INSERT INTO tierq_schema_version (version_id, is_applied) VALUES (19, true);
+			INSERT INTO tierq_schema_version (version_id, is_applied) VALUES (20, true);
 			INSERT INTO river_migration (line, version) VALUES ('main', 9)`)
 		require.NoError(t, err)
 		newer := `msg="database schema is newer than this binary (a newer tierq migrated it; fine during a rolling deploy)" schema=` +
-			db.Schema + ` found="River migration 9, tierq migration 19" needs="River migration 8, tierq migration 18"`
+			db.Schema + ` found="River migration 9, tierq migration 20" needs="River migration 8, tierq migration 19"`
 
 		for _, name := range []string{"worker", "scheduler", "api"} {
 			cmd, out := command(t, dir, name, db.URL, db.Schema)

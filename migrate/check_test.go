@@ -16,7 +16,7 @@ import (
 
 // need is what this build of tierq needs: River v0.51's last migration (8) of
 // its main line and tierq's 00018_turns_generic_plans.
-var need = migrate.Version{River: 8, Tierq: 18}
+var need = migrate.Version{River: 8, Tierq: 19}
 
 func TestNeed(t *testing.T) {
 	t.Parallel()
@@ -79,7 +79,7 @@ func TestCheck(t *testing.T) {
 		err := migrate.Check(b.ctx, b.db.Pool, b.db.Schema)
 		se := schemaError(t, err)
 		require.Equal(t, migrate.SchemaError{Schema: b.db.Schema, Need: need}, *se)
-		require.Equal(t, `database schema "`+b.db.Schema+`" is not migrated (no River or tierq migration recorded; this binary needs River migration 8, tierq migration 18): run `+
+		require.Equal(t, `database schema "`+b.db.Schema+`" is not migrated (no River or tierq migration recorded; this binary needs River migration 8, tierq migration 19): run `+
 			"`tierctl migrate`"+` with the same DATABASE_URL and DATABASE_SCHEMA`, err.Error())
 	})
 
@@ -106,7 +106,7 @@ func TestCheck(t *testing.T) {
 		err := migrate.Check(b.ctx, b.db.Pool, b.db.Schema)
 		se := schemaError(t, err)
 		require.Equal(t, migrate.SchemaError{Schema: b.db.Schema, Found: migrate.Version{River: 8, Tierq: 8}, Need: need}, *se)
-		require.Equal(t, `database schema "`+b.db.Schema+`" is older than this binary (found River migration 8, tierq migration 8; needs River migration 8, tierq migration 18): run `+
+		require.Equal(t, `database schema "`+b.db.Schema+`" is older than this binary (found River migration 8, tierq migration 8; needs River migration 8, tierq migration 19): run `+
 			"`tierctl migrate`"+` with the same DATABASE_URL and DATABASE_SCHEMA`, err.Error())
 
 		// tierctl migrate's Up brings it back.
@@ -120,18 +120,18 @@ func TestCheck(t *testing.T) {
 		b := setup(t)
 		exec(t, b, `DELETE FROM river_migration WHERE line = 'main' AND version = 8`)
 		se := schemaError(t, migrate.Check(b.ctx, b.db.Pool, b.db.Schema))
-		require.Equal(t, migrate.Version{River: 7, Tierq: 18}, se.Found)
+		require.Equal(t, migrate.Version{River: 7, Tierq: 19}, se.Found)
 	})
 
 	t.Run("Newer", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		// A newer tierq's migration 00019 and a newer River's 9.
-		exec(t, b, `INSERT INTO tierq_schema_version (version_id, is_applied) VALUES (19, true)`)
+		// A newer tierq's migration 00020 and a newer River's 9.
+		exec(t, b, `INSERT INTO tierq_schema_version (version_id, is_applied) VALUES (20, true)`)
 		exec(t, b, `INSERT INTO river_migration (line, version) VALUES ('main', 9)`)
 		st, err := migrate.Read(b.ctx, b.db.Pool, b.db.Schema)
 		require.NoError(t, err)
-		require.Equal(t, migrate.Version{River: 9, Tierq: 19}, st.Found)
+		require.Equal(t, migrate.Version{River: 9, Tierq: 20}, st.Found)
 		require.True(t, st.Newer())
 		require.False(t, st.Behind())
 		require.NoError(t, st.Err())

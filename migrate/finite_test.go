@@ -179,7 +179,7 @@ func TestFiniteTimestampsRepair(t *testing.T) {
 	}
 	before := b.rows(t)
 
-	require.Equal(t, []int64{10, 11, 12, 13, 14, 15, 16, 17, 18}, b.up(t))
+	require.Equal(t, []int64{10, 11, 12, 13, 14, 15, 16, 17, 18, 19}, b.up(t))
 	b.checkValidated(t)
 
 	for id, w := range cases {
@@ -229,10 +229,10 @@ func TestFiniteTimestampsRepair(t *testing.T) {
 	// between the two, before 00011), then neither is there.
 	_, err := b.db.Pool.Exec(context.Background(), `DROP TABLE tierq_services, tier_limits, tenant_limits, tenant_quota_usage, job_wait_stats; DELETE FROM tierq_schema_version WHERE version_id >= 10`)
 	require.NoError(t, err)
-	require.Equal(t, []int64{10, 11, 12, 13, 14, 15, 16, 17, 18}, b.up(t))
+	require.Equal(t, []int64{10, 11, 12, 13, 14, 15, 16, 17, 18, 19}, b.up(t))
 	require.Equal(t, after, b.rows(t))
 	testdb.BeforeFiniteTimestamps(t, b.db)
-	require.Equal(t, []int64{10, 11, 12, 13, 14, 15, 16, 17, 18}, b.up(t))
+	require.Equal(t, []int64{10, 11, 12, 13, 14, 15, 16, 17, 18, 19}, b.up(t))
 	require.Equal(t, after, b.rows(t))
 	b.checkValidated(t)
 	require.Empty(t, b.up(t))
@@ -327,8 +327,8 @@ func TestFiniteTimestampsWaitsForItsLockInTurns(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		res, err := migrate.Up(ctx, b.db.Pool, b.db.Schema, b.logger)
-		if err == nil && !slices.Equal(res.TierqApplied, []int64{10, 11, 12, 13, 14, 15, 16, 17, 18}) {
-			err = fmt.Errorf("applied %v, want [10 11 12 13 14 15 16 17 18]", res.TierqApplied)
+		if err == nil && !slices.Equal(res.TierqApplied, []int64{10, 11, 12, 13, 14, 15, 16, 17, 18, 19}) {
+			err = fmt.Errorf("applied %v, want [10 11 12 13 14 15 16 17 18 19]", res.TierqApplied)
 		}
 		done <- err
 	}()

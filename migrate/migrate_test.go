@@ -27,7 +27,7 @@ func TestUpIsIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, res.RiverApplied)
 	require.Empty(t, res.TierqApplied)
-	require.EqualValues(t, 18, res.TierqVersion) // 00001_results (a no-op since issue 30) … 00017_fair_share_turns, 00018_turns_generic_plans
+	require.EqualValues(t, 19, res.TierqVersion) // 00001_results (a no-op since issue 30) … 00018_turns_generic_plans, 00019_turns_cheaper_trigger
 
 	for _, table := range []string{"river_job", "river_leader", "dead_letter_jobs", "job_escalations", "load_test_executions"} {
 		var schema string
@@ -66,7 +66,7 @@ func TestUpFreshSchemaConcurrently(t *testing.T) {
 		require.NoError(t, <-errs)
 		applied = append(applied, len((<-results).TierqApplied))
 	}
-	require.ElementsMatch(t, []int{0, 18}, applied, "one run applies every tierq migration, the other none")
+	require.ElementsMatch(t, []int{0, 19}, applied, "one run applies every tierq migration, the other none")
 
 	pending, err := migrate.Pending(ctx, pool, schema, logger)
 	require.NoError(t, err)

@@ -111,11 +111,11 @@ func AllowInfinite(t testing.TB, db *DB) {
 // dropped, 00015's rate trigger, its function and tenant_rate_buckets
 // dropped, 00016's tier and tenant columns of dead_letter_jobs dropped,
 // 00017's turn trigger, its functions, indexes and slots column dropped,
-// 00018's index dropped),
+// 00018's index dropped; 00019 rewrote only 00017's functions),
 // and their versions forgotten, so that the next migrate.Up
 // applies 00010 and every later one again, as to a database upgraded from
 // that version. (goose refuses to apply a migration below the latest
-// recorded: a migration added after 00018 must be undone here too.)
+// recorded: a migration added after 00019 must be undone here too.)
 func BeforeFiniteTimestamps(t testing.TB, db *DB) {
 	t.Helper()
 	AllowInfinite(t, db)

@@ -133,7 +133,7 @@ func TestInfiniteTimestampsNeverStopRiver(t *testing.T) {
 		return len(db.Jobs(t, "id = ANY($1) AND state = 'completed'", worked)) == len(worked) &&
 			len(db.Jobs(t, "id = ANY($1) AND state = 'cancelled'", never)) == len(never)
 	})
-	require.Equal(t, []int64{10, 11, 12, 13, 14, 15, 16, 17, 18}, res.TierqApplied)
+	require.Equal(t, []int64{10, 11, 12, 13, 14, 15, 16, 17, 18, 19}, res.TierqApplied)
 	for _, id := range never {
 		var reason, cancelledFrom string
 		require.NoError(t, db.Pool.QueryRow(ctx, `

@@ -180,17 +180,17 @@ func TestUpgradeFromOldStyleJobs(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, res.RiverApplied)
 	require.Empty(t, res.TierqApplied)
-	// The test's schema is made at today's version (18: fair share's
+	// The test's schema is made at today's version (19: fair share's
 	// tables and partial index, which no existing row enters, river_job's
 	// statistics on (state, queue), its finite-timestamps check, the
 	// record of the services, tierq_services, the tenant limits' tables
 	// the recorded waits, job_wait_stats, the rate buckets, the dead letters' tier and
 	// tenant columns, and fair share by turns' trigger and partial indexes,
-	// its functions planned once per connection); the
+	// its functions planned once per connection and reading the schema by name); the
 	// rows are the old releases'. The
 	// pending job among them has no tierq:held_at: fair share never admits
 	// it (checked below: it is still pending).
-	require.EqualValues(t, 18, res.TierqVersion)
+	require.EqualValues(t, 19, res.TierqVersion)
 	require.Equal(t, before, snapshot(t, db))
 
 	// --- Today's deployments over the old rows. ---
