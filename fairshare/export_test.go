@@ -37,4 +37,6 @@ func (a *Admitter) EndLimited(queue string) { a.queues[queue].limitedUntil.Store
 
 // PlaceBacklog places the backlog of the queues placed by turns that no
 // other live process places (the placing loop's first step).
-func (a *Admitter) PlaceBacklog(ctx context.Context) (int64, error) { return a.placeBacklog(ctx) }
+func (a *Admitter) PlaceBacklog(ctx context.Context) (int64, error) {
+	return a.placeBacklog(ctx, a.pool)
+}
