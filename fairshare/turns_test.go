@@ -300,3 +300,47 @@ func TestTurns(t *testing.T) {
 		require.Equal(t, []string{"a", "a", "b"}, b.fetch(t, 3))
 	})
 }
+
+// TestPlacingKeepsOneConnection: the placing loop sends its looks and
+// placings on one connection of the pool, held while it runs, so that they
+// and the tag function are planned once per process: here, five jobs
+// placed one after the other, with the pool's idle connections handed out
+// in a new order before each (the pool gives the last released first), are
+// looked for and placed by one backend.
+func TestPlacingKeepsOneConnection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	config := db.Pool.Config().Copy()
+	config.MaxConns = 4
+	app := "tierq_placing_" + db.Schema
+	config.ConnConfig.RuntimeParams["application_name"] = app
+	pool := testdb.PoolFor(t, config)
+	a, err := fairshare.New(pool, &fairshare.Config{
+		Queues: map[string]fairshare.Queue{queue: {Workers: 2, Fair: true, Turns: true}},
+	})
+	require.NoError(t, err)
+	b := &bundle{db: db, admitter: a}
+	b.run(t)
+	for i := range 5 {
+		// Every idle connection taken and given back in a new order: the
+		// next acquire gets another one than the last.
+		idle := pool.AcquireAllIdle(ctx)
+		for j := range idle {
+			idle[(i+j)%len(idle)].Release()
+		}
+		_, err := db.Pool.Exec(ctx, `
+			INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata, scheduled_at)
+			VALUES ('fair_test', '{}', $1, 2, 'available', 25, '{"tierq:tenant": "r"}', now() + interval '100 milliseconds')`, queue)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			var marked int
+			err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE metadata ? 'tierq:turn_due'`).Scan(&marked)
+			return err == nil && marked == 0
+		}, 10*time.Second, 10*time.Millisecond, "job %d placed", i)
+	}
+	var backends int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE application_name = $1 AND query LIKE '%tierq:turn_due%'`, app).Scan(&backends))
+	require.Equal(t, 1, backends)
+}
