@@ -225,8 +225,8 @@ type placer interface {
 // a placing statement of 5 jobs on a fresh connection against 1.6 ms on one
 // that placed before, in psql), and on whichever of the pool's connections
 // was free, the loop paid that on each of them (tierctl bench traffic
-// --quick: 231–261 placing statements a run, 17 ms each on average, by the
-// server's statement statistics).
+// --quick: 210–261 placing statements a run, 12–22 ms each on average, by
+// the server's statement statistics).
 func (a *Admitter) placeLoop(ctx context.Context) {
 	select {
 	case <-ctx.Done():

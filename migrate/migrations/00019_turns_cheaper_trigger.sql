@@ -9,8 +9,8 @@
 -- connection plans each look-up five times; migration 00018). The trigger
 -- set it too, and called the tag function once per job made available: in
 -- a 5,000-row insert with fair share by turns, about 1,000 ms against 780
--- ms now and 300 ms without turns (psql's timing, medians of ten
--- alternated runs on this machine's noisy cores). The functions now name
+-- ms now and about 300 ms without turns (psql's timing, medians of ten
+-- runs each in two alternated rounds, on a machine's noisy shared cores). The functions now name
 -- the schema's tables and functions themselves (written in at migration
 -- time, as the search_path was), so a session whose search_path leads
 -- elsewhere (River's Schema setting) still reads this schema's rows.
