@@ -125,6 +125,10 @@ type TrafficRun struct {
 	QueueSeconds map[string]float64 `json:"queue_seconds"`
 	// SettleSeconds is the time until every job had ended.
 	SettleSeconds float64 `json:"settle_seconds"`
+	// BacklogSeconds is how long the backlog's insert took (the tenants
+	// queued at the start, in one producer's batches): the small tenants
+	// start arriving WarmSeconds after it ends.
+	BacklogSeconds float64 `json:"backlog_seconds"`
 	Executions    int     `json:"executions"`
 	// Where the jobs ended.
 	Completed    int `json:"completed"`

@@ -74,9 +74,11 @@ func (t *trafficRunner) run(ctx context.Context, m runMode, faults *TrafficFault
 		return r, err
 	}
 	backlog, stream := t.plan.split()
+	queued := time.Now()
 	if err := t.insertTenants(ctx, backlog, ids); err != nil {
 		return r, err
 	}
+	r.BacklogSeconds = round(time.Since(queued).Seconds(), 2)
 
 	// The small tenants arrive while the workers work, from warm after the
 	// backlog is queued.
