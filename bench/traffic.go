@@ -129,7 +129,7 @@ type TrafficRun struct {
 	// queued at the start, in one producer's batches): the small tenants
 	// start arriving WarmSeconds after it ends.
 	BacklogSeconds float64 `json:"backlog_seconds"`
-	Executions    int     `json:"executions"`
+	Executions     int     `json:"executions"`
 	// Where the jobs ended.
 	Completed    int `json:"completed"`
 	Cancelled    int `json:"cancelled"`
