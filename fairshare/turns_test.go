@@ -2,9 +2,12 @@ package fairshare_test
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tierq/tierq/fairshare"
@@ -112,6 +115,35 @@ func TestTurns(t *testing.T) {
 			require.NoError(t, err)
 		}
 		require.Equal(t, []string{"a", "b", "a", "a"}, b.fetch(t, 4))
+	})
+
+	t.Run("AMarkedJobDueButNotYetPlacedIsNoTurnOfItsTenant", func(t *testing.T) {
+		t.Parallel()
+		// No placing loop: the slot says the queue is placed by turns, as
+		// a live process's heartbeat does, so the trigger places.
+		b := setupTurns(t, 4)
+		_, err := b.db.Pool.Exec(ctx, `INSERT INTO fair_share_slots (client_id, queue, slots, expires_at, turns)
+			VALUES ('another process', $1, 4, now() + interval '1 hour', true)`, queue)
+		require.NoError(t, err)
+		b.insertTenants(t, "a", "a", "a")
+		// A retry of r's, moved once before (it keeps tierq:moved_at),
+		// made available 100 ms ahead: marked, and due once that passes
+		// while no placing loop has given it its turn yet.
+		_, err = b.db.Pool.Exec(ctx, `
+			INSERT INTO river_job (kind, args, queue, priority, state, max_attempts, metadata, scheduled_at)
+			VALUES ('fair_test', '{}', $1, 2, 'available', 25,
+			        '{"tierq:tenant": "r", "tierq:moved_at": 1, "tierq:due_at": 1}', now() + interval '100 milliseconds')`, queue)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			var due bool
+			err := b.db.Pool.QueryRow(ctx, `SELECT bool_and(scheduled_at <= now()) FROM river_job WHERE metadata ? 'tierq:turn_due'`).Scan(&due)
+			return err == nil && due
+		}, 10*time.Second, 10*time.Millisecond)
+		// r's next job takes the head's turn: the marked job is no turn of
+		// r's (00018's tag counted it and put the job behind it, at the
+		// back of the line: a a a r r).
+		b.insertTenants(t, "r")
+		require.Equal(t, []string{"a", "r", "a", "a", "r"}, b.fetch(t, 5))
 	})
 
 	t.Run("TheDueTimeIsKept", func(t *testing.T) {
@@ -306,15 +338,17 @@ func TestTurns(t *testing.T) {
 // and the tag function are planned once per process: here, five jobs
 // placed one after the other, with the pool's idle connections handed out
 // in a new order before each (the pool gives the last released first), are
-// looked for and placed by one backend.
+// looked for and placed by one backend (every statement naming
+// tierq:turn_due, traced by the backend that ran it; two backends with the
+// loop on the pool).
 func TestPlacingKeepsOneConnection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t)
 	config := db.Pool.Config().Copy()
 	config.MaxConns = 4
-	app := "tierq_placing_" + db.Schema
-	config.ConnConfig.RuntimeParams["application_name"] = app
+	tracer := &placingTracer{pids: map[uint32]bool{}}
+	config.ConnConfig.Tracer = tracer
 	pool := testdb.PoolFor(t, config)
 	a, err := fairshare.New(pool, &fairshare.Config{
 		Queues: map[string]fairshare.Queue{queue: {Workers: 2, Fair: true, Turns: true}},
@@ -339,8 +373,44 @@ func TestPlacingKeepsOneConnection(t *testing.T) {
 			return err == nil && marked == 0
 		}, 10*time.Second, 10*time.Millisecond, "job %d placed", i)
 	}
-	var backends int
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-		WHERE application_name = $1 AND query LIKE '%tierq:turn_due%'`, app).Scan(&backends))
-	require.Equal(t, 1, backends)
+	require.Equal(t, 1, tracer.backends())
 }
+
+// placingTracer records the backends that ran a statement naming
+// tierq:turn_due (the placing loop's looks and placings), alone or in a
+// batch.
+type placingTracer struct {
+	mu   sync.Mutex
+	pids map[uint32]bool
+}
+
+func (p *placingTracer) saw(conn *pgx.Conn, sql string) {
+	if strings.Contains(sql, "tierq:turn_due") {
+		p.mu.Lock()
+		p.pids[conn.PgConn().PID()] = true
+		p.mu.Unlock()
+	}
+}
+
+func (p *placingTracer) backends() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.pids)
+}
+
+func (p *placingTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	p.saw(conn, data.SQL)
+	return ctx
+}
+
+func (p *placingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (p *placingTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (p *placingTracer) TraceBatchQuery(_ context.Context, conn *pgx.Conn, data pgx.TraceBatchQueryData) {
+	p.saw(conn, data.SQL)
+}
+
+func (p *placingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}

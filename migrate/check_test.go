@@ -15,7 +15,7 @@ import (
 )
 
 // need is what this build of tierq needs: River v0.51's last migration (8) of
-// its main line and tierq's 00018_turns_generic_plans.
+// its main line and tierq's 00019_turns_cheaper_trigger.
 var need = migrate.Version{River: 8, Tierq: 19}
 
 func TestNeed(t *testing.T) {
@@ -162,4 +162,44 @@ func TestCheck(t *testing.T) {
 		require.False(t, errors.As(err, &se))
 		require.Contains(t, err.Error(), "read schema version: ")
 	})
+}
+
+// TestDownFrom19RestoresTheTurnFunctions: migration 00019's Down puts back
+// the turn trigger and tag function as 00017 and 00018 left them, each with
+// the schema as its search_path (00019 names the schema in their bodies
+// instead), and Up applies 00019 again.
+func TestDownFrom19RestoresTheTurnFunctions(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := t.Context()
+	configs := func() map[string]string {
+		t.Helper()
+		rows, err := db.Pool.Query(ctx, `SELECT proname::text, array_to_string(proconfig, ' ') FROM pg_proc
+			WHERE proname IN ('tierq_tenant_turn', 'tierq_turn_tag') AND pronamespace = current_schema()::regnamespace`)
+		require.NoError(t, err)
+		got := map[string]string{}
+		for rows.Next() {
+			var name, config string
+			require.NoError(t, rows.Scan(&name, &config))
+			got[name] = config
+		}
+		require.NoError(t, rows.Err())
+		return got
+	}
+	require.Equal(t, map[string]string{
+		"tierq_tenant_turn": "plan_cache_mode=force_generic_plan",
+		"tierq_turn_tag":    "plan_cache_mode=force_generic_plan",
+	}, configs())
+
+	require.NoError(t, migrate.DownTo(ctx, db.Pool, 18))
+	withPath := "plan_cache_mode=force_generic_plan search_path=" + db.Schema + ", pg_catalog"
+	require.Equal(t, map[string]string{"tierq_tenant_turn": withPath, "tierq_turn_tag": withPath}, configs())
+	var src string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT prosrc FROM pg_proc WHERE proname = 'tierq_turn_tag' AND pronamespace = current_schema()::regnamespace`).Scan(&src))
+	require.Contains(t, src, "IF last IS NULL OR last < head THEN") // 00018's
+
+	res, err := migrate.Up(ctx, db.Pool, db.Schema, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.Equal(t, []int64{19}, res.TierqApplied)
+	require.Equal(t, "plan_cache_mode=force_generic_plan", configs()["tierq_turn_tag"])
 }

@@ -19,9 +19,14 @@
 -- only when the tenant has none waiting: a turn waiting in the line is
 -- never before the head (the head look-up reads every row the last-turn
 -- look-up does, now that it too skips rows marked tierq:turn_due), so the
--- tag is the same with one look-up for most jobs (a flood's). The trigger
--- computes a job's due time only when it keeps it (a job placed at its
--- insert keeps none).
+-- tag is the same with one look-up for most jobs (a flood's). One tag
+-- differs: a marked job that carries a kept move time (a job moved or
+-- placed before, then retried or snoozed) and is due but not yet placed
+-- was its tenant's last turn, so the tenant's next job went behind it, at
+-- the back of the line; it is no turn now, as no other marked job is
+-- (fairshare TestTurns/AMarkedJobDueButNotYetPlacedIsNoTurnOfItsTenant).
+-- The trigger computes a job's due time only when it keeps it (a job
+-- placed at its insert keeps none).
 
 -- +goose Up
 -- +goose StatementBegin
