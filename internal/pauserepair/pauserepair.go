@@ -20,9 +20,13 @@
 // River's pause message again (riverschema.NotifyPauseSQL) and logs a
 // warning (queue, paused_at, last_start). River's producers apply a pause
 // once: those that have it already ignore the message. When the notifier
-// is still down the message is lost too; the next start makes the next
-// round send it again, so a missed pause holds within about one Interval
-// of the LISTEN connection's return, instead of up to River's minute.
+// is still down the message is lost too, and the producer may start
+// nothing more of the queue (its jobs ran out, or were cancelled) that
+// would show it: so every round sends it again, while the queue stays
+// paused, for Config.RepeatFor after the last start that showed the miss
+// (by then River's own poll has read the pause). A missed pause holds
+// within about one Interval of the LISTEN connection's return, instead of
+// up to River's minute (chaos scenario database-failover).
 //
 // The message is sent only while the queue is still paused, and a resume
 // cannot be overtaken by it: see Repairer.repair.
@@ -56,6 +60,10 @@ const (
 	DefaultInterval = 2 * time.Second
 	// DefaultMargin is Config.Margin's default.
 	DefaultMargin = time.Second
+	// DefaultRepeatFor is Config.RepeatFor's default: River's
+	// NotificationPollInterval, the period of each producer's read of its
+	// queue's row.
+	DefaultRepeatFor = time.Minute
 )
 
 // Config configures a Repairer.
@@ -71,6 +79,12 @@ type Config struct {
 	// way to the producers, and a fetch already under way when it arrived.
 	// Default DefaultMargin (1 s).
 	Margin time.Duration
+	// RepeatFor is how long after the last start that showed a missed
+	// pause the rounds go on sending it, while the queue stays paused
+	// with the same paused_at: the process's LISTEN connection may come
+	// back after the first message, with no job started since. Default
+	// DefaultRepeatFor (1 minute).
+	RepeatFor time.Duration
 	// Logger logs the repairs (warnings) and failed checks. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -83,6 +97,9 @@ func (cfg Config) WithDefaults() Config {
 	}
 	if cfg.Margin <= 0 {
 		cfg.Margin = DefaultMargin
+	}
+	if cfg.RepeatFor <= 0 {
+		cfg.RepeatFor = DefaultRepeatFor
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -100,6 +117,10 @@ type Repairer struct {
 	// checked is, per queue, the latest start (unix microseconds) a round
 	// has checked. Owned by the goroutine that runs the rounds.
 	checked map[string]int64
+	// repeating is, per queue whose missed pause a round sent, the start
+	// that showed the miss and until when the rounds send it again. Owned
+	// by the goroutine that runs the rounds.
+	repeating map[string]repeat
 	// beforeLock and afterLock, when set (tests), run in repair before
 	// the transaction takes its row locks and after it has them.
 	beforeLock func()
@@ -117,7 +138,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Repairer, error) {
 	for _, q := range cfg.Queues {
 		h.latest[q] = &atomic.Int64{}
 	}
-	return &Repairer{pool: pool, cfg: cfg, hook: h, checked: map[string]int64{}}, nil
+	return &Repairer{pool: pool, cfg: cfg, hook: h, checked: map[string]int64{}, repeating: map[string]repeat{}}, nil
+}
+
+// repeat is a missed pause the rounds send again.
+type repeat struct {
+	start time.Time // the latest start that showed the miss
+	until time.Time // the end of the repeats (local clock)
 }
 
 // Hook is the River hook that records the jobs' starts: add it to the
@@ -198,9 +225,11 @@ type Missed struct {
 	LastStart time.Time
 }
 
-// runOnce checks the queues with starts since the last round and repairs
-// those that missed their pause; it returns them.
+// runOnce checks the queues with starts since the last round, and those
+// whose missed pause is repeated, and repairs those that missed their
+// pause; it returns them.
 func (r *Repairer) runOnce(ctx context.Context) ([]Missed, error) {
+	now := time.Now()
 	var names []string
 	var starts []time.Time
 	seen := map[string]int64{}
@@ -212,6 +241,15 @@ func (r *Repairer) runOnce(ctx context.Context) ([]Missed, error) {
 		names = append(names, q)
 		starts = append(starts, time.UnixMicro(at))
 		seen[q] = at
+	}
+	for q, rep := range r.repeating {
+		switch {
+		case !now.Before(rep.until):
+			delete(r.repeating, q)
+		case seen[q] == 0:
+			names = append(names, q)
+			starts = append(starts, rep.start)
+		}
 	}
 	if len(names) == 0 {
 		return nil, nil
@@ -232,7 +270,24 @@ func (r *Repairer) runOnce(ctx context.Context) ([]Missed, error) {
 	for q, at := range seen {
 		r.checked[q] = at
 	}
+	// A queue resumed, or paused again after the start that showed the
+	// miss, is repeated no more.
+	sent := map[string]bool{}
 	for _, m := range missed {
+		sent[m.Queue] = true
+	}
+	for q := range r.repeating {
+		if !sent[q] {
+			delete(r.repeating, q)
+		}
+	}
+	for _, m := range missed {
+		if seen[m.Queue] == 0 {
+			r.cfg.Logger.DebugContext(ctx, "pause repair: sent a missed pause again (no job of the queue started since)",
+				slog.String("queue", m.Queue), slog.Time("paused_at", m.PausedAt), slog.Time("last_start", m.LastStart))
+			continue
+		}
+		r.repeating[m.Queue] = repeat{start: m.LastStart, until: now.Add(r.cfg.RepeatFor)}
 		r.cfg.Logger.WarnContext(ctx, "pause repair: a queue paused in River still had jobs started here: this process missed River's pause notification (its LISTEN connection was down?); sent it again",
 			slog.String("queue", m.Queue), slog.Time("paused_at", m.PausedAt), slog.Time("last_start", m.LastStart),
 			slog.Duration("started_after_pause", m.LastStart.Sub(m.PausedAt)))

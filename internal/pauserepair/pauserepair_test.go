@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func TestRepairer(t *testing.T) {
 		listener *pgx.Conn
 	}
 
-	setup := func(t *testing.T) *testBundle {
+	setupConfig := func(t *testing.T, cfg pauserepair.Config) *testBundle {
 		t.Helper()
 		ctx := context.Background()
 		db := testdb.NewCore(t)
@@ -43,10 +44,9 @@ func TestRepairer(t *testing.T) {
 			`INSERT INTO river_queue (name, created_at, updated_at) VALUES ($1, now(), now())`, queue)
 		require.NoError(t, err)
 		out := &proctest.Buffer{}
-		repairer, err := pauserepair.New(db.Pool, pauserepair.Config{
-			Queues: []string{queue},
-			Logger: slog.New(slog.NewTextHandler(out, nil)),
-		})
+		cfg.Queues = []string{queue}
+		cfg.Logger = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		repairer, err := pauserepair.New(db.Pool, cfg)
 		require.NoError(t, err)
 
 		channel := riverschema.Channel(db.Schema, riverschema.ControlTopic)
@@ -56,6 +56,10 @@ func TestRepairer(t *testing.T) {
 		_, err = listener.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
 		require.NoError(t, err)
 		return &testBundle{db: db, repairer: repairer, out: out, channel: channel, listener: listener}
+	}
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		return setupConfig(t, pauserepair.Config{})
 	}
 
 	// pause sets the queue's paused_at, as a pause whose notification was
@@ -132,18 +136,58 @@ func TestRepairer(t *testing.T) {
 		require.Contains(t, b.out.String(), `level=WARN msg="pause repair: a queue paused in River still had jobs started here`)
 		require.Contains(t, b.out.String(), "queue="+queue)
 
-		// No start since: nothing to check, nothing sent.
+		// No start since: the message may have been lost too, and the
+		// producer may start nothing more that would show it (chaos
+		// scenario database-failover): sent again, at debug level.
 		missed, err = b.repairer.RunOnce(ctx)
 		require.NoError(t, err)
-		require.Empty(t, missed)
-		requireNothingSent(t, b)
+		require.Len(t, missed, 1)
+		require.True(t, late.Equal(missed[0].LastStart))
+		requireAction(t, next(t, b), riverschema.ActionPause)
+		require.Equal(t, 1, strings.Count(b.out.String(), "level=WARN"))
+		require.Contains(t, b.out.String(), `level=DEBUG msg="pause repair: sent a missed pause again (no job of the queue started since)" queue=`+queue)
 
-		// Another late start (the message was lost too): sent again.
+		// Another late start: sent again, and warned of again.
 		start(t, b, late.Add(time.Second))
 		missed, err = b.repairer.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Len(t, missed, 1)
 		requireAction(t, next(t, b), riverschema.ActionPause)
+		require.Equal(t, 2, strings.Count(b.out.String(), "level=WARN"))
+
+		// Resumed: nothing sent, and no more repeats once it is paused
+		// again (the starts that showed the miss were before that pause).
+		_, err = b.db.Pool.Exec(ctx, `UPDATE river_queue SET paused_at = NULL WHERE name = $1`, queue)
+		require.NoError(t, err)
+		missed, err = b.repairer.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Empty(t, missed)
+		requireNothingSent(t, b)
+		_, err = b.db.Pool.Exec(ctx, `UPDATE river_queue SET paused_at = now() WHERE name = $1`, queue)
+		require.NoError(t, err)
+		missed, err = b.repairer.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Empty(t, missed)
+		requireNothingSent(t, b)
+	})
+
+	// The repeats of a missed pause with no start since end RepeatFor
+	// after the start that showed it (River's poll has read it by then).
+	t.Run("RepeatsEnd", func(t *testing.T) {
+		t.Parallel()
+		b := setupConfig(t, pauserepair.Config{RepeatFor: time.Nanosecond})
+		ctx := context.Background()
+		pausedAt := pause(t, b)
+		start(t, b, pausedAt.Add(2*time.Second))
+		missed, err := b.repairer.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Len(t, missed, 1)
+		requireAction(t, next(t, b), riverschema.ActionPause)
+
+		missed, err = b.repairer.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Empty(t, missed)
+		requireNothingSent(t, b)
 	})
 
 	t.Run("NotMissed", func(t *testing.T) {
