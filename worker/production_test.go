@@ -243,3 +243,27 @@ func TestLongTenantIDDoesNotStopFairShare(t *testing.T) {
 	waiting := b.count(t, long, `attempted_at IS NULL`)
 	require.Greater(t, waiting, 40, fmt.Sprintf("the newcomer started with %d of the flood not started", waiting))
 }
+
+// TestSmallestPoolTakesTurns: at the smallest pool allowed
+// (DATABASE_MAX_CONNS=2), fair share by turns (the default) holds one of the
+// worker's two connections in its placing loop, and the rest of the process
+// shares the other. A tenant's flood whose first attempts fail (retries
+// written 4 s ahead, placed by that loop when due) and a second tenant's job
+// inserted after it: the second tenant's job starts before most of the
+// flood, and every job completes.
+func TestSmallestPoolTakesTurns(t *testing.T) {
+	t.Parallel()
+	b := setupProduction(t, "DATABASE_MAX_CONNS=2", "BILLING_QUEUE_DEFAULT_WORKERS=2")
+	require.Equal(t, 1, b.db.Count(t, `SELECT count(*) FROM fair_share_slots WHERE queue = 'bill_default' AND turns`))
+	b.insert(t, "a", flakyArgs{SleepMS: 50, FailFirst: true}, 40)
+	b.insert(t, "b", flakyArgs{SleepMS: 0}, 1)
+	testdb.WaitFor(t, 30*time.Second, "b's job to start", func() bool {
+		return b.count(t, "b", `attempted_at IS NOT NULL`) == 1
+	})
+	waiting := b.count(t, "a", `attempted_at IS NULL`)
+	require.Greater(t, waiting, 30, "b's job started with %d of a's 40 first attempts not started", waiting)
+	testdb.WaitFor(t, 60*time.Second, "every job completed", func() bool {
+		return b.db.Count(t, `SELECT count(*) FROM river_job WHERE kind = 'flaky' AND state = 'completed'`) == 41
+	})
+	require.Equal(t, 40, b.count(t, "a", `attempt = 2`))
+}
