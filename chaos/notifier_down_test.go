@@ -44,8 +44,9 @@ const (
 	// pauseRepairBound is how long after the later of a pause's commit and
 	// the worker's notifier being healthy again the worker may take to
 	// apply the pause: its pause repair checks every 2 s for a job started
-	// more than 1 s after the pause and sends the pause again (heard only
-	// once the notifier listens), plus a second for the producer.
+	// more than 1 s after the pause and sends the pause again, then every
+	// 2 s while the queue stays paused (heard only once the notifier
+	// listens), plus a second for the producer.
 	pauseRepairBound = 5 * time.Second
 	// fetchInFlight is how long after a producer logged its pause a job of
 	// the queue may still start: a fetch under way when the pause came.

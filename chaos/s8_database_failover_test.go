@@ -204,8 +204,9 @@ func TestDatabaseFailover(t *testing.T) {
 			p.worker.name, p.queue, p.at.Format("15:04:05.000"), p.notifier.Format("15:04:05.000"), p.seen.Sub(p.at).Seconds(), p.started, p.late)
 		require.LessOrEqual(t, p.seen.Sub(p.at), pauseBound, "%s applied the pause of %s", p.worker.name, p.queue)
 		// The worker's pause repair (internal/pauserepair) sends the pause
-		// again once it starts a job of the paused queue: heard once its
-		// notifier is back, within the repair's interval and margin.
+		// again once it starts a job of the paused queue, and every round
+		// after while the queue stays paused: heard once its notifier is
+		// back, within the repair's interval and margin.
 		require.False(t, p.notifier.IsZero(), "%s's notifier never healthy again", p.worker.name)
 		repaired := p.seen.Sub(later(p.at, p.notifier))
 		require.LessOrEqual(t, repaired, pauseRepairBound, "%s applied the pause of %s %.1fs after its notifier was back", p.worker.name, p.queue, repaired.Seconds())

@@ -232,9 +232,10 @@ func Run(ctx context.Context, cfg Config) error {
 // is lost when sent while the client's LISTEN connection is down (a
 // failover), and falls back on a poll every minute. When this process
 // starts a job of a queue more than a second after the queue's paused_at,
-// it sends River's pause message again (every 2 s while that goes on) and
-// logs a warning ("pause repair: …", with the queue, paused_at and
-// last_start): the pause holds within about 2 s of the notifier's return.
+// it sends River's pause message again and logs a warning ("pause
+// repair: …", with the queue, paused_at and last_start), and sends it
+// every 2 s while the queue stays paused, for two minutes: the pause holds
+// within about 2 s of the notifier's return.
 //
 // With Config.WarnJobTimeout Run logs a warning listing the kinds'
 // timeouts: JobTimeout applies to none of them.

@@ -2,6 +2,7 @@ package pauserepair
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -12,3 +13,6 @@ func (r *Repairer) RunOnce(ctx context.Context) ([]Missed, error) { return r.run
 // SetBeforeLock and SetAfterLock set the test seams of repair.
 func (r *Repairer) SetBeforeLock(f func())      { r.beforeLock = f }
 func (r *Repairer) SetAfterLock(f func(pgx.Tx)) { r.afterLock = f }
+
+// SetNow sets the clock of the repeats' ends.
+func (r *Repairer) SetNow(now func() time.Time) { r.now = now }

@@ -23,10 +23,12 @@
 // is still down the message is lost too, and the producer may start
 // nothing more of the queue (its jobs ran out, or were cancelled) that
 // would show it: so every round sends it again, while the queue stays
-// paused, for Config.RepeatFor after the last start that showed the miss
-// (by then River's own poll has read the pause). A missed pause holds
-// within about one Interval of the LISTEN connection's return, instead of
-// up to River's minute (chaos scenario database-failover).
+// paused, for Config.RepeatFor (two minutes) after the round that saw the
+// last late start (by then two of River's polls of the queue's row have
+// come, one of which may have failed with the database). A missed pause
+// holds within about one Interval of the LISTEN connection's return, when
+// that is within RepeatFor, instead of up to River's minute (chaos
+// scenario database-failover).
 //
 // The message is sent only while the queue is still paused, and a resume
 // cannot be overtaken by it: see Repairer.repair.
@@ -60,10 +62,10 @@ const (
 	DefaultInterval = 2 * time.Second
 	// DefaultMargin is Config.Margin's default.
 	DefaultMargin = time.Second
-	// DefaultRepeatFor is Config.RepeatFor's default: River's
-	// NotificationPollInterval, the period of each producer's read of its
-	// queue's row.
-	DefaultRepeatFor = time.Minute
+	// DefaultRepeatFor is Config.RepeatFor's default: twice River's
+	// NotificationPollInterval (a minute), the period of each producer's
+	// read of its queue's row, so that one failed read is covered.
+	DefaultRepeatFor = 2 * time.Minute
 )
 
 // Config configures a Repairer.
@@ -79,11 +81,11 @@ type Config struct {
 	// way to the producers, and a fetch already under way when it arrived.
 	// Default DefaultMargin (1 s).
 	Margin time.Duration
-	// RepeatFor is how long after the last start that showed a missed
-	// pause the rounds go on sending it, while the queue stays paused
-	// with the same paused_at: the process's LISTEN connection may come
-	// back after the first message, with no job started since. Default
-	// DefaultRepeatFor (1 minute).
+	// RepeatFor is how long after the round that saw the last late start
+	// of a queue the rounds go on sending its pause, while the queue
+	// stays paused (since before that start): the process's LISTEN
+	// connection may come back after the first message, with no job
+	// started since. Default DefaultRepeatFor (2 minutes).
 	RepeatFor time.Duration
 	// Logger logs the repairs (warnings) and failed checks. Default
 	// slog.Default().
@@ -123,8 +125,10 @@ type Repairer struct {
 	repeating map[string]repeat
 	// beforeLock and afterLock, when set (tests), run in repair before
 	// the transaction takes its row locks and after it has them.
+	// now is the clock of the repeats' ends (tests set it).
 	beforeLock func()
 	afterLock  func(tx pgx.Tx)
+	now        func() time.Time
 }
 
 // New returns a Repairer of cfg (with its defaults) on pool, whose
@@ -138,13 +142,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Repairer, error) {
 	for _, q := range cfg.Queues {
 		h.latest[q] = &atomic.Int64{}
 	}
-	return &Repairer{pool: pool, cfg: cfg, hook: h, checked: map[string]int64{}, repeating: map[string]repeat{}}, nil
+	return &Repairer{pool: pool, cfg: cfg, hook: h, checked: map[string]int64{}, repeating: map[string]repeat{}, now: time.Now}, nil
 }
 
 // repeat is a missed pause the rounds send again.
 type repeat struct {
 	start time.Time // the latest start that showed the miss
-	until time.Time // the end of the repeats (local clock)
+	until time.Time // the end of the repeats (Repairer.now)
 }
 
 // Hook is the River hook that records the jobs' starts: add it to the
@@ -229,7 +233,7 @@ type Missed struct {
 // whose missed pause is repeated, and repairs those that missed their
 // pause; it returns them.
 func (r *Repairer) runOnce(ctx context.Context) ([]Missed, error) {
-	now := time.Now()
+	now := r.now()
 	var names []string
 	var starts []time.Time
 	seen := map[string]int64{}

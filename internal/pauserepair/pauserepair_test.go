@@ -36,7 +36,7 @@ func TestRepairer(t *testing.T) {
 		listener *pgx.Conn
 	}
 
-	setupConfig := func(t *testing.T, cfg pauserepair.Config) *testBundle {
+	setup := func(t *testing.T) *testBundle {
 		t.Helper()
 		ctx := context.Background()
 		db := testdb.NewCore(t)
@@ -44,9 +44,10 @@ func TestRepairer(t *testing.T) {
 			`INSERT INTO river_queue (name, created_at, updated_at) VALUES ($1, now(), now())`, queue)
 		require.NoError(t, err)
 		out := &proctest.Buffer{}
-		cfg.Queues = []string{queue}
-		cfg.Logger = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		repairer, err := pauserepair.New(db.Pool, cfg)
+		repairer, err := pauserepair.New(db.Pool, pauserepair.Config{
+			Queues: []string{queue},
+			Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		})
 		require.NoError(t, err)
 
 		channel := riverschema.Channel(db.Schema, riverschema.ControlTopic)
@@ -56,10 +57,6 @@ func TestRepairer(t *testing.T) {
 		_, err = listener.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
 		require.NoError(t, err)
 		return &testBundle{db: db, repairer: repairer, out: out, channel: channel, listener: listener}
-	}
-	setup := func(t *testing.T) *testBundle {
-		t.Helper()
-		return setupConfig(t, pauserepair.Config{})
 	}
 
 	// pause sets the queue's paused_at, as a pause whose notification was
@@ -155,15 +152,8 @@ func TestRepairer(t *testing.T) {
 		requireAction(t, next(t, b), riverschema.ActionPause)
 		require.Equal(t, 2, strings.Count(b.out.String(), "level=WARN"))
 
-		// Resumed: nothing sent, and no more repeats once it is paused
-		// again (the starts that showed the miss were before that pause).
+		// Resumed: nothing sent, and the repeats end.
 		_, err = b.db.Pool.Exec(ctx, `UPDATE river_queue SET paused_at = NULL WHERE name = $1`, queue)
-		require.NoError(t, err)
-		missed, err = b.repairer.RunOnce(ctx)
-		require.NoError(t, err)
-		require.Empty(t, missed)
-		requireNothingSent(t, b)
-		_, err = b.db.Pool.Exec(ctx, `UPDATE river_queue SET paused_at = now() WHERE name = $1`, queue)
 		require.NoError(t, err)
 		missed, err = b.repairer.RunOnce(ctx)
 		require.NoError(t, err)
@@ -171,11 +161,11 @@ func TestRepairer(t *testing.T) {
 		requireNothingSent(t, b)
 	})
 
-	// The repeats of a missed pause with no start since end RepeatFor
-	// after the start that showed it (River's poll has read it by then).
-	t.Run("RepeatsEnd", func(t *testing.T) {
+	// Resumed and paused again between two rounds: the late starts were
+	// before the new pause, so the repeats end and nothing is sent.
+	t.Run("PausedAgainEndsRepeats", func(t *testing.T) {
 		t.Parallel()
-		b := setupConfig(t, pauserepair.Config{RepeatFor: time.Nanosecond})
+		b := setup(t)
 		ctx := context.Background()
 		pausedAt := pause(t, b)
 		start(t, b, pausedAt.Add(2*time.Second))
@@ -184,9 +174,48 @@ func TestRepairer(t *testing.T) {
 		require.Len(t, missed, 1)
 		requireAction(t, next(t, b), riverschema.ActionPause)
 
+		_, err = b.db.Pool.Exec(ctx, `UPDATE river_queue SET paused_at = NULL WHERE name = $1`, queue)
+		require.NoError(t, err)
+		_, err = b.db.Pool.Exec(ctx, `UPDATE river_queue SET paused_at = now() WHERE name = $1`, queue)
+		require.NoError(t, err)
 		missed, err = b.repairer.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Empty(t, missed)
+		requireNothingSent(t, b)
+	})
+
+	// The repeats end RepeatFor (2 minutes) after the round that saw the
+	// last late start: a repeat does not extend them, a late start does.
+	t.Run("RepeatsEnd", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := context.Background()
+		base := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+		clock := base
+		b.repairer.SetNow(func() time.Time { return clock })
+		round := func(t *testing.T, at time.Duration) []pauserepair.Missed {
+			t.Helper()
+			clock = base.Add(at)
+			missed, err := b.repairer.RunOnce(ctx)
+			require.NoError(t, err)
+			return missed
+		}
+		pausedAt := pause(t, b)
+		start(t, b, pausedAt.Add(2*time.Second))
+		require.Len(t, round(t, 0), 1)
+		requireAction(t, next(t, b), riverschema.ActionPause)
+		require.Len(t, round(t, 119*time.Second), 1) // a repeat
+		requireAction(t, next(t, b), riverschema.ActionPause)
+		require.Empty(t, round(t, 120*time.Second))
+		requireNothingSent(t, b)
+
+		// A late start again: repeats for two minutes from that round.
+		start(t, b, pausedAt.Add(3*time.Second))
+		require.Len(t, round(t, 150*time.Second), 1)
+		requireAction(t, next(t, b), riverschema.ActionPause)
+		require.Len(t, round(t, 269*time.Second), 1)
+		requireAction(t, next(t, b), riverschema.ActionPause)
+		require.Empty(t, round(t, 270*time.Second))
 		requireNothingSent(t, b)
 	})
 
