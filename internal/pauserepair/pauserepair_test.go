@@ -106,6 +106,22 @@ func TestRepairer(t *testing.T) {
 		require.Equal(t, riverschema.ControlNotification{Action: action, Queue: queue}, n)
 	}
 
+	// round is one round of the repairer's, and what it sent.
+	round := func(t *testing.T, b *testBundle) []pauserepair.Missed {
+		t.Helper()
+		missed, err := b.repairer.RunOnce(context.Background())
+		require.NoError(t, err)
+		return missed
+	}
+
+	// setPausedAt sets the queue's paused_at to the SQL expression at
+	// (NULL: resumed), as a pause or resume whose message was lost.
+	setPausedAt := func(t *testing.T, b *testBundle, at string) {
+		t.Helper()
+		_, err := b.db.Pool.Exec(context.Background(), `UPDATE river_queue SET paused_at = `+at+` WHERE name = $1`, queue)
+		require.NoError(t, err)
+	}
+
 	// waitBlocked waits until a session is blocked by the backend pid.
 	waitBlocked := func(t *testing.T, b *testBundle, pid uint32) {
 		t.Helper()
@@ -136,8 +152,7 @@ func TestRepairer(t *testing.T) {
 		// No start since: the message may have been lost too, and the
 		// producer may start nothing more that would show it (chaos
 		// scenario database-failover): sent again, at debug level.
-		missed, err = b.repairer.RunOnce(ctx)
-		require.NoError(t, err)
+		missed = round(t, b)
 		require.Len(t, missed, 1)
 		require.True(t, late.Equal(missed[0].LastStart))
 		requireAction(t, next(t, b), riverschema.ActionPause)
@@ -146,18 +161,13 @@ func TestRepairer(t *testing.T) {
 
 		// Another late start: sent again, and warned of again.
 		start(t, b, late.Add(time.Second))
-		missed, err = b.repairer.RunOnce(ctx)
-		require.NoError(t, err)
-		require.Len(t, missed, 1)
+		require.Len(t, round(t, b), 1)
 		requireAction(t, next(t, b), riverschema.ActionPause)
 		require.Equal(t, 2, strings.Count(b.out.String(), "level=WARN"))
 
 		// Resumed: nothing sent, and the repeats end.
-		_, err = b.db.Pool.Exec(ctx, `UPDATE river_queue SET paused_at = NULL WHERE name = $1`, queue)
-		require.NoError(t, err)
-		missed, err = b.repairer.RunOnce(ctx)
-		require.NoError(t, err)
-		require.Empty(t, missed)
+		setPausedAt(t, b, "NULL")
+		require.Empty(t, round(t, b))
 		requireNothingSent(t, b)
 	})
 
@@ -166,21 +176,14 @@ func TestRepairer(t *testing.T) {
 	t.Run("PausedAgainEndsRepeats", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		ctx := context.Background()
 		pausedAt := pause(t, b)
 		start(t, b, pausedAt.Add(2*time.Second))
-		missed, err := b.repairer.RunOnce(ctx)
-		require.NoError(t, err)
-		require.Len(t, missed, 1)
+		require.Len(t, round(t, b), 1)
 		requireAction(t, next(t, b), riverschema.ActionPause)
 
-		_, err = b.db.Pool.Exec(ctx, `UPDATE river_queue SET paused_at = NULL WHERE name = $1`, queue)
-		require.NoError(t, err)
-		_, err = b.db.Pool.Exec(ctx, `UPDATE river_queue SET paused_at = now() WHERE name = $1`, queue)
-		require.NoError(t, err)
-		missed, err = b.repairer.RunOnce(ctx)
-		require.NoError(t, err)
-		require.Empty(t, missed)
+		setPausedAt(t, b, "NULL")
+		setPausedAt(t, b, "now()")
+		require.Empty(t, round(t, b))
 		requireNothingSent(t, b)
 	})
 
@@ -189,33 +192,30 @@ func TestRepairer(t *testing.T) {
 	t.Run("RepeatsEnd", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		ctx := context.Background()
 		base := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 		clock := base
 		b.repairer.SetNow(func() time.Time { return clock })
-		round := func(t *testing.T, at time.Duration) []pauserepair.Missed {
+		roundAt := func(t *testing.T, at time.Duration) []pauserepair.Missed {
 			t.Helper()
 			clock = base.Add(at)
-			missed, err := b.repairer.RunOnce(ctx)
-			require.NoError(t, err)
-			return missed
+			return round(t, b)
 		}
 		pausedAt := pause(t, b)
 		start(t, b, pausedAt.Add(2*time.Second))
-		require.Len(t, round(t, 0), 1)
+		require.Len(t, roundAt(t, 0), 1)
 		requireAction(t, next(t, b), riverschema.ActionPause)
-		require.Len(t, round(t, 119*time.Second), 1) // a repeat
+		require.Len(t, roundAt(t, 119*time.Second), 1) // a repeat
 		requireAction(t, next(t, b), riverschema.ActionPause)
-		require.Empty(t, round(t, 120*time.Second))
+		require.Empty(t, roundAt(t, 120*time.Second))
 		requireNothingSent(t, b)
 
 		// A late start again: repeats for two minutes from that round.
 		start(t, b, pausedAt.Add(3*time.Second))
-		require.Len(t, round(t, 150*time.Second), 1)
+		require.Len(t, roundAt(t, 150*time.Second), 1)
 		requireAction(t, next(t, b), riverschema.ActionPause)
-		require.Len(t, round(t, 269*time.Second), 1)
+		require.Len(t, roundAt(t, 269*time.Second), 1)
 		requireAction(t, next(t, b), riverschema.ActionPause)
-		require.Empty(t, round(t, 270*time.Second))
+		require.Empty(t, roundAt(t, 270*time.Second))
 		requireNothingSent(t, b)
 	})
 
