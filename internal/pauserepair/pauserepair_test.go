@@ -114,6 +114,15 @@ func TestRepairer(t *testing.T) {
 		return missed
 	}
 
+	// requireSent requires a round's result to be the queue, and its pause
+	// to be the next control message.
+	requireSent := func(t *testing.T, b *testBundle, missed []pauserepair.Missed) {
+		t.Helper()
+		require.Len(t, missed, 1)
+		require.Equal(t, queue, missed[0].Queue)
+		requireAction(t, next(t, b), riverschema.ActionPause)
+	}
+
 	// setPausedAt sets the queue's paused_at to the SQL expression at
 	// (NULL: resumed), as a pause or resume whose message was lost.
 	setPausedAt := func(t *testing.T, b *testBundle, at string) {
@@ -161,8 +170,7 @@ func TestRepairer(t *testing.T) {
 
 		// Another late start: sent again, and warned of again.
 		start(t, b, late.Add(time.Second))
-		require.Len(t, round(t, b), 1)
-		requireAction(t, next(t, b), riverschema.ActionPause)
+		requireSent(t, b, round(t, b))
 		require.Equal(t, 2, strings.Count(b.out.String(), "level=WARN"))
 
 		// Resumed: nothing sent, and the repeats end.
@@ -178,8 +186,7 @@ func TestRepairer(t *testing.T) {
 		b := setup(t)
 		pausedAt := pause(t, b)
 		start(t, b, pausedAt.Add(2*time.Second))
-		require.Len(t, round(t, b), 1)
-		requireAction(t, next(t, b), riverschema.ActionPause)
+		requireSent(t, b, round(t, b))
 
 		setPausedAt(t, b, "NULL")
 		setPausedAt(t, b, "now()")
@@ -202,19 +209,15 @@ func TestRepairer(t *testing.T) {
 		}
 		pausedAt := pause(t, b)
 		start(t, b, pausedAt.Add(2*time.Second))
-		require.Len(t, roundAt(t, 0), 1)
-		requireAction(t, next(t, b), riverschema.ActionPause)
-		require.Len(t, roundAt(t, 119*time.Second), 1) // a repeat
-		requireAction(t, next(t, b), riverschema.ActionPause)
+		requireSent(t, b, roundAt(t, 0))
+		requireSent(t, b, roundAt(t, 119*time.Second)) // a repeat
 		require.Empty(t, roundAt(t, 120*time.Second))
 		requireNothingSent(t, b)
 
 		// A late start again: repeats for two minutes from that round.
 		start(t, b, pausedAt.Add(3*time.Second))
-		require.Len(t, roundAt(t, 150*time.Second), 1)
-		requireAction(t, next(t, b), riverschema.ActionPause)
-		require.Len(t, roundAt(t, 269*time.Second), 1)
-		requireAction(t, next(t, b), riverschema.ActionPause)
+		requireSent(t, b, roundAt(t, 150*time.Second))
+		requireSent(t, b, roundAt(t, 269*time.Second))
 		require.Empty(t, roundAt(t, 270*time.Second))
 		requireNothingSent(t, b)
 	})
